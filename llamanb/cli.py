@@ -1,0 +1,155 @@
+"""python -m llamanb generate | verify | bench | info
+
+Every user mistake ends as one line on stderr and exit code 2; no traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .errors import LlamanbError
+
+DEFAULT_PROMPT = "What are three good reasons to learn how a language model works inside?"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):                        # one line, exit 2 (argparse prints two)
+        print(f"llamanb: error: {message} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def _positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _model_arg(p):
+    p.add_argument("--model", default=os.environ.get("LLAMANB_MODEL") or None,
+                   help="GGUF file or HF checkpoint directory (default: embedded SmolLM2-135M-Instruct)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="python -m llamanb", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+
+    g = sub.add_parser("generate", help="answer a prompt")
+    _model_arg(g)
+    g.add_argument("--prompt", default=DEFAULT_PROMPT)
+    g.add_argument("--raw", action="store_true", help="plain text continuation, no chat template")
+    g.add_argument("--system", default=None, help="system message for the chat template")
+    g.add_argument("--max-new-tokens", type=_positive_int, default=128)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-k", type=int, default=None)
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--dtype", choices=["float32", "bf16"], default="float32",
+                   help="bf16 rounds weights and every op's output to bfloat16")
+    g.add_argument("--no-stream", action="store_true", help="print the answer only when complete")
+
+    v = sub.add_parser("verify", help="check llamanb against HF transformers references")
+    _model_arg(v)
+    v.add_argument("--reference", default=None,
+                   help="reference JSON (default: ../shared/reference/hf_smollm2_reference.json)")
+    v.add_argument("--live", action="store_true", help="compute fresh references with transformers")
+    v.add_argument("--diagnose", action="store_true",
+                   help="per-layer cosine similarity / max |diff| of hidden states vs transformers")
+    v.add_argument("--prompt", default="What is the capital of France?",
+                   help="prompt for --diagnose")
+    v.add_argument("--steps", type=_positive_int, default=32, help="greedy steps for --live")
+
+    b = sub.add_parser("bench", help="llamanb vs transformers on this machine")
+    _model_arg(b)
+    b.add_argument("--json", default=None, help="also write the results to this file")
+    b.add_argument("--runs", type=_positive_int, default=3, help="repeats per measurement (median)")
+    b.add_argument("--decode-tokens", type=_positive_int, default=64)
+    b.add_argument("--no-transformers", action="store_true", help="measure llamanb only")
+    b.add_argument("--no-bf16", action="store_true", help="skip transformers bf16")
+
+    i = sub.add_parser("info", help="config, parameter and memory accounting")
+    _model_arg(i)
+    i.add_argument("--preset", default=None, help="smollm2-135m | llama3.2-1b | llama3-70b "
+                   "(no weights needed)")
+    i.add_argument("--seq", type=_positive_int, default=None, help="KV cache length to price")
+    return ap
+
+
+def cmd_generate(a) -> int:
+    from .engine import Engine
+    from .generate import SamplingParams, generate
+    from .store import load_model
+
+    if not a.prompt or not a.prompt.strip():
+        raise LlamanbError("empty prompt: give --prompt some text")
+    params = SamplingParams(a.temperature, a.top_k, a.top_p, a.seed)   # validates
+    model = load_model(a.model)
+    where = "converted and cached" if model.converted else "memory-mapped from cache"
+    print(f"model: {model.config.name} ({model.config.n_params() / 1e6:.1f} M params, {where}: "
+          f"{model.cache_dir})", file=sys.stderr)
+    engine = Engine(model, dtype=a.dtype)
+    ids = model.tokenizer.encode_prompt(a.prompt, chat=not a.raw, system=a.system)
+    stream = None if a.no_stream else (lambda t, s: print(s, end="", flush=True))
+    if not a.no_stream and a.raw:
+        print(a.prompt, end="", flush=True)
+    r = generate(engine, ids, a.max_new_tokens, params, on_token=stream)
+    if a.no_stream:
+        print((a.prompt if a.raw else "") + r.text, end="")
+    print()
+    print(f"[{engine.backend.description}, {a.dtype}] load {model.load_s:.2f} s | "
+          f"prefill {len(ids)} tok in {r.prefill_s:.3f} s ({r.prefill_tok_s:.1f} tok/s) | "
+          f"decode {r.decode_steps} tok in {r.decode_s:.3f} s ({r.decode_tok_s:.1f} tok/s) | "
+          f"stop: {r.stop_reason}", file=sys.stderr)
+    return 0
+
+
+def cmd_verify(a) -> int:
+    from . import verify
+
+    if a.diagnose:
+        return verify.diagnose_cli(a.model, a.prompt)
+    if a.live:
+        return verify.live_cli(a.model, a.steps, a.reference)
+    return verify.reference_cli(a.model, a.reference)
+
+
+def cmd_bench(a) -> int:
+    from . import bench
+
+    return bench.main(a)
+
+
+def cmd_info(a) -> int:
+    from .info import describe
+
+    if a.preset:
+        from .config import PRESETS
+
+        if a.preset not in PRESETS:
+            raise LlamanbError(f"unknown preset {a.preset!r}; known: {', '.join(PRESETS)}")
+        cfg = PRESETS[a.preset]
+    else:
+        from .store import load_model
+
+        cfg = load_model(a.model).config
+    print(describe(cfg, a.seq))
+    return 0
+
+
+def main(argv=None) -> int:
+    a = build_parser().parse_args(argv)
+    try:
+        return {"generate": cmd_generate, "verify": cmd_verify, "bench": cmd_bench,
+                "info": cmd_info}[a.cmd](a)
+    except LlamanbError as e:
+        print(f"llamanb: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nllamanb: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,89 @@
+"""The engine: token ids in, logits out, with a KV cache in between.
+
+    ids [S] --embed--> x [S, H] --block 0..L-1--> x [S, H] --last real row--> head --> logits [V]
+
+Prefill runs the prompt through every block at once and fills cache rows [0, S). Decode runs one
+token (S = 1) at position cache.length. Only the last real row goes through the LM head in
+prefill: the other rows' logits would be V x H multiply-adds each, thrown away.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .backends import Backend, make_backend
+from .errors import LlamanbError
+from .kv_cache import KVCache
+from .store import Model
+
+
+class Engine:
+    def __init__(self, model: Model, backend: str | Backend = "numpy", **backend_options):
+        self.model = model
+        self.config = model.config
+        self.backend = backend if isinstance(backend, Backend) else make_backend(
+            backend, model.weights, **backend_options)
+
+    def new_cache(self, max_seq: int | None = None) -> KVCache:
+        return KVCache(self.config, min(max_seq or self.config.max_seq, self.config.max_seq))
+
+    def _check_ids(self, ids) -> np.ndarray:
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if ids.size == 0:
+            raise LlamanbError("empty prompt: nothing to run")
+        if ids.min() < 0 or ids.max() >= self.config.vocab:
+            raise LlamanbError(f"token id out of range [0, {self.config.vocab})")
+        return ids
+
+    def forward(self, ids, cache: KVCache, collect: list | None = None) -> np.ndarray:
+        """Run ids at positions cache.length .. and return the final hidden rows [S, H]
+        (before the final norm). Advances cache.length by S. If `collect` is a list, the
+        embedding output and each block's output are appended to it."""
+        ids = self._check_ids(ids)
+        start, S = cache.length, ids.size
+        if start + S > cache.max_seq:
+            raise LlamanbError(f"sequence of {start + S} tokens exceeds the cache/context of "
+                               f"{cache.max_seq}")
+        x = self.backend.embed(ids)                                    # [S, H]
+        if collect is not None:
+            collect.append(x)
+        for layer in range(self.config.n_layers):
+            x = self.backend.block(layer, x, start, cache)             # [S, H]
+            if collect is not None:
+                collect.append(x)
+        cache.length = start + S
+        return x
+
+    def prefill(self, ids, cache: KVCache, real_len: int | None = None,
+                collect: list | None = None) -> np.ndarray:
+        """Logits [V] for the next token after the prompt.
+
+        `real_len`: when ids were padded to a fixed length, the number of real tokens. It is
+        passed in, never guessed: a prompt may itself contain the pad (EOS) token. The causal mask
+        keeps padded rows from touching the real ones; the cache keeps real_len positions."""
+        if cache.length != 0:
+            raise LlamanbError("prefill needs an empty cache (call cache.reset())")
+        ids = self._check_ids(ids)
+        n = ids.size if real_len is None else int(real_len)
+        if not 1 <= n <= ids.size:
+            raise LlamanbError(f"real_len {real_len} outside 1..{ids.size}")
+        x = self.forward(ids, cache, collect)
+        cache.length = n
+        return self.backend.head(x[n - 1:n])[0]                        # [V]
+
+    def decode(self, token: int, cache: KVCache) -> np.ndarray:
+        """Logits [V] after appending one token at position cache.length."""
+        x = self.forward([token], cache)
+        return self.backend.head(x)[0]
+
+    def logits_all(self, ids) -> np.ndarray:
+        """Logits for every position of ids [S] -> [S, V] (for tests and diagnosis)."""
+        cache = self.new_cache(len(ids))
+        return self.backend.head(self.forward(ids, cache))
+
+
+def pad_to(ids, length: int, pad_id: int) -> tuple[np.ndarray, int]:
+    """ids right-padded with pad_id to `length`; returns (padded ids, real length)."""
+    ids = list(ids)
+    if len(ids) > length:
+        raise LlamanbError(f"prompt of {len(ids)} tokens does not fit the padded length {length}")
+    return np.array(ids + [pad_id] * (length - len(ids)), dtype=np.int64), len(ids)

@@ -1,0 +1,145 @@
+"""Reading a llama-architecture GGUF file: config, tokenizer metadata, float32 weights in HF layout.
+
+llama.cpp's converter stores the rows of W_q and W_k permuted: within each head it interleaves the
+two halves of the head dimension, so that RoPE can rotate adjacent pairs (x0, x1), (x2, x3), ...
+HF rotates the half-split pairs (x_i, x_{i+d/2}). `unpermute_qk` puts the rows back in HF order.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .config import LlamaConfig
+from .errors import LlamanbError
+from .quants import dequantize
+
+# GGUF name -> HF name (per layer names carry '{i}')
+_LAYER_MAP = {
+    "attn_norm": "model.layers.{i}.input_layernorm.weight",
+    "attn_q": "model.layers.{i}.self_attn.q_proj.weight",
+    "attn_k": "model.layers.{i}.self_attn.k_proj.weight",
+    "attn_v": "model.layers.{i}.self_attn.v_proj.weight",
+    "attn_output": "model.layers.{i}.self_attn.o_proj.weight",
+    "ffn_norm": "model.layers.{i}.post_attention_layernorm.weight",
+    "ffn_gate": "model.layers.{i}.mlp.gate_proj.weight",
+    "ffn_up": "model.layers.{i}.mlp.up_proj.weight",
+    "ffn_down": "model.layers.{i}.mlp.down_proj.weight",
+}
+_TOP_MAP = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+            "output.weight": "lm_head.weight"}
+
+
+def unpermute_qk(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """[n_heads * d_h, in] rows in llama.cpp's interleaved order -> HF's half-split order.
+
+    Per head, llama.cpp row 2j+t holds HF row t*d_h/2 + j (t in {0, 1}); undo by viewing the rows
+    as [n_heads, d_h/2, 2] and swapping the last two axes.
+    """
+    out, cols = w.shape
+    return w.reshape(n_heads, out // n_heads // 2, 2, cols).swapaxes(1, 2).reshape(out, cols)
+
+
+def permute_qk(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """HF's half-split order -> llama.cpp's interleaved order (the inverse of `unpermute_qk`)."""
+    out, cols = w.shape
+    return w.reshape(n_heads, 2, out // n_heads // 2, cols).swapaxes(1, 2).reshape(out, cols)
+
+
+class GGUFSource:
+    """A GGUF file opened for conversion."""
+
+    kind = "gguf"
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise LlamanbError(f"model file not found: {self.path}")
+        try:
+            from gguf import GGUFReader
+
+            self.reader = GGUFReader(str(self.path))
+        except Exception as e:  # the reader raises ValueError/IndexError/... on bad bytes
+            raise LlamanbError(f"{self.path.name}: not a readable GGUF file ({e.__class__.__name__}: "
+                               f"{str(e)[:60]})") from None
+        self.meta = {}
+        for key, f in self.reader.fields.items():
+            try:
+                self.meta[key] = f.contents()
+            except Exception:
+                raise LlamanbError(f"{self.path.name}: corrupt GGUF metadata field {key}") from None
+        self.tensors = {t.name: t for t in self.reader.tensors}
+        self.config = self._config()
+        self._check_tensors()
+
+    def _config(self) -> LlamaConfig:
+        m = self.meta
+        arch = m.get("general.architecture")
+        if arch != "llama":
+            raise LlamanbError(f"{self.path.name}: architecture {arch!r} is not llama")
+        if "rope_freqs.weight" in self.tensors:
+            raise LlamanbError(f"{self.path.name}: GGUF with rope_freqs (llama3 RoPE scaling) is not "
+                               "supported; load the HF checkpoint directory instead")
+        try:
+            hidden = int(m["llama.embedding_length"])
+            n_heads = int(m["llama.attention.head_count"])
+            head_dim = int(m.get("llama.attention.key_length") or m.get("llama.rope.dimension_count")
+                           or hidden // n_heads)
+            eos = [m[k] for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                                  "tokenizer.ggml.eom_token_id") if k in m]
+            return LlamaConfig(
+                name=str(m.get("general.name") or self.path.stem),
+                n_layers=int(m["llama.block_count"]), hidden=hidden, n_heads=n_heads,
+                n_kv_heads=int(m.get("llama.attention.head_count_kv") or n_heads), head_dim=head_dim,
+                ffn=int(m["llama.feed_forward_length"]),
+                vocab=int(m.get("llama.vocab_size") or len(m["tokenizer.ggml.tokens"])),
+                rope_theta=float(m.get("llama.rope.freq_base", 10000.0)),
+                max_seq=int(m.get("llama.context_length", 2048)),
+                rms_eps=float(m.get("llama.attention.layer_norm_rms_epsilon", 1e-5)),
+                tie_embeddings="output.weight" not in self.tensors,
+                bos_id=m.get("tokenizer.ggml.bos_token_id"),
+                eos_ids=tuple(dict.fromkeys(int(e) for e in eos)))
+        except KeyError as e:
+            raise LlamanbError(f"{self.path.name}: GGUF metadata lacks {e.args[0]}") from None
+
+    def hf_name(self, gguf_name: str) -> str | None:
+        if gguf_name in _TOP_MAP:
+            return _TOP_MAP[gguf_name]
+        parts = gguf_name.split(".")
+        if len(parts) == 4 and parts[0] == "blk" and parts[3] == "weight" and parts[2] in _LAYER_MAP:
+            return _LAYER_MAP[parts[2]].format(i=int(parts[1]))
+        return None
+
+    def _check_tensors(self) -> None:
+        from .weights import check_shapes
+
+        self.by_hf = {}
+        for name, t in self.tensors.items():
+            hf = self.hf_name(name)
+            if hf is not None:
+                self.by_hf[hf] = t
+        # GGUF lists dims fastest-first; HF's [out, in] is the reverse.
+        shapes = {hf: tuple(int(d) for d in reversed(t.shape)) for hf, t in self.by_hf.items()}
+        check_shapes(self.config, shapes, self.path.name)
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {hf: tuple(int(d) for d in reversed(t.shape)) for hf, t in self.by_hf.items()}
+
+    def get(self, hf_name: str) -> np.ndarray:
+        t = self.by_hf[hf_name]
+        shape = tuple(int(d) for d in reversed(t.shape))
+        w = dequantize(t.data, t.tensor_type.name, int(t.n_elements)).reshape(shape)
+        if hf_name.endswith("q_proj.weight"):
+            w = unpermute_qk(w, self.config.n_heads)
+        elif hf_name.endswith("k_proj.weight"):
+            w = unpermute_qk(w, self.config.n_kv_heads)
+        return w
+
+    def tokenizer_files(self) -> dict[str, str]:
+        """file name -> text, written next to the converted weights."""
+        import json
+
+        from .tokenizer import tokenizer_config_from_gguf, tokenizer_json_from_gguf
+
+        return {"tokenizer.json": tokenizer_json_from_gguf(self.meta),
+                "tokenizer_config.json": json.dumps(tokenizer_config_from_gguf(self.meta), indent=1)}

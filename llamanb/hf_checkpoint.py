@@ -1,0 +1,81 @@
+"""Reading a local HF Llama checkpoint directory (config.json, safetensors, tokenizer.json)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .config import LlamaConfig
+from .errors import LlamanbError
+from .safetensors_io import SafetensorsFile
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+                    "special_tokens_map.json")
+
+
+class HFSource:
+    kind = "hf"
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        cfg_path = self.path / "config.json"
+        if not cfg_path.is_file():
+            raise LlamanbError(f"{self.path}: not an HF checkpoint directory (no config.json)")
+        try:
+            raw = json.loads(cfg_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise LlamanbError(f"{cfg_path}: not valid JSON") from None
+        if raw.get("model_type", "llama") != "llama":
+            raise LlamanbError(f"{cfg_path}: model_type {raw.get('model_type')!r} is not llama")
+        stop = self._generation_eos()
+        cfg = LlamaConfig.from_hf(raw, name=self.path.name)
+        if stop:
+            cfg = cfg.replace(eos_ids=tuple(dict.fromkeys(cfg.eos_ids + stop)))
+        self.config = cfg
+        self.files = self._open_shards()
+        self.where = {}
+        for f in self.files:
+            for name in f.names():
+                self.where[name] = f
+        from .weights import check_shapes
+
+        check_shapes(self.config, self.shapes(), str(self.path))
+        if not (self.path / "tokenizer.json").is_file():
+            raise LlamanbError(f"{self.path}: tokenizer.json is missing")
+
+    def _generation_eos(self) -> tuple[int, ...]:
+        p = self.path / "generation_config.json"
+        if not p.is_file():
+            return ()
+        try:
+            eos = json.loads(p.read_text()).get("eos_token_id")
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return ()
+        return tuple(eos) if isinstance(eos, list) else ((eos,) if isinstance(eos, int) else ())
+
+    def _open_shards(self) -> list[SafetensorsFile]:
+        index = self.path / "model.safetensors.index.json"
+        if index.is_file():
+            try:
+                weight_map = json.loads(index.read_text())["weight_map"]
+            except (json.JSONDecodeError, KeyError):
+                raise LlamanbError(f"{index}: not a safetensors index") from None
+            names = sorted(set(weight_map.values()))
+        elif (self.path / "model.safetensors").is_file():
+            names = ["model.safetensors"]
+        else:
+            raise LlamanbError(f"{self.path}: no model.safetensors or model.safetensors.index.json")
+        for n in names:
+            if not (self.path / n).is_file():
+                raise LlamanbError(f"{self.path}: shard {n} is missing")
+        return [SafetensorsFile(self.path / n) for n in names]
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {n: tuple(f.table[n]["shape"]) for n, f in self.where.items()}
+
+    def get(self, hf_name: str) -> np.ndarray:
+        return self.where[hf_name].get(hf_name)
+
+    def tokenizer_files(self) -> dict[str, str]:
+        return {n: (self.path / n).read_text() for n in _TOKENIZER_FILES if (self.path / n).is_file()}

