@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--prompt", default="What is the capital of France?",
                    help="prompt for --diagnose")
     v.add_argument("--steps", type=_positive_int, default=32, help="greedy steps for --live")
+    v.add_argument("--save", default=None, help="with --live: write the fresh references here")
 
     b = sub.add_parser("bench", help="llamanb vs transformers on this machine")
     _model_arg(b)
@@ -113,7 +114,7 @@ def cmd_verify(a) -> int:
     if a.diagnose:
         return verify.diagnose_cli(a.model, a.prompt)
     if a.live:
-        return verify.live_cli(a.model, a.steps, a.reference)
+        return verify.live_cli(a.model, a.steps, a.save)
     return verify.reference_cli(a.model, a.reference)
 
 

@@ -40,7 +40,7 @@ class Engine:
         embedding output and each block's output are appended to it."""
         ids = self._check_ids(ids)
         start, S = cache.length, ids.size
-        if start + S > cache.max_seq:
+        if start + S > cache.capacity:
             raise LlamanbError(f"sequence of {start + S} tokens exceeds the cache/context of "
                                f"{cache.max_seq}")
         x = self.backend.embed(ids)                                    # [S, H]
@@ -66,12 +66,24 @@ class Engine:
         n = ids.size if real_len is None else int(real_len)
         if not 1 <= n <= ids.size:
             raise LlamanbError(f"real_len {real_len} outside 1..{ids.size}")
+        if n > cache.max_seq:
+            raise LlamanbError(f"prompt of {n} tokens exceeds the cache/context of {cache.max_seq}")
+        short = self.backend.min_prefill_rows - ids.size
+        if short > 0:
+            # BLAS computes very short matrices with other kernels (GEMV, small-matrix code) that
+            # round differently; extra rows after the prompt (invisible to it, by causality) keep
+            # short prompts bit-identical to their padded forms.
+            ids = np.concatenate([ids, np.full(short, ids[-1])])
         x = self.forward(ids, cache, collect)
+        if collect is not None:
+            collect[:] = [h[:n] for h in collect]
         cache.length = n
         return self.backend.head(x[n - 1:n])[0]                        # [V]
 
     def decode(self, token: int, cache: KVCache) -> np.ndarray:
         """Logits [V] after appending one token at position cache.length."""
+        if cache.length >= cache.max_seq:
+            raise LlamanbError(f"KV cache full ({cache.max_seq} positions)")
         x = self.forward([token], cache)
         return self.backend.head(x)[0]
 

@@ -19,6 +19,7 @@ class Backend(ABC):
     name: str = "?"
     emulated: bool = False          # True when a device is simulated on the CPU: say so in output
     description: str = ""
+    min_prefill_rows: int = 1       # the engine pads shorter prompts (after the real tokens) to this
 
     def __init__(self, weights: Weights):
         self.weights = weights

@@ -36,17 +36,27 @@ def silu_mul(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     return s
 
 
-def softmax_rows(scores: np.ndarray) -> np.ndarray:
-    """Numerically safe softmax over the last axis, in place."""
-    scores -= scores.max(axis=-1, keepdims=True)
+def softmax_keys(scores: np.ndarray) -> np.ndarray:
+    """Softmax over axis -2 (the key axis of a [.., T, S] score block), in place.
+
+    Keys sit on a non-contiguous axis on purpose: numpy then accumulates the sum strictly in key
+    order, so masked keys appended at the end (exp(-inf) = 0) add exact zeros and cannot change a
+    single bit of the result. Summing along a contiguous axis uses pairwise blocks whose grouping
+    depends on the length, and padding would change the rounding."""
+    scores -= scores.max(axis=-2, keepdims=True)
     np.exp(scores, out=scores)
-    scores /= scores.sum(axis=-1, keepdims=True)
+    scores /= scores.sum(axis=-2, keepdims=True)
     return scores
+
+
+BLOCK_Q = 128       # query rows per prefill attention block
+KEY_TILE = 256      # prefill key ranges are rounded up to this (the KV cache is allocated to match)
 
 
 class NumpyBackend(Backend):
     name = "numpy"
     description = "numpy reference engine on the host CPU"
+    min_prefill_rows = 8            # below ~1e6 multiply-adds OpenBLAS switches GEMM kernels
 
     def __init__(self, weights: Weights, dtype: str = "float32"):
         if dtype not in ("float32", "bf16"):
@@ -58,27 +68,32 @@ class NumpyBackend(Backend):
         super().__init__(weights)
         self.freqs = rope_for(self.config)
         self.scale = np.float32(self.config.head_dim ** -0.5)
+        self._rope_key, self._rope = None, None
 
     def embed(self, ids: np.ndarray) -> np.ndarray:
         return self.rnd(super().embed(ids))
 
+    def rope_tables(self, start: int, S: int) -> tuple[np.ndarray, np.ndarray]:
+        """cos/sin [S, d/2] for positions start..start+S-1, computed once per forward pass."""
+        if self._rope_key != (start, S):
+            self._rope = cos_sin(np.arange(start, start + S), self.freqs)
+            self._rope_key = (start, S)
+        return self._rope
+
     def block(self, layer: int, x: np.ndarray, start: int, cache: KVCache) -> np.ndarray:
         c, w, rnd = self.config, self.weights.layers[layer], self.rnd
-        S, Nh, Nkv, G, d = x.shape[0], c.n_heads, c.n_kv_heads, c.group, c.head_dim
+        S, Nh, Nkv, d = x.shape[0], c.n_heads, c.n_kv_heads, c.head_dim
 
         # --- attention sub-block -------------------------------------------------------------
         h = rnd(rms_norm(x, w.attn_norm, c.rms_eps))                      # [S, H]
         qkv = rnd(h @ w.wqkv.T)                                           # [S, (Nh + 2 Nkv) d]
-        q = qkv[:, :Nh * d].reshape(S, Nh, d)                             # [S, Nh, d]
-        k = qkv[:, Nh * d:(Nh + Nkv) * d].reshape(S, Nkv, d)              # [S, Nkv, d]
+        cos, sin = self.rope_tables(start, S)                            # [S, d/2]
+        qk = rnd(apply_rope(qkv[:, :(Nh + Nkv) * d].reshape(S, Nh + Nkv, d), cos, sin))
+        q, k = qk[:, :Nh], qk[:, Nh:]                                     # [S, Nh, d], [S, Nkv, d]
         v = qkv[:, (Nh + Nkv) * d:].reshape(S, Nkv, d)                    # [S, Nkv, d]
-        cos, sin = cos_sin(np.arange(start, start + S), self.freqs)      # [S, d/2]
-        q, k = rnd(apply_rope(q, cos, sin)), rnd(apply_rope(k, cos, sin))
         cache.write(layer, start, k, v)
-        T = start + S
-        attn = self.attention(q, cache.keys(layer, T), cache.values(layer, T), start)  # [S, Nh d]
-        x = x + rnd(rnd(attn) @ w.wo.T)                                   # [S, H]
-        x = rnd(x)
+        attn = self.attention(q, cache, layer, start)                     # [S, Nh d]
+        x = rnd(x + rnd(rnd(attn) @ w.wo.T))                              # [S, H]
 
         # --- FFN sub-block (SwiGLU) ----------------------------------------------------------
         h = rnd(rms_norm(x, w.ffn_norm, c.rms_eps))                       # [S, H]
@@ -86,19 +101,43 @@ class NumpyBackend(Backend):
         a = rnd(silu_mul(gu[:, :c.ffn], gu[:, c.ffn:]))                   # [S, D_ff]
         return rnd(x + rnd(a @ w.w_down.T))                               # [S, H]
 
-    def attention(self, q: np.ndarray, keys: np.ndarray, values: np.ndarray, start: int) -> np.ndarray:
-        """Causal grouped-query attention.
-        q [S, Nh, d] at positions start..; keys/values [Nkv, T, d] for positions 0..T-1."""
+    def attention(self, q: np.ndarray, cache: KVCache, layer: int, start: int) -> np.ndarray:
+        """Causal grouped-query attention for q [S, Nh, d] at positions start..start+S-1 over the
+        cached keys/values [Nkv, T, d]. Returns [S, Nh*d].
+
+        Query heads are grouped by the K/V head they share: [S, Nh, d] -> [Nkv, G, S, d] is a
+        reshape + transpose; K and V are never repeated. Scores are laid out [.., keys, queries].
+
+        Prefill goes in blocks of BLOCK_Q query rows; a block ending at row r1 needs keys
+        0..start+r1 only, so most of the upper triangle is never computed. Every block has the
+        same shape (queries zero-padded to BLOCK_Q, keys rounded up to KEY_TILE and masked): BLAS
+        picks its kernel by matrix size, and a fixed shape makes each row's result independent of
+        how long the prompt is -- that is what makes padded prefill bit-identical."""
         c = self.config
         S, d, Nkv, G = q.shape[0], c.head_dim, c.n_kv_heads, c.group
-        T = keys.shape[1]
         qg = q.reshape(S, Nkv, G, d).transpose(1, 2, 0, 3)               # [Nkv, G, S, d]
-        scores = (qg @ keys[:, None].swapaxes(-1, -2)) * self.scale       # [Nkv, G, S, T]
-        if S > 1:  # row i sees keys 0 .. start+i
-            mask = np.arange(T)[None, :] > (start + np.arange(S))[:, None]  # [S, T]
-            scores[..., mask] = -np.inf
-        p = self.rnd(softmax_rows(scores))
-        out = p @ values[:, None]                                         # [Nkv, G, S, d]
+        if S == 1:                                                        # decode: one query row
+            T = start + 1
+            scores = (cache.keys(layer, T)[:, None] @ qg.swapaxes(-1, -2)) * self.scale  # [Nkv,G,T,1]
+            p = self.rnd(softmax_keys(scores))
+            out = p.swapaxes(-1, -2) @ cache.values(layer, T)[:, None]   # [Nkv, G, 1, d]
+            return out.reshape(1, c.n_heads * d)
+        B = BLOCK_Q
+        out = np.empty((Nkv, G, S, d), dtype=np.float32)
+        qb = np.zeros((Nkv, G, B, d), dtype=np.float32)                  # one padded query tile
+        for r0 in range(0, S, B):
+            r1 = min(r0 + B, S)
+            Tp = -(-(start + r1) // KEY_TILE) * KEY_TILE                  # keys, rounded up
+            qb[:, :, :r1 - r0] = qg[:, :, r0:r1]
+            qb[:, :, r1 - r0:] = 0.0
+            keys = cache.keys(layer, Tp)[:, None]                         # [Nkv, 1, Tp, d]
+            scores = (keys @ qb.swapaxes(-1, -2)) * self.scale            # [Nkv, G, Tp, B]
+            # query row j (position start+r0+j) sees keys 0 .. start+r0+j
+            hidden = np.arange(Tp)[:, None] > (start + r0 + np.arange(B))[None, :]  # [Tp, B]
+            scores += np.where(hidden, -np.inf, 0.0).astype(np.float32)
+            p = self.rnd(softmax_keys(scores))                            # [Nkv, G, Tp, B]
+            ob = p.swapaxes(-1, -2) @ cache.values(layer, Tp)[:, None]    # [Nkv, G, B, d]
+            out[:, :, r0:r1] = ob[:, :, :r1 - r0]
         return out.transpose(2, 0, 1, 3).reshape(S, c.n_heads * d)       # [S, Nh d]
 
     def head(self, x: np.ndarray) -> np.ndarray:

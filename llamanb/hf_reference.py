@@ -1,0 +1,70 @@
+"""HF transformers as an independent reference (needs the `ref` extra: torch + transformers).
+
+For a GGUF source, transformers reads the GGUF itself (its own dequantisation and Q/K
+un-permutation), so agreement tests llamanb's loader too, not just its arithmetic.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import LlamanbError
+from .store import Model
+
+
+def _import_torch():
+    import os
+
+    os.environ.setdefault("TQDM_DISABLE", "1")          # transformers' GGUF loader draws progress bars
+    try:
+        import torch
+        import transformers  # noqa: F401
+    except ImportError:
+        raise LlamanbError("transformers/torch are not installed: run `make test` once (it installs "
+                           "the reference extras) or `pip install -e '.[ref]'`") from None
+    return torch
+
+
+def load_hf(model: Model, dtype: str = "float32"):
+    """transformers' LlamaForCausalLM for the same model, loaded independently of llamanb."""
+    torch = _import_torch()
+    import logging
+
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    td = {"float32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    src = model.source
+    if src.is_file():
+        hf = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name, dtype=td)
+    else:
+        hf = AutoModelForCausalLM.from_pretrained(str(src), dtype=td)
+    return hf.eval()
+
+
+def greedy_with_top5(hf, prompt_ids: list[int], steps: int, stop_ids=()) -> tuple[list[int], list[dict]]:
+    """HF greedy decoding with a KV cache: ids and each step's top-5 (ids, logits)."""
+    torch = _import_torch()
+    ids, top5 = [], []
+    with torch.inference_mode():
+        out = hf(torch.tensor([prompt_ids]), use_cache=True)
+        for _ in range(steps):
+            logits = out.logits[0, -1].float()
+            v, i = torch.topk(logits, 5)
+            top5.append({"ids": i.tolist(), "logits": v.tolist()})
+            nxt = int(i[0])
+            ids.append(nxt)
+            if nxt in stop_ids:
+                break
+            out = hf(torch.tensor([[nxt]]), past_key_values=out.past_key_values, use_cache=True)
+    return ids, top5
+
+
+def hidden_states(hf, ids: list[int]) -> list[np.ndarray]:
+    """[embeddings, block 1, ..., block L-1, final norm(block L)] as [S, H] float32 arrays
+    (transformers 5 applies the final norm to the last entry)."""
+    torch = _import_torch()
+    with torch.inference_mode():
+        out = hf(torch.tensor([ids]), output_hidden_states=True)
+    return [h[0].float().numpy() for h in out.hidden_states]
