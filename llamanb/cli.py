@@ -89,11 +89,14 @@ def cmd_generate(a) -> int:
         raise LlamanbError("empty prompt: give --prompt some text")
     params = SamplingParams(a.temperature, a.top_k, a.top_p, a.seed)   # validates
     model = load_model(a.model)
+    ids = model.tokenizer.encode_prompt(a.prompt, chat=not a.raw, system=a.system)
+    if len(ids) >= model.config.max_seq:
+        raise LlamanbError(f"prompt of {len(ids)} tokens leaves no room in the "
+                           f"{model.config.max_seq}-token context")
     where = "converted and cached" if model.converted else "memory-mapped from cache"
     print(f"model: {model.config.name} ({model.config.n_params() / 1e6:.1f} M params, {where}: "
           f"{model.cache_dir})", file=sys.stderr)
     engine = Engine(model, dtype=a.dtype)
-    ids = model.tokenizer.encode_prompt(a.prompt, chat=not a.raw, system=a.system)
     stream = None if a.no_stream else (lambda t, s: print(s, end="", flush=True))
     if not a.no_stream and a.raw:
         print(a.prompt, end="", flush=True)

@@ -38,6 +38,10 @@ class HFSource:
         for f in self.files:
             for name in f.names():
                 self.where[name] = f
+        if self.config.tie_embeddings and "lm_head.weight" in self.where and not np.array_equal(
+                self.get("lm_head.weight"), self.get("model.embed_tokens.weight")):
+            # transformers (5.x) keeps a stored head that differs from the embedding: do the same.
+            self.config = self.config.replace(tie_embeddings=False)
         from .weights import check_shapes
 
         check_shapes(self.config, self.shapes(), str(self.path))

@@ -102,11 +102,13 @@ def convert(source, dest: Path) -> None:
                 "name": cfg.name, "eos_ids": list(cfg.eos_ids), "bos_id": cfg.bos_id,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
         (tmp / "llamanb.json").write_text(json.dumps(info, indent=1))
+        if dest.exists() and not (dest / "llamanb.json").is_file():
+            shutil.rmtree(dest)                        # an incomplete entry (e.g. a partial rm -rf)
         try:
             os.rename(tmp, dest)
-        except OSError:
+        except OSError as e:
             if not (dest / "llamanb.json").is_file():  # lost a race to another writer: fine
-                raise
+                raise LlamanbError(f"cannot write the model cache {dest}: {e.strerror}") from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

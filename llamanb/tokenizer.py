@@ -32,6 +32,8 @@ def tokenizer_json_from_gguf(meta: dict) -> str:
     kind = meta.get("tokenizer.ggml.model")
     if kind != "gpt2":
         raise LlamanbError(f"GGUF tokenizer type {kind!r} is not supported (byte-level BPE 'gpt2' is)")
+    if not meta.get("tokenizer.ggml.tokens") or not meta.get("tokenizer.ggml.merges"):
+        raise LlamanbError("GGUF tokenizer lacks its token list or BPE merges")
     tokens = list(meta["tokenizer.ggml.tokens"])
     merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
     tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges,

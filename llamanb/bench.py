@@ -1,0 +1,563 @@
+"""`python -m llamanb bench`: llamanb against HF transformers (fp32 and bf16) on this CPU.
+
+What is measured, all in one invocation, on the same model and the same token ids:
+
+* prefill of 128 and 512 tokens (tok/s): one forward over the prompt that fills the KV cache and
+  computes logits for the last position only (llamanb always does; transformers is called with
+  `logits_to_keep=1` so that it does the same work instead of a [S, V] LM head);
+* decode (tok/s): after a 128-token prefill, N single-token steps, greedy (argmax), each feeding
+  the KV cache of the previous one. For transformers this is a hand-written loop of
+  `model(tok, past_key_values=..., use_cache=True)` under `torch.inference_mode()`: the same work
+  as llamanb's loop, without `generate()`'s logits processors and stopping criteria on top
+  (on the 2-core dev machine generate() gave the same tokens at 0-15 % lower tok/s);
+* peak memory (peak RSS, MB = 10^6 bytes) of each engine, including loading its model. RSS
+  high-water marks are per process, so each engine is measured in isolation: on Linux writing "5"
+  to /proc/self/clear_refs resets VmHWM to the current RSS, so the high-water mark is reset just
+  before an engine loads, read after its last run, and everything of that engine (model, caches,
+  allocator arenas) is released before the next one. Where clear_refs is not available, each
+  engine runs in a fresh child process (multiprocessing, 'spawn') instead and reports its VmHWM.
+  LLAMANB_BENCH_ISOLATION=process forces the child processes.
+
+Every measurement gets one warm-up run and then --runs timed runs; the table shows medians.
+Engines run one after another (llamanb first, before torch is even imported), each on all cores:
+numpy's OpenBLAS with its default thread count, torch with torch.set_num_threads(os.cpu_count()).
+
+Roofline: decode is bound by reading every weight once per token (the LM head included; the
+embedding is read one row at a time). The machine's memory-read bandwidth is measured with a
+1 GiB float32 array (far larger than any cache) in three ways: np.add.reduce and
+np.maximum.reduce, each with one Python thread per core on its own slice (numpy drops the GIL),
+and an sgemv (matrix @ vector, OpenBLAS threads). The best median of the three is taken as the
+bandwidth: the higher it is, the harder the roofline is to reach. Decode roofline tok/s =
+bandwidth / weight bytes (KV-cache reads, < 2 MB per token here, are left out).
+
+Other processes on the machine skew everything; the share of CPU they used during the run is
+printed, with a warning when it is large.
+"""
+from __future__ import annotations
+
+import ctypes
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from .errors import LlamanbError
+
+PREFILL_LENS = (128, 512)
+DECODE_CONTEXT = 128                     # prompt length before the decode steps
+BANDWIDTH_BYTES = 1 << 30                # 1 GiB
+BANDWIDTH_REPEATS = 7
+LABELS = {"llamanb": "llamanb (numpy fp32)", "transformers_fp32": "transformers fp32",
+          "transformers_bf16": "transformers bf16"}
+
+# A fixed English text; its token ids, repeated and truncated, are every engine's prompt.
+PROMPT_TEXT = (
+    "The old lighthouse stood at the end of a narrow spit of rock, where the harbour met the open "
+    "sea. For more than a century its keepers climbed the spiral stairs each evening to trim the "
+    "wick, polish the great lens and wind the clockwork that turned it. Fishermen coming home in "
+    "the dark counted the flashes, three short and one long, and knew exactly where they were. "
+    "When the light was finally automated, the last keeper moved into the village and spent his "
+    "afternoons teaching children how to read the tides, tie a bowline and tell a cormorant from "
+    "a shag. People say that on stormy nights he still walked to the end of the pier, just to "
+    "make sure the beam was turning. "
+)
+
+
+# --- process memory --------------------------------------------------------------------------
+
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise OSError(f"{field} not in /proc/self/status")
+
+
+def rss_mb() -> float:
+    return _status_kb("VmRSS") * 1024 / 1e6
+
+
+def peak_rss_mb() -> float:
+    return _status_kb("VmHWM") * 1024 / 1e6
+
+
+def reset_peak_rss() -> bool:
+    """Reset VmHWM to the current RSS (Linux clear_refs "5"); False where that does not work."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def clear_refs_works() -> bool:
+    """Check that a reset really lowers VmHWM: touch 64 MB more than now, free it, reset."""
+    try:
+        gc.collect()
+        block = np.ones(64 << 20, dtype=np.uint8)
+        del block
+        before = _status_kb("VmHWM")
+        return reset_peak_rss() and _status_kb("VmHWM") < before - 32 * 1024
+    except OSError:
+        return False
+
+
+def release_memory() -> None:
+    """Drop garbage and hand free heap pages back to the OS, so the next engine starts clean."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+# --- machine ---------------------------------------------------------------------------------
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def openblas_info() -> dict:
+    """Thread count and kernel family of the OpenBLAS that numpy loaded (via its C API)."""
+    paths = set()
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "openblas" in line.lower() and "/" in line}
+    except OSError:
+        pass
+    for path in sorted(paths):
+        lib = ctypes.CDLL(path)
+        for prefix, suffix in (("scipy_openblas_", "64_"), ("openblas_", "64_"), ("openblas_", "")):
+            try:
+                threads = getattr(lib, f"{prefix}get_num_threads{suffix}")
+                corename = getattr(lib, f"{prefix}get_corename{suffix}")
+            except AttributeError:
+                continue
+            corename.restype = ctypes.c_char_p
+            return {"library": Path(path).name, "threads": int(threads()),
+                    "core": corename().decode()}
+    return {"library": None, "threads": None, "core": None}
+
+
+def machine_info() -> dict:
+    mem_total = None
+    try:
+        with open("/proc/meminfo") as f:
+            mem_total = int(f.readline().split()[1]) * 1024 / 2**30
+    except (OSError, ValueError, IndexError):
+        pass
+    return {"cpu": cpu_model(), "cores": os.cpu_count(),
+            "cores_usable": len(os.sched_getaffinity(0)),
+            "memory_gib": round(mem_total, 1) if mem_total else None,
+            "python": platform.python_version(), "numpy": np.__version__,
+            "torch": _version("torch"), "transformers": _version("transformers"),
+            "openblas": openblas_info()}
+
+
+class CpuShare:
+    """How much CPU other processes (and the hypervisor: steal) took between start and now, as a
+    share of all cores."""
+
+    @staticmethod
+    def _sample() -> tuple[float, float, float]:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+        hz, t = os.sysconf("SC_CLK_TCK"), os.times()
+        busy = v[0] + v[1] + v[2] + v[5] + v[6]            # user nice system irq softirq
+        own = t.user + t.system + t.children_user + t.children_system
+        return busy / hz, v[7] / hz, own
+
+    def __init__(self):
+        self.t0, self.s0 = time.perf_counter(), self._sample()
+
+    def pct(self) -> dict | None:
+        try:
+            (b0, st0, o0), (b1, st1, o1) = self.s0, self._sample()
+        except (OSError, ValueError):
+            return None
+        total = (time.perf_counter() - self.t0) * (os.cpu_count() or 1) / 100
+        return {"other_processes": max(0.0, (b1 - b0) - (o1 - o0)) / total,
+                "steal": (st1 - st0) / total}
+
+
+# --- memory-read bandwidth -------------------------------------------------------------------
+
+def _threaded(fn, parts) -> float:
+    """Seconds for every part to go through fn, one thread per part, started together."""
+    barrier = threading.Barrier(len(parts) + 1)
+
+    def work(p):
+        barrier.wait()
+        fn(p)
+
+    threads = [threading.Thread(target=work, args=(p,)) for p in parts]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0
+
+
+def memory_read_bandwidth(nbytes: int = BANDWIDTH_BYTES, repeats: int = BANDWIDTH_REPEATS) -> dict:
+    """Median GB/s of each method over `repeats` passes (after one warm-up), and the best."""
+    a = np.ones(nbytes // 4, dtype=np.float32)           # written once: every page is resident
+    parts = np.array_split(a, os.cpu_count() or 1)
+    cols = 4096
+    matrix, vec = a[: a.size // cols * cols].reshape(-1, cols), np.ones(cols, dtype=np.float32)
+
+    def timed(f):
+        t0 = time.perf_counter()
+        f()
+        return time.perf_counter() - t0
+
+    methods = {
+        f"np.add.reduce, {len(parts)} threads": lambda: _threaded(np.add.reduce, parts),
+        f"np.maximum.reduce, {len(parts)} threads": lambda: _threaded(np.maximum.reduce, parts),
+        f"sgemv [{matrix.shape[0]}, {cols}] @ [{cols}], OpenBLAS":
+            lambda: timed(lambda: matrix @ vec),
+    }
+    out = {}
+    for name, run in methods.items():
+        size = matrix.nbytes if name.startswith("sgemv") else a.nbytes
+        run()                                                # warm-up
+        samples = [size / run() / 1e9 for _ in range(repeats)]
+        out[name] = {"samples_gb_s": samples, "median_gb_s": statistics.median(samples)}
+    del a, parts, matrix
+    best = max(out, key=lambda k: out[k]["median_gb_s"])
+    return {"array_mib": nbytes / 2**20, "repeats": repeats, "methods": out, "best": best,
+            "gb_s": out[best]["median_gb_s"]}
+
+
+# --- engines ---------------------------------------------------------------------------------
+
+class LlamanbRunner:
+    def __init__(self, model_spec):
+        from .engine import Engine
+        from .store import load_model
+
+        self.model = load_model(model_spec)
+        self.engine = Engine(self.model)
+        self.info = {"backend": self.engine.backend.description, "dtype": "float32",
+                     "threads": f"numpy/OpenBLAS {openblas_info()['threads']}"}
+
+    def prefill(self, ids) -> float:
+        cache = self.engine.new_cache(len(ids))
+        t0 = time.perf_counter()
+        self.engine.prefill(ids, cache)
+        return time.perf_counter() - t0
+
+    def decode(self, ids, steps: int) -> tuple[float, list[int]]:
+        cache = self.engine.new_cache(len(ids) + steps)
+        tok = int(np.argmax(self.engine.prefill(ids, cache)))
+        tokens = [tok]
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            tok = int(np.argmax(self.engine.decode(tok, cache)))
+            tokens.append(tok)
+        return time.perf_counter() - t0, tokens
+
+    def close(self):
+        self.engine = self.model = None
+
+
+class TransformersRunner:
+    def __init__(self, cache_dir, dtype: str):
+        import torch
+        import transformers
+        from transformers import LlamaForCausalLM
+
+        transformers.utils.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()
+        torch.set_num_threads(os.cpu_count() or 1)
+        self.torch = torch
+        self.model = LlamaForCausalLM.from_pretrained(
+            str(cache_dir), dtype={"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]).eval()
+        self.info = {"backend": f"transformers {transformers.__version__} LlamaForCausalLM, "
+                                f"attention {self.model.config._attn_implementation}",
+                     "dtype": dtype,
+                     "threads": f"torch intra-op {torch.get_num_threads()}, "
+                                f"inter-op {torch.get_num_interop_threads()}"}
+
+    def prefill(self, ids) -> float:
+        x = self.torch.tensor([ids], dtype=self.torch.long)
+        with self.torch.inference_mode():
+            t0 = time.perf_counter()
+            self.model(input_ids=x, use_cache=True, logits_to_keep=1)
+            return time.perf_counter() - t0
+
+    def decode(self, ids, steps: int) -> tuple[float, list[int]]:
+        torch = self.torch
+        with torch.inference_mode():
+            out = self.model(input_ids=torch.tensor([ids], dtype=torch.long), use_cache=True,
+                             logits_to_keep=1)
+            past, tok = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)  # [1, 1]
+            tokens = [int(tok)]
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                out = self.model(input_ids=tok, past_key_values=past, use_cache=True)
+                past, tok = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+                tokens.append(int(tok))
+            return time.perf_counter() - t0, tokens
+
+    def close(self):
+        self.model = None
+
+
+def measure_engine(engine: str, model_spec, cache_dir, ids: list[int], runs: int, steps: int,
+                   reset_peak: bool) -> dict:
+    """Load one engine, warm it up, time `runs` rounds of prefill 128 / 512 and decode, and
+    report medians and the process's peak RSS since the reset (or since process start)."""
+    release_memory()
+    if reset_peak:
+        reset_peak_rss()
+    rss_start = rss_mb()
+    t0 = time.perf_counter()
+    runner = (LlamanbRunner(model_spec) if engine == "llamanb" else
+              TransformersRunner(cache_dir, engine.rsplit("_", 1)[1]))
+    load_s = time.perf_counter() - t0
+    keys = [f"prefill_{n}" for n in PREFILL_LENS] + ["decode"]
+    samples = {k: [] for k in keys}
+    tokens = []
+    for r in range(runs + 1):                                 # round 0 is the warm-up
+        row = {f"prefill_{n}": n / runner.prefill(ids[:n]) for n in PREFILL_LENS}
+        dt, tokens = runner.decode(ids[:DECODE_CONTEXT], steps)
+        row["decode"] = steps / dt
+        tag = "warm-up" if r == 0 else f"run {r}/{runs}"
+        print(f"  [{engine}] {tag}: " + ", ".join(f"{k} {v:.1f} tok/s" for k, v in row.items()),
+              file=sys.stderr, flush=True)
+        if r:
+            for k in keys:
+                samples[k].append(row[k])
+    peak = peak_rss_mb()
+    info = runner.info
+    runner.close()
+    del runner
+    release_memory()
+    result = {f"{k}_tok_s": statistics.median(samples[k]) for k in keys}
+    result.update(peak_rss_mb=peak, rss_at_start_mb=rss_start, load_s=load_s,
+                  samples_tok_s=samples, greedy_tokens=tokens, **info)
+    return result
+
+
+def run_engine(engine: str, isolation: str, *args) -> dict:
+    if isolation == "clear_refs":
+        return measure_engine(engine, *args, reset_peak=True)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(measure_engine, engine, *args, reset_peak=False).result()
+
+
+# --- report ----------------------------------------------------------------------------------
+
+def prompt_ids(tokenizer, n: int, vocab: int) -> list[int]:
+    unit = tokenizer.encode(PROMPT_TEXT, add_special_tokens=False)
+    if not unit:
+        raise LlamanbError("the tokenizer turned the benchmark text into no tokens")
+    ids = (unit * (n // len(unit) + 1))[:n]
+    if max(ids) >= vocab:
+        raise LlamanbError(f"tokenizer ids exceed the model's vocabulary ({vocab})")
+    return ids
+
+
+def ratios(engines: dict, roofline: float) -> list[dict]:
+    lb, hf = engines["llamanb"], engines.get("transformers_fp32")
+    rows = [
+        ("llamanb decode / transformers fp32 decode", "x", 1.5,
+         hf and lb["decode_tok_s"] / hf["decode_tok_s"]),
+        ("llamanb decode / decode roofline", "%", 0.85, lb["decode_tok_s"] / roofline),
+        ("llamanb prefill_512 / transformers fp32 prefill_512", "x", 1.2,
+         hf and lb["prefill_512_tok_s"] / hf["prefill_512_tok_s"]),
+    ]
+    return [{"name": n, "unit": u, "target": t, "value": v, "pass": None if v is None else v >= t}
+            for n, u, t, v in rows]
+
+
+def _fmt_ratio(v, unit) -> str:
+    return f"{100 * v:.1f} %" if unit == "%" else f"{v:.2f}x"
+
+
+def report(res: dict) -> str:
+    m, mi, bw = res["machine"], res["model"], res["memory_read"]
+    ob = m["openblas"]
+    lines = [
+        f"machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB | python {m['python']}, "
+        f"numpy {m['numpy']} (OpenBLAS {ob['core']}, {ob['threads']} threads), "
+        f"torch {m['torch']}, transformers {m['transformers']}",
+        f"model: {mi['name']}, {mi['n_params'] / 1e6:.1f} M params, llamanb weights "
+        f"{mi['weights_bytes'] / 1e6:.1f} MB (fp32)",
+        f"prompts: {' and '.join(map(str, PREFILL_LENS))} tokens of a fixed English text, same ids "
+        f"for every engine; decode: {res['settings']['decode_tokens']} greedy steps after a "
+        f"{DECODE_CONTEXT}-token prefill; 1 warm-up + median of {res['settings']['runs']} runs",
+        "transformers: forward under inference_mode, prefill with logits_to_keep=1 (last row only, "
+        "like llamanb); decode is a manual past_key_values loop (no generate() overhead)",
+        f"peak RSS: {res['peak_rss_method']}",
+        "",
+    ]
+    for name, e in res["engines"].items():
+        lines.append(f"  {LABELS[name]:<22} {e['backend']} | threads: {e['threads']} | "
+                     f"load {e['load_s']:.2f} s")
+    head = (f"{'engine':<22} {'prefill_128':>12} {'prefill_512':>12} {'decode':>10} "
+            f"{'peak RSS':>10}")
+    lines += ["", head, f"{'(medians)':<22} {'tok/s':>12} {'tok/s':>12} {'tok/s':>10} {'MB':>10}",
+              "-" * len(head)]
+    for name, e in res["engines"].items():
+        lines.append(f"{LABELS[name]:<22} {e['prefill_128_tok_s']:>12.1f} "
+                     f"{e['prefill_512_tok_s']:>12.1f} {e['decode_tok_s']:>10.2f} "
+                     f"{e['peak_rss_mb']:>10.0f}")
+    lines += ["", f"memory read bandwidth: {res['memory_read_gb_s']:.2f} GB/s (best of: "
+              + "; ".join(f"{k} {v['median_gb_s']:.2f}" for k, v in bw["methods"].items())
+              + f"; {bw['array_mib']:.0f} MiB array, medians of {bw['repeats']})",
+              f"decode roofline: {res['memory_read_gb_s']:.2f} GB/s / "
+              f"{mi['weights_bytes'] / 1e6:.1f} MB per token = "
+              f"{res['decode_roofline_tok_s']:.2f} tok/s", ""]
+    for r in res["ratios"]:
+        target = _fmt_ratio(r["target"], r["unit"])
+        if r["value"] is None:
+            lines.append(f"{r['name']:<52} {'n/a':>8}  (target >= {target}; --no-transformers)")
+        else:
+            lines.append(f"{r['name']:<52} {_fmt_ratio(r['value'], r['unit']):>8}  target >= "
+                         f"{target:<7} {'PASS' if r['pass'] else 'MISS'}")
+    if res.get("greedy_agreement"):
+        g = res["greedy_agreement"]
+        lines.append(f"greedy tokens, llamanb vs transformers fp32: first {g['same_prefix']} of "
+                     f"{g['of']} identical")
+    cpu = res.get("cpu_taken_by_others_pct")
+    if cpu is not None:
+        taken = cpu["other_processes"] + cpu["steal"]
+        lines.append(f"CPU taken by other processes during the run: {cpu['other_processes']:.0f} %"
+                     f" (+ {cpu['steal']:.0f} % hypervisor steal)"
+                     + (" -- WARNING: timings are skewed, rerun on a quiet machine" if taken > 10
+                        else ""))
+    return "\n".join(lines)
+
+
+def write_json(path: str, data: dict) -> None:
+    dest = Path(path).expanduser()
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def main(args) -> int:
+    from importlib.util import find_spec
+
+    from .store import load_model
+
+    t_start, cpu = time.perf_counter(), CpuShare()
+    engines = ["llamanb"]
+    if not args.no_transformers:
+        missing = [m for m in ("torch", "transformers") if find_spec(m) is None]
+        if missing:
+            raise LlamanbError(f"bench needs {' and '.join(missing)}: install the test deps "
+                               "(`make test`) or pass --no-transformers")
+        engines += ["transformers_fp32"] + ([] if args.no_bf16 else ["transformers_bf16"])
+    if args.json:
+        parent = Path(args.json).expanduser().parent
+        if not parent.is_dir():
+            raise LlamanbError(f"--json {args.json}: directory {parent} does not exist")
+        if Path(args.json).expanduser().is_dir():
+            raise LlamanbError(f"--json {args.json} is a directory; give a file name")
+
+    def progress(msg):
+        print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+    model = load_model(args.model)                 # weights are memory-mapped, not read yet
+    cfg = model.config
+    ids = prompt_ids(model.tokenizer, max(PREFILL_LENS), cfg.vocab)
+    model_info = {"name": cfg.name, "n_params": cfg.n_params(),
+                  "weights_bytes": model.weights.nbytes(), "source": str(model.source),
+                  "cache_dir": str(model.cache_dir)}
+    if cfg.max_seq < max(max(PREFILL_LENS), DECODE_CONTEXT + args.decode_tokens):
+        raise LlamanbError(f"{cfg.name}: context {cfg.max_seq} is too short for the benchmark")
+    del model
+
+    forced = os.environ.get("LLAMANB_BENCH_ISOLATION", "").strip().lower()
+    isolation = "process" if forced == "process" or not clear_refs_works() else "clear_refs"
+    method = ("VmHWM of this process, reset through /proc/self/clear_refs before each engine loads "
+              "(engines run one after another, each freed before the next)"
+              if isolation == "clear_refs" else
+              "VmHWM of a fresh child process per engine (multiprocessing 'spawn')")
+
+    machine = machine_info()
+    progress(f"{machine['cpu']}, {machine['cores']} cores; numpy OpenBLAS threads "
+             f"{machine['openblas']['threads']}; peak RSS via {isolation}")
+    progress(f"measuring memory-read bandwidth ({BANDWIDTH_BYTES >> 20} MiB float32 array)")
+    bw = memory_read_bandwidth()
+    release_memory()
+    roofline = bw["gb_s"] * 1e9 / model_info["weights_bytes"]
+    progress(f"  {bw['gb_s']:.2f} GB/s ({bw['best']}) -> decode roofline {roofline:.2f} tok/s")
+
+    results = {}
+    for name in engines:
+        progress(f"{name}: load, warm-up, {args.runs} runs "
+                 f"(prefill {'/'.join(map(str, PREFILL_LENS))}, decode {args.decode_tokens})")
+        results[name] = run_engine(name, isolation, args.model, model_info["cache_dir"], ids,
+                                   args.runs, args.decode_tokens)
+
+    agreement = None
+    if "transformers_fp32" in results:
+        a, b = results["llamanb"]["greedy_tokens"], results["transformers_fp32"]["greedy_tokens"]
+        same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        agreement = {"same_prefix": same, "of": len(a)}
+
+    res = {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "machine": machine,
+        "model": model_info,
+        "settings": {"runs": args.runs, "warmup_runs": 1, "decode_tokens": args.decode_tokens,
+                     "decode_context": DECODE_CONTEXT, "prefill_lens": list(PREFILL_LENS),
+                     "prompt_ids": ids, "transformers_logits_to_keep": 1,
+                     "transformers_decode": "manual past_key_values loop, greedy, inference_mode"},
+        "peak_rss_method": method,
+        "isolation": isolation,
+        "memory_read_gb_s": bw["gb_s"],
+        "memory_read": bw,
+        "decode_roofline_tok_s": roofline,
+        "engines": results,
+        "ratios": ratios(results, roofline),
+        "greedy_agreement": agreement,
+    }
+    res["cpu_taken_by_others_pct"] = cpu.pct()
+    res["total_s"] = time.perf_counter() - t_start
+    print(report(res))
+    if args.json:
+        write_json(args.json, res)
+        progress(f"wrote {args.json}")
+    progress(f"done in {res['total_s']:.0f} s")
+    return 0

@@ -1,0 +1,296 @@
+"""Shared fixtures for the llamanb test suite.
+
+Every reference here is independent of llamanb: HF transformers (torch), the `gguf` package,
+the shared reference data produced by transformers, or closed-form arithmetic.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+TESTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = TESTS_DIR.parent
+SHARED_REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
+
+# `python -m pytest` puts the working directory on sys.path; make the package importable from
+# anywhere (the package is not necessarily pip-installed in the venv).
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+EOS_ID = 2
+BOS_ID = 1
+
+
+# ---- session-wide cache ------------------------------------------------------------------------
+@pytest.fixture(scope="session", autouse=True)
+def llamanb_cache(tmp_path_factory) -> Path:
+    """LLAMANB_CACHE points at a fresh per-session directory for every test (and subprocess that
+    inherits the environment), so the user's ~/.cache/llamanb is never read or written."""
+    path = tmp_path_factory.mktemp("llamanb_cache")
+    old = os.environ.get("LLAMANB_CACHE")
+    os.environ["LLAMANB_CACHE"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("LLAMANB_CACHE", None)
+    else:
+        os.environ["LLAMANB_CACHE"] = old
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch) -> Path:
+    """A private, empty LLAMANB_CACHE for one test (for tests that inspect the cache contents)."""
+    path = tmp_path / "cache"
+    monkeypatch.setenv("LLAMANB_CACHE", str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def smollm(llamanb_cache):
+    """The embedded SmolLM2-135M-Instruct GGUF, converted once into the session cache."""
+    from llamanb.store import load_model
+
+    return load_model(None)
+
+
+@pytest.fixture(scope="session")
+def smollm_engine(smollm):
+    from llamanb.engine import Engine
+
+    return Engine(smollm)
+
+
+@pytest.fixture(scope="session")
+def smollm_gguf_path():
+    from llamanb.store import default_model_path
+
+    return default_model_path()
+
+
+@pytest.fixture(scope="session")
+def smollm_reader(smollm_gguf_path):
+    """The embedded GGUF opened with the gguf package's own reader (slow: ~8 s, once)."""
+    import gguf
+
+    return gguf.GGUFReader(str(smollm_gguf_path))
+
+
+@pytest.fixture(scope="session")
+def shared_reference() -> Path:
+    if not (SHARED_REFERENCE / "hf_smollm2_reference.json").is_file():
+        pytest.skip(f"shared reference data not found at {SHARED_REFERENCE}")
+    return SHARED_REFERENCE
+
+
+@pytest.fixture(scope="session")
+def reference_data(shared_reference) -> dict:
+    return json.loads((shared_reference / "hf_smollm2_reference.json").read_text())
+
+
+# ---- tiny random HF checkpoints ----------------------------------------------------------------
+TINY_HIDDEN = 96          # a multiple of every head count used (HF checks it)
+TINY_HEAD_DIM = 16
+TINY_FFN = 128
+TINY_VOCAB = 272
+TINY_LAYERS = 2
+
+
+def tiny_tokenizer_json(vocab: int) -> str:
+    """A word-level tokenizer over the words w3 .. w{vocab-1}, plus <unk> <s> </s> = 0, 1, 2."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    words = {"<unk>": 0, "<s>": BOS_ID, "</s>": EOS_ID}
+    words.update({f"w{i}": i for i in range(3, vocab)})
+    tok = Tokenizer(models.WordLevel(vocab=words, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
+    return tok.to_str()
+
+
+def tiny_text(ids) -> str:
+    """Text that the tiny tokenizer encodes to exactly `ids` (all >= 3)."""
+    return " ".join(f"w{int(i)}" for i in ids)
+
+
+def make_tiny_checkpoint(directory, *, n_heads: int, n_kv_heads: int, tie: bool,
+                         rope_scaling: dict | None = None, seed: int = 0,
+                         max_position_embeddings: int = 256, n_layers: int = TINY_LAYERS,
+                         init_std: float = 0.1):
+    """Build a random transformers LlamaForCausalLM, save it (safetensors) with a tokenizer.json
+    into `directory`, and return the HF model (float32, eval mode).
+
+    init_std is larger than HF's default 0.02 so that attention is far from uniform and RoPE,
+    GQA grouping and the norms all visibly shape the logits."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    kwargs = {}
+    if rope_scaling is not None:
+        kwargs["rope_scaling"] = dict(rope_scaling)
+    cfg = LlamaConfig(
+        vocab_size=TINY_VOCAB, hidden_size=TINY_HIDDEN, intermediate_size=TINY_FFN,
+        num_hidden_layers=n_layers, num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
+        head_dim=TINY_HEAD_DIM, max_position_embeddings=max_position_embeddings,
+        rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=tie, bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID, initializer_range=init_std, attention_bias=False, mlp_bias=False,
+        **kwargs)
+    model = LlamaForCausalLM(cfg).to(torch.float32)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight") or "layernorm" in name:
+                p.copy_(torch.rand_like(p) + 0.5)          # uniform [0.5, 1.5): not all ones
+            else:
+                p.copy_(torch.randn_like(p) * init_std)
+    model.eval()
+    model.save_pretrained(directory, safe_serialization=True)
+    (directory / "tokenizer.json").write_text(tiny_tokenizer_json(TINY_VOCAB))
+    return model
+
+
+@pytest.fixture
+def make_tiny():
+    return make_tiny_checkpoint
+
+
+def hf_logits(model, ids) -> np.ndarray:
+    """All-position logits [S, V] of an HF causal LM for one sequence, float32 numpy."""
+    import torch
+
+    with torch.no_grad():
+        out = model(torch.tensor([list(map(int, ids))], dtype=torch.long), use_cache=False)
+    return out.logits[0].float().numpy()
+
+
+# ---- subprocess helper for the CLI -------------------------------------------------------------
+def run_cli(args, *, cache: Path, timeout: float = 300, extra_env: dict | None = None):
+    import subprocess
+
+    env = dict(os.environ)
+    env["LLAMANB_CACHE"] = str(cache)
+    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.pop("LLAMANB_MODEL", None)
+    env.setdefault("OMP_NUM_THREADS", "2")
+    if extra_env:
+        env.update(extra_env)
+    return subprocess.run([sys.executable, "-m", "llamanb", *map(str, args)], cwd=str(REPO_ROOT),
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+# ---- tiny GGUF files, written with the `gguf` package --------------------------------------------
+def llamacpp_permute_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """HF half-split Q/K rows -> llama.cpp's interleaved order, by explicit index arithmetic:
+    within head h (d_h rows), GGUF row 2j + t holds HF row t * d_h/2 + j (t in {0, 1})."""
+    rows = w.shape[0]
+    d = rows // n_heads
+    src = np.empty(rows, dtype=np.int64)
+    for h in range(n_heads):
+        for j in range(d // 2):
+            for t in range(2):
+                src[h * d + 2 * j + t] = h * d + t * (d // 2) + j
+    return w[src]
+
+
+def _byte_level_vocab(vocab: int) -> tuple[list[str], list[str]]:
+    """Specials, the 256 byte-level symbols, then two-symbol tokens each with its BPE merge."""
+    from tokenizers import pre_tokenizers
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    tokens = ["<unk>", "<s>", "</s>"] + alphabet
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    merges = []
+    for a in letters:
+        for b in letters:
+            if len(tokens) >= vocab:
+                break
+            tokens.append(a + b)
+            merges.append(f"{a} {b}")
+    assert len(tokens) == vocab, "vocab too small for the byte-level alphabet"
+    return tokens, merges
+
+
+def write_tiny_gguf(path, hf_model, *, qtype: str = "F32", raw_override: dict | None = None,
+                    architecture: str = "llama", with_merges: bool = True) -> dict:
+    """Write an HF LlamaForCausalLM as a llama GGUF (Q/K rows permuted the llama.cpp way).
+
+    2-D weights are stored as `qtype` (quantised with gguf.quants.quantize), norms as F32.
+    raw_override: {gguf tensor name: (GGMLQuantizationType, raw uint8 bytes [rows, bytes])}.
+    Returns {hf name: float32 array the file really holds, in HF layout} (after quantisation)."""
+    import gguf
+    from gguf import GGMLQuantizationType as Q
+
+    cfg = hf_model.config
+    n_heads, n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+    state = {k: v.detach().float().numpy() for k, v in hf_model.state_dict().items()}
+    tied = bool(cfg.tie_word_embeddings)
+    w = gguf.GGUFWriter(str(path), architecture)
+    w.add_name("tiny-gguf")
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(n_heads)
+    w.add_head_count_kv(n_kv)
+    w.add_key_length(cfg.head_dim)
+    w.add_value_length(cfg.head_dim)
+    w.add_rope_dimension_count(cfg.head_dim)
+    w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
+    w.add_layer_norm_rms_eps(float(cfg.rms_norm_eps))
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    tokens, merges = _byte_level_vocab(cfg.vocab_size)
+    w.add_token_list(tokens)
+    w.add_token_types([3, 3, 3] + [1] * (len(tokens) - 3))
+    if with_merges:
+        w.add_token_merges(merges)
+    w.add_bos_token_id(BOS_ID)
+    w.add_eos_token_id(EOS_ID)
+
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight"}
+    if not tied:
+        names["lm_head.weight"] = "output.weight"
+    per_layer = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q",
+                 "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+                 "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
+                 "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    for i in range(cfg.num_hidden_layers):
+        for hf_part, gg in per_layer.items():
+            names[f"model.layers.{i}.{hf_part}.weight"] = f"blk.{i}.{gg}.weight"
+
+    stored = {}
+    raw_override = raw_override or {}
+    for hf_name, gg_name in names.items():
+        a = state[hf_name]
+        if hf_name.endswith("q_proj.weight"):
+            a = llamacpp_permute_rows(a, n_heads)
+        elif hf_name.endswith("k_proj.weight"):
+            a = llamacpp_permute_rows(a, n_kv)
+        if gg_name in raw_override:
+            qt, raw = raw_override[gg_name]
+            w.add_tensor(gg_name, raw, raw_dtype=qt)
+            continue
+        if a.ndim == 2 and qtype != "F32":
+            qt = Q[qtype]
+            q = gguf.quants.quantize(a, qt)
+            w.add_tensor(gg_name, q, raw_dtype=qt)
+            back = gguf.quants.dequantize(q, qt).astype(np.float32).reshape(a.shape)
+        else:
+            w.add_tensor(gg_name, a.astype(np.float32))
+            back = a.astype(np.float32)
+        # stored in HF layout: undo our own permutation by inverting the index map
+        if hf_name.endswith(("q_proj.weight", "k_proj.weight")):
+            nh = n_heads if "q_proj" in hf_name else n_kv
+            inv = np.argsort(llamacpp_permute_rows(np.arange(a.shape[0])[:, None], nh)[:, 0])
+            back = back[inv]
+        stored[hf_name] = back
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return stored

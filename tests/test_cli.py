@@ -1,0 +1,201 @@
+"""`python -m llamanb` as a user runs it: every bad input is one line on stderr, exit code 2, no
+traceback; a good run prints an answer and timings; failed conversions leave no debris."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from conftest import REPO_ROOT, make_tiny_checkpoint, run_cli, write_tiny_gguf
+
+from gguf import GGMLQuantizationType as Q
+
+
+def assert_user_error(proc, *, contains: str | None = None):
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, f"rc {proc.returncode}, stderr: {proc.stderr[-2000:]}"
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}: {proc.stderr[-2000:]}"
+    assert lines[0].startswith("llamanb: error:"), lines[0]
+    if contains is not None:
+        assert contains.lower() in lines[0].lower(), lines[0]
+    return lines[0]
+
+
+def residue(cache) -> list[str]:
+    return sorted(os.listdir(cache)) if os.path.exists(cache) else []
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    """A tiny HF checkpoint with a 16-token context."""
+    d = tmp_path_factory.mktemp("cli-tiny") / "tiny"
+    make_tiny_checkpoint(d, n_heads=4, n_kv_heads=2, tie=True, seed=0, max_position_embeddings=16)
+    return d
+
+
+@pytest.fixture
+def cache(tmp_path):
+    return tmp_path / "cache"
+
+
+def _edited_copy(src, dst, **changes):
+    shutil.copytree(src, dst)
+    cfg = json.loads((dst / "config.json").read_text())
+    cfg.update(changes)
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return dst
+
+
+# ---- bad model inputs ---------------------------------------------------------------------------------
+def test_missing_model_file(tmp_path, cache):
+    p = run_cli(["generate", "--model", tmp_path / "nope.gguf", "--prompt", "hi"], cache=cache)
+    assert_user_error(p, contains="not found")
+    assert residue(cache) == []
+
+
+def test_corrupt_model_file(tmp_path, cache):
+    f = tmp_path / "x.gguf"
+    f.write_bytes(np.random.default_rng(0).integers(0, 256, 10_000, dtype=np.uint8).tobytes())
+    p = run_cli(["generate", "--model", f, "--prompt", "hi"], cache=cache)
+    assert_user_error(p)
+    assert residue(cache) == []
+
+
+def test_gguf_magic_then_garbage(tmp_path, cache):
+    f = tmp_path / "x.gguf"
+    f.write_bytes(b"GGUF" + np.random.default_rng(1).integers(0, 256, 10_000, dtype=np.uint8).tobytes())
+    assert_user_error(run_cli(["generate", "--model", f, "--prompt", "hi"], cache=cache))
+    assert residue(cache) == []
+
+
+def test_unsupported_quant_type(tmp_path, cache):
+    """A valid GGUF with an IQ4_NL tensor: the conversion fails part-way; the error names the type
+    and the cache keeps nothing half-written."""
+    hf = make_tiny_checkpoint(tmp_path / "src", n_heads=4, n_kv_heads=2, tie=False, seed=1)
+    rows, cols = hf.config.hidden_size, hf.config.intermediate_size
+    raw = np.random.default_rng(0).integers(0, 256, (rows, cols // 32 * 18), dtype=np.uint8)
+    f = tmp_path / "iq4.gguf"
+    write_tiny_gguf(f, hf, raw_override={"blk.1.ffn_down.weight": (Q.IQ4_NL, raw)})
+    p = run_cli(["generate", "--model", f, "--prompt", "hi"], cache=cache)
+    assert_user_error(p, contains="IQ4_NL")
+    assert residue(cache) == []
+
+
+@pytest.mark.parametrize("change", [{"hidden_size": 128}, {"num_hidden_layers": 3},
+                                    {"intermediate_size": 96}, {"vocab_size": 300},
+                                    {"num_key_value_heads": 4}])
+def test_weights_do_not_match_config(tmp_path, cache, tiny_dir, change):
+    d = _edited_copy(tiny_dir, tmp_path / "edited", **change)
+    p = run_cli(["generate", "--model", d, "--prompt", "w3 w4", "--raw"], cache=cache)
+    assert_user_error(p, contains="do not match")
+    assert residue(cache) == []
+
+
+def test_directory_without_config(tmp_path, cache):
+    (tmp_path / "empty").mkdir()
+    assert_user_error(run_cli(["generate", "--model", tmp_path / "empty", "--prompt", "hi"], cache=cache))
+
+
+def test_checkpoint_without_tokenizer(tmp_path, cache, tiny_dir):
+    d = tmp_path / "notok"
+    shutil.copytree(tiny_dir, d)
+    (d / "tokenizer.json").unlink()
+    assert_user_error(run_cli(["generate", "--model", d, "--prompt", "hi"], cache=cache), contains="tokenizer")
+
+
+# ---- bad prompts and options ------------------------------------------------------------------------------
+@pytest.mark.parametrize("prompt", ["", "   ", "\n"])
+def test_empty_prompt(cache, prompt):
+    assert_user_error(run_cli(["generate", "--prompt", prompt], cache=cache), contains="empty prompt")
+
+
+def test_prompt_longer_than_context(cache, tiny_dir):
+    long_prompt = " ".join(f"w{i}" for i in range(3, 23))          # 20 tokens, context 16
+    p = run_cli(["generate", "--model", tiny_dir, "--raw", "--prompt", long_prompt], cache=cache)
+    assert_user_error(p)
+
+
+def test_chat_mode_without_template(cache, tiny_dir):
+    p = run_cli(["generate", "--model", tiny_dir, "--prompt", "w3 w4"], cache=cache)
+    assert_user_error(p, contains="chat template")
+
+
+@pytest.mark.parametrize("args", [
+    ["--temperature", "-1"], ["--temperature", "nan"], ["--temperature", "abc"],
+    ["--top-p", "0"], ["--top-p", "1.5"], ["--top-k", "0"], ["--top-k", "-2"],
+    ["--max-new-tokens", "0"], ["--max-new-tokens", "x"], ["--dtype", "int8"], ["--bogus-flag"],
+])
+def test_bad_options(cache, args):
+    p = run_cli(["generate", "--prompt", "hello", *args], cache=cache)
+    assert_user_error(p)
+    assert residue(cache) == []                      # rejected before any model work
+
+
+def test_bad_subcommand_and_preset(cache):
+    assert_user_error(run_cli(["frobnicate"], cache=cache))
+    assert_user_error(run_cli(["info", "--preset", "gpt-5"], cache=cache), contains="preset")
+
+
+# ---- good runs ----------------------------------------------------------------------------------------------------
+def test_generate_embedded_model(smollm, llamanb_cache):
+    """On the embedded model (already converted in the session cache): an answer, then timings."""
+    p = run_cli(["generate", "--max-new-tokens", "8", "--prompt", "What is the capital of France?"],
+                cache=llamanb_cache)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr
+    assert p.stdout.strip().startswith("The capital of France")       # greedy, as the reference
+    err = p.stderr
+    assert "memory-mapped from cache" in err
+    for word in ("load", "prefill", "decode", "tok/s", "stop:"):
+        assert word in err, err
+
+
+def test_generate_tiny_raw_no_stream(cache, tiny_dir):
+    p = run_cli(["generate", "--model", tiny_dir, "--raw", "--prompt", "w3 w4 w5", "--max-new-tokens", "3",
+                 "--no-stream"], cache=cache)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.startswith("w3 w4 w5")
+    assert "converted and cached" in p.stderr
+
+
+def test_info_preset(cache):
+    p = run_cli(["info", "--preset", "llama3.2-1b", "--seq", "2048"], cache=cache)
+    assert p.returncode == 0, p.stderr
+    assert "1,235,814,400" in p.stdout
+    assert residue(cache) == []                      # no weights needed, nothing converted
+
+
+def test_interrupted_conversion_leaves_nothing(tmp_path, smollm_gguf_path):
+    """Ctrl-C in the middle of converting the embedded GGUF: exit 130, and the cache holds no
+    half-written entry (the temporary directory is removed on the way out)."""
+    cache = tmp_path / "cache"
+    env = dict(os.environ, LLAMANB_CACHE=str(cache), PYTHONPATH=str(REPO_ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "llamanb", "info", "--model", str(smollm_gguf_path)],
+                            cwd=str(REPO_ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.time() + 120
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            if any(n.startswith(".") for n in residue(cache)):
+                time.sleep(0.3)                     # inside convert(): writing tensors
+                break
+            time.sleep(0.05)
+        if proc.poll() is not None:
+            pytest.skip("conversion finished before it could be interrupted")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if proc.returncode == 0:
+        pytest.skip("conversion finished before the signal arrived")
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    assert residue(cache) == []

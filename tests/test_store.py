@@ -1,0 +1,187 @@
+"""The conversion cache: convert once, memory-map afterwards, HF-loadable, robust to debris."""
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import shutil
+
+import numpy as np
+import pytest
+from conftest import TINY_VOCAB, hf_logits, make_tiny_checkpoint
+
+from llamanb.engine import Engine
+from llamanb.errors import LlamanbError
+from llamanb.store import load_model
+
+
+def _reaches_memmap(a: np.ndarray) -> bool:
+    while a is not None:
+        if isinstance(a, (np.memmap, mmap.mmap)):
+            return True
+        a = getattr(a, "base", None)
+    return False
+
+
+@pytest.fixture
+def tiny_dir(tmp_path):
+    d = tmp_path / "ck"
+    make_tiny_checkpoint(d, n_heads=8, n_kv_heads=2, tie=False, seed=4)
+    return d
+
+
+def test_convert_once_then_map(tiny_dir, fresh_cache):
+    first = load_model(tiny_dir)
+    assert first.converted is True
+    assert first.cache_dir.parent == fresh_cache
+    entries = os.listdir(fresh_cache)
+    assert entries == [first.cache_dir.name]
+    files = set(os.listdir(first.cache_dir))
+    assert {"config.json", "model.safetensors", "tokenizer.json", "llamanb.json"} <= files
+    assert not any(n.startswith(".") or ".tmp" in n for n in files)
+
+    second = load_model(tiny_dir)
+    assert second.converted is False
+    assert second.cache_dir == first.cache_dir
+    assert os.listdir(fresh_cache) == entries                     # nothing new written
+    w = second.weights
+    arrays = [w.embed, w.lm_head, w.final_norm] + [getattr(lw, f) for lw in w.layers
+                                                   for f in ("attn_norm", "wqkv", "wo", "ffn_norm",
+                                                             "w_gate_up", "w_down")]
+    for a in arrays:
+        assert _reaches_memmap(a), type(a)
+        assert not a.flags.owndata
+    np.testing.assert_array_equal(first.weights.layers[1].wqkv, second.weights.layers[1].wqkv)
+
+
+def test_fused_views_are_views_of_the_file(tiny_dir, fresh_cache):
+    """wqkv and w_gate_up are views into the mapped file, and q/k/v, gate/up are views of them;
+    their contents are the checkpoint's tensors (read independently with safetensors)."""
+    from safetensors.numpy import load_file
+
+    m = load_model(tiny_dir)
+    on_disk = load_file(str(m.cache_dir / "model.safetensors"))
+    src = load_file(str(tiny_dir / "model.safetensors"))
+    for i, lw in enumerate(m.weights.layers):
+        q, k, v = m.weights.split_qkv(i)
+        g, u = m.weights.split_gate_up(i)
+        for part in (q, k, v):
+            assert np.shares_memory(part, lw.wqkv)
+        for part in (g, u):
+            assert np.shares_memory(part, lw.w_gate_up)
+        assert _reaches_memmap(lw.wqkv) and not lw.wqkv.flags.owndata
+        p = f"model.layers.{i}."
+        np.testing.assert_array_equal(lw.wqkv, np.concatenate(
+            [src[p + "self_attn.q_proj.weight"], src[p + "self_attn.k_proj.weight"],
+             src[p + "self_attn.v_proj.weight"]]))
+        np.testing.assert_array_equal(lw.w_gate_up, np.concatenate(
+            [src[p + "mlp.gate_proj.weight"], src[p + "mlp.up_proj.weight"]]))
+    assert set(on_disk) == set(src)
+    for name, a in src.items():
+        np.testing.assert_array_equal(on_disk[name], a)
+
+
+def test_embedded_model_is_mapped_and_fused(smollm):
+    from llamanb.store import load_model as load
+
+    again = load(None)
+    assert again.converted is False and again.cache_dir == smollm.cache_dir
+    lw = again.weights.layers[0]
+    assert _reaches_memmap(lw.wqkv) and not lw.wqkv.flags.owndata
+    assert lw.wqkv.shape == (576 + 2 * 192, 576)
+    assert again.weights.lm_head is again.weights.embed           # tied: one array
+
+
+def test_transformers_loads_cache_dir_and_agrees(smollm, smollm_engine):
+    """The cache directory is an HF checkpoint: transformers loads it as is and computes the same
+    logits as llamanb. Measured over all 36 positions x 49152 logits (values up to ~30): max |diff|
+    1.0e-4 (99.99th percentile 7e-5), last position 5e-5 -- float32 accumulation order only."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    hf = LlamaForCausalLM.from_pretrained(smollm.cache_dir, dtype=torch.float32).eval()
+    ids = smollm.tokenizer.encode_prompt("Hi! Who are you?", chat=True)
+    ref = hf_logits(hf, ids)
+    ours = smollm_engine.logits_all(ids)
+    np.testing.assert_allclose(ours, ref, rtol=0, atol=3e-4)
+    np.testing.assert_allclose(ours[-1], ref[-1], rtol=0, atol=2e-4)
+    assert (np.argmax(ours, -1) == np.argmax(ref, -1)).mean() > 0.95
+
+
+def test_transformers_tokenizer_from_cache_dir(smollm):
+    """transformers' tokenizer, loaded from the cache dir, encodes like llamanb."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(smollm.cache_dir)
+    for text in ["Hello world", "The year 2024 had 366 days.", "naïve café — ok?"]:
+        assert tok.encode(text, add_special_tokens=False) == smollm.tokenizer.encode(text, add_special_tokens=False)
+
+
+def test_tiny_cache_dir_reloads_in_transformers(tiny_dir, fresh_cache):
+    import torch
+    from transformers import LlamaForCausalLM
+
+    m = load_model(tiny_dir)
+    hf = LlamaForCausalLM.from_pretrained(m.cache_dir, dtype=torch.float32).eval()
+    orig = LlamaForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).eval()
+    ids = [int(t) for t in np.random.default_rng(0).integers(3, TINY_VOCAB, 12)]
+    np.testing.assert_array_equal(hf_logits(hf, ids), hf_logits(orig, ids))
+    np.testing.assert_allclose(Engine(m).logits_all(ids), hf_logits(orig, ids), rtol=0, atol=1e-4)
+
+
+def test_stale_temp_dir_is_ignored(tiny_dir, fresh_cache):
+    """A crashed conversion leaves `.<name>-<key>.<random>/` behind: it is neither used nor fatal."""
+    m = load_model(tiny_dir)
+    name = m.cache_dir.name
+    shutil.rmtree(m.cache_dir)
+    stale = fresh_cache / f".{name}.x7k2q9"
+    stale.mkdir()
+    (stale / "config.json").write_text("{ half")
+    (stale / "model.safetensors.tmp123").write_bytes(b"\0" * 100)
+    m2 = load_model(tiny_dir)
+    assert m2.converted is True and m2.cache_dir == m.cache_dir
+    assert (m2.cache_dir / "llamanb.json").is_file()
+    m3 = load_model(tiny_dir)
+    assert m3.converted is False and m3.cache_dir == m.cache_dir
+
+
+def test_stale_temp_dir_with_complete_looking_contents_is_ignored(tiny_dir, fresh_cache):
+    """Even a temp dir that holds a llamanb.json (crash between writing it and the rename) is not
+    picked up: only the final name counts."""
+    m = load_model(tiny_dir)
+    stale = fresh_cache / f".{m.cache_dir.name}.abc123"
+    shutil.copytree(m.cache_dir, stale)
+    (stale / "model.safetensors").write_bytes(b"\0" * 16)           # garbage weights
+    shutil.rmtree(m.cache_dir)
+    m2 = load_model(tiny_dir)
+    assert m2.cache_dir == m.cache_dir and m2.converted is True
+
+
+def test_half_deleted_cache_entry_is_recovered_or_reported(tiny_dir, fresh_cache):
+    """A cache entry under the final name that lost its llamanb.json (e.g. an interrupted
+    `rm -rf`) must not turn into a raw OSError traceback: reconvert, or raise LlamanbError."""
+    m = load_model(tiny_dir)
+    (m.cache_dir / "llamanb.json").unlink()
+    try:
+        m2 = load_model(tiny_dir)
+    except LlamanbError:
+        return
+    assert (m2.cache_dir / "llamanb.json").is_file()
+
+
+def test_source_change_triggers_reconversion(tiny_dir, fresh_cache):
+    m1 = load_model(tiny_dir)
+    cfg = json.loads((tiny_dir / "config.json").read_text())
+    cfg["rms_norm_eps"] = 1e-6                                      # same shapes, new file
+    (tiny_dir / "config.json").write_text(json.dumps(cfg))
+    m2 = load_model(tiny_dir)
+    assert m2.converted is True and m2.cache_dir != m1.cache_dir
+    assert m2.config.rms_eps == pytest.approx(1e-6)
+
+
+def test_corrupt_cached_weights_give_user_error(tiny_dir, fresh_cache):
+    m = load_model(tiny_dir)
+    st = m.cache_dir / "model.safetensors"
+    st.write_bytes(st.read_bytes()[:1000])                         # truncated
+    with pytest.raises(LlamanbError):
+        load_model(tiny_dir)
