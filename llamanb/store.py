@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
+
 from .config import LlamaConfig
 from .errors import LlamanbError
 from .safetensors_io import SafetensorsFile, write_safetensors
@@ -114,6 +116,25 @@ def convert(source, dest: Path) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def derived_arrays(weights: Weights, tag: str, producers: dict) -> dict:
+    """Arrays a backend derives from the weights (another layout, say), computed once.
+
+    producers: name -> (shape, fn returning the float32 array). With weights mapped from a cache
+    directory the results are written next to them as `<tag>.safetensors` (atomically) and
+    memory-mapped from then on; in-memory weights get in-memory results."""
+    if weights.store_dir is None:
+        return {n: np.ascontiguousarray(fn(), dtype=np.float32) for n, (_, fn) in producers.items()}
+    path = weights.store_dir / f"{tag}.safetensors"
+    want = {n: list(shape) for n, (shape, _) in producers.items()}
+    if path.is_file():
+        f = SafetensorsFile(path)
+        if {n: t["shape"] for n, t in f.table.items()} == want:
+            return {n: f.get(n) for n in producers}
+    write_safetensors(path, [(n, shape, fn) for n, (shape, fn) in producers.items()])
+    f = SafetensorsFile(path)
+    return {n: f.get(n) for n in producers}
+
+
 @dataclass
 class Model:
     """Everything needed to run a model: config, (memory-mapped) weights, tokenizer."""
@@ -133,7 +154,7 @@ def load_cached(cache_dir: Path) -> Model:
     cfg = cfg.replace(eos_ids=tuple(info["eos_ids"]), bos_id=info["bos_id"])
     st = SafetensorsFile(cache_dir / "model.safetensors")
     check_shapes(cfg, {n: tuple(t["shape"]) for n, t in st.table.items()}, str(cache_dir))
-    weights = Weights.from_getter(cfg, st.get, st.span)
+    weights = Weights.from_getter(cfg, st.get, st.span, store_dir=cache_dir)
     tok = ChatTokenizer.from_dir(cache_dir, stop_ids=cfg.eos_ids)
     return Model(cfg, weights, tok, Path(info["source"]), cache_dir)
 

@@ -9,6 +9,7 @@ The storage order puts q, k, v (and gate, up) back to back, so fused views cost 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -73,9 +74,10 @@ class Weights:
     layers: list[LayerWeights]
     final_norm: np.ndarray  # [H]
     lm_head: np.ndarray     # [V, H]  (the embedding itself when tied)
+    store_dir: Path | None = None   # cache directory the arrays are mapped from, if any
 
     @classmethod
-    def from_getter(cls, cfg: LlamaConfig, get, span=None) -> "Weights":
+    def from_getter(cls, cfg: LlamaConfig, get, span=None, store_dir: Path | None = None) -> "Weights":
         """Build from get(name) -> float32 array; span(names) may return a fused view or None."""
         def fused(names):
             v = span(names) if span is not None else None
@@ -89,7 +91,7 @@ class Weights:
                 ffn_norm=get(n["ffn_norm"]), w_gate_up=fused([n["gate"], n["up"]]), w_down=get(n["down"])))
         embed = get("model.embed_tokens.weight")
         lm_head = embed if cfg.tie_embeddings else get("lm_head.weight")
-        return cls(cfg, embed, layers, get("model.norm.weight"), lm_head)
+        return cls(cfg, embed, layers, get("model.norm.weight"), lm_head, store_dir)
 
     def split_qkv(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         c = self.config

@@ -2,15 +2,27 @@
 
 With dtype="bf16" the weights are rounded to bfloat16 once, and every op's output is rounded to
 bfloat16 (computation inside an op stays float32), to show what bf16 hardware does to the numbers.
+
+Speed notes (2-core x86, OpenBLAS; measured, see README "Benchmark"):
+- Decode is a chain of matrix-vector products, bound by memory bandwidth. OpenBLAS streams
+  `x @ W` with W stored [in, out] faster than `W @ x` with W [out, in] for gate/up and the LM head,
+  and slower for q/k/v and down; those two matrices get a transposed copy, derived once and
+  memory-mapped from the cache directory.
+- Prefill is GEMM-bound (OpenBLAS sgemm reaches ~145 GFLOP/s at these shapes). Elementwise work
+  runs on one core; splitting it across threads measured slower, because OpenBLAS's idle workers
+  spin on the other core between GEMMs.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..kv_cache import KVCache
-from ..rope import apply_rope, cos_sin, rope_for
+from ..rope import cos_sin, rope_for
 from ..weights import Weights
 from .base import Backend
+
+BLOCK_Q = 128       # query rows per prefill attention block
+KEY_TILE = 256      # prefill key ranges are rounded up to this (the KV cache is allocated to match)
 
 
 def to_bf16(x: np.ndarray) -> np.ndarray:
@@ -22,35 +34,45 @@ def to_bf16(x: np.ndarray) -> np.ndarray:
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     """x [S, H] / sqrt(mean(x^2) + eps) * w [H]."""
-    ms = np.einsum("sh,sh->s", x, x, dtype=np.float32) / np.float32(x.shape[-1])
-    r = (np.float32(1.0) / np.sqrt(ms + np.float32(eps)))[:, None]
-    return (x * r) * w
+    ms = np.square(x).sum(axis=-1, keepdims=True) / np.float32(x.shape[-1])   # [S, 1]
+    out = x * (np.float32(1.0) / np.sqrt(ms + np.float32(eps)))
+    out *= w
+    return out
 
 
 def silu_mul(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
-    """SwiGLU: silu(gate) * up = gate * sigmoid(gate) * up, in place on gate."""
-    s = np.exp(-gate)
-    s += 1.0
+    """SwiGLU: silu(gate) * up = gate / (1 + exp(-gate)) * up.   [S, D_ff] -> [S, D_ff]"""
+    s = np.negative(gate)
+    np.exp(s, out=s)
+    s += np.float32(1.0)
     np.divide(gate, s, out=s)
     s *= up
     return s
 
 
+def rope_inplace(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> None:
+    """Rotate x [S, n_heads, d] in half-split pairs, in place; cos/sin [S, d/2].
+    Same products and sums as HF's x * cos + rotate_half(x) * sin."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    c, s = cos[:, None, :], sin[:, None, :]
+    new1 = x1 * c - x2 * s
+    x2 *= c
+    x2 += x1 * s
+    x1[...] = new1
+
+
 def softmax_keys(scores: np.ndarray) -> np.ndarray:
-    """Softmax over axis -2 (the key axis of a [.., T, S] score block), in place.
+    """Softmax over axis -2 (the key axis of a [.., T, columns] score block), in place.
 
     Keys sit on a non-contiguous axis on purpose: numpy then accumulates the sum strictly in key
     order, so masked keys appended at the end (exp(-inf) = 0) add exact zeros and cannot change a
-    single bit of the result. Summing along a contiguous axis uses pairwise blocks whose grouping
-    depends on the length, and padding would change the rounding."""
+    single bit of the result. (Summing along a contiguous axis uses pairwise blocks whose grouping
+    depends on the length, and padding would change the rounding.)"""
     scores -= scores.max(axis=-2, keepdims=True)
     np.exp(scores, out=scores)
     scores /= scores.sum(axis=-2, keepdims=True)
     return scores
-
-
-BLOCK_Q = 128       # query rows per prefill attention block
-KEY_TILE = 256      # prefill key ranges are rounded up to this (the KV cache is allocated to match)
 
 
 class NumpyBackend(Backend):
@@ -66,9 +88,19 @@ class NumpyBackend(Backend):
         if dtype == "bf16":
             weights = weights.map_arrays(to_bf16)
         super().__init__(weights)
-        self.freqs = rope_for(self.config)
-        self.scale = np.float32(self.config.head_dim ** -0.5)
+        c = self.config
+        self.freqs = rope_for(c)
+        self.scale = np.float32(c.head_dim ** -0.5)
         self._rope_key, self._rope = None, None
+        from ..store import derived_arrays
+
+        # [in, out] copies of the matrices OpenBLAS streams faster that way (see module doc)
+        t = derived_arrays(weights, "numpy-layout-v1", {
+            **{f"gate_up_t.{i}": ((c.hidden, 2 * c.ffn), lambda i=i: weights.layers[i].w_gate_up.T)
+               for i in range(c.n_layers)},
+            "lm_head_t": ((c.hidden, c.vocab), lambda: weights.lm_head.T)})
+        self.gate_up_t = [t[f"gate_up_t.{i}"] for i in range(c.n_layers)]   # [H, 2 D_ff]
+        self.lm_head_t = t["lm_head_t"]                                      # [H, V]
 
     def embed(self, ids: np.ndarray) -> np.ndarray:
         return self.rnd(super().embed(ids))
@@ -82,31 +114,33 @@ class NumpyBackend(Backend):
 
     def block(self, layer: int, x: np.ndarray, start: int, cache: KVCache) -> np.ndarray:
         c, w, rnd = self.config, self.weights.layers[layer], self.rnd
-        S, Nh, Nkv, d = x.shape[0], c.n_heads, c.n_kv_heads, c.head_dim
+        S, Nh, Nkv, d, F = x.shape[0], c.n_heads, c.n_kv_heads, c.head_dim, c.ffn
 
         # --- attention sub-block -------------------------------------------------------------
         h = rnd(rms_norm(x, w.attn_norm, c.rms_eps))                      # [S, H]
         qkv = rnd(h @ w.wqkv.T)                                           # [S, (Nh + 2 Nkv) d]
-        cos, sin = self.rope_tables(start, S)                            # [S, d/2]
-        qk = rnd(apply_rope(qkv[:, :(Nh + Nkv) * d].reshape(S, Nh + Nkv, d), cos, sin))
+        qk = qkv[:, :(Nh + Nkv) * d].reshape(S, Nh + Nkv, d)              # [S, Nh + Nkv, d]
+        rope_inplace(qk, *self.rope_tables(start, S))                    # q and k, one pass
+        qk = rnd(qk)
         q, k = qk[:, :Nh], qk[:, Nh:]                                     # [S, Nh, d], [S, Nkv, d]
         v = qkv[:, (Nh + Nkv) * d:].reshape(S, Nkv, d)                    # [S, Nkv, d]
         cache.write(layer, start, k, v)
-        attn = self.attention(q, cache, layer, start)                     # [S, Nh d]
-        x = rnd(x + rnd(rnd(attn) @ w.wo.T))                              # [S, H]
+        attn = rnd(self.attention(q, cache, layer, start))               # [S, Nh d]
+        x = rnd(x + rnd(attn @ w.wo.T))                                   # [S, H]
 
         # --- FFN sub-block (SwiGLU) ----------------------------------------------------------
         h = rnd(rms_norm(x, w.ffn_norm, c.rms_eps))                       # [S, H]
-        gu = rnd(h @ w.w_gate_up.T)                                       # [S, 2 D_ff]
-        a = rnd(silu_mul(gu[:, :c.ffn], gu[:, c.ffn:]))                   # [S, D_ff]
+        gu = rnd(h @ self.gate_up_t[layer])                               # [S, 2 D_ff]
+        a = rnd(silu_mul(gu[:, :F], gu[:, F:]))                           # [S, D_ff]
         return rnd(x + rnd(a @ w.w_down.T))                               # [S, H]
 
     def attention(self, q: np.ndarray, cache: KVCache, layer: int, start: int) -> np.ndarray:
         """Causal grouped-query attention for q [S, Nh, d] at positions start..start+S-1 over the
         cached keys/values [Nkv, T, d]. Returns [S, Nh*d].
 
-        Query heads are grouped by the K/V head they share: [S, Nh, d] -> [Nkv, G, S, d] is a
-        reshape + transpose; K and V are never repeated. Scores are laid out [.., keys, queries].
+        The G query heads that share a K/V head are laid side by side, so each K/V head needs one
+        GEMM for its scores and one for its output; K and V are never repeated. Scores are laid
+        out [Nkv, keys, G * queries].
 
         Prefill goes in blocks of BLOCK_Q query rows; a block ending at row r1 needs keys
         0..start+r1 only, so most of the upper triangle is never computed. Every block has the
@@ -115,31 +149,33 @@ class NumpyBackend(Backend):
         how long the prompt is -- that is what makes padded prefill bit-identical."""
         c = self.config
         S, d, Nkv, G = q.shape[0], c.head_dim, c.n_kv_heads, c.group
-        qg = q.reshape(S, Nkv, G, d).transpose(1, 2, 0, 3)               # [Nkv, G, S, d]
+        qg = q.reshape(S, Nkv, G, d)                                      # [S, Nkv, G, d]
         if S == 1:                                                        # decode: one query row
             T = start + 1
-            scores = (cache.keys(layer, T)[:, None] @ qg.swapaxes(-1, -2)) * self.scale  # [Nkv,G,T,1]
+            scores = cache.keys(layer, T) @ qg[0].swapaxes(-1, -2)       # [Nkv, T, G]
+            scores *= self.scale
             p = self.rnd(softmax_keys(scores))
-            out = p.swapaxes(-1, -2) @ cache.values(layer, T)[:, None]   # [Nkv, G, 1, d]
+            out = p.swapaxes(-1, -2) @ cache.values(layer, T)            # [Nkv, G, d]
             return out.reshape(1, c.n_heads * d)
         B = BLOCK_Q
-        out = np.empty((Nkv, G, S, d), dtype=np.float32)
-        qb = np.zeros((Nkv, G, B, d), dtype=np.float32)                  # one padded query tile
+        out = np.empty((S, Nkv, G, d), dtype=np.float32)
+        qt = np.zeros((Nkv, d, G, B), dtype=np.float32)                  # one padded query tile
         for r0 in range(0, S, B):
             r1 = min(r0 + B, S)
             Tp = -(-(start + r1) // KEY_TILE) * KEY_TILE                  # keys, rounded up
-            qb[:, :, :r1 - r0] = qg[:, :, r0:r1]
-            qb[:, :, r1 - r0:] = 0.0
-            keys = cache.keys(layer, Tp)[:, None]                         # [Nkv, 1, Tp, d]
-            scores = (keys @ qb.swapaxes(-1, -2)) * self.scale            # [Nkv, G, Tp, B]
+            qt[..., :r1 - r0] = qg[r0:r1].transpose(1, 3, 2, 0)           # [Nkv, d, G, s]
+            qt[..., r1 - r0:] = 0.0
+            scores = cache.keys(layer, Tp) @ qt.reshape(Nkv, d, G * B)    # [Nkv, Tp, G B]
+            scores *= self.scale
             # query row j (position start+r0+j) sees keys 0 .. start+r0+j
-            hidden = np.arange(Tp)[:, None] > (start + r0 + np.arange(B))[None, :]  # [Tp, B]
-            scores += np.where(hidden, -np.inf, 0.0).astype(np.float32)
-            p = self.rnd(softmax_keys(scores))                            # [Nkv, G, Tp, B]
-            ob = p.swapaxes(-1, -2) @ cache.values(layer, Tp)[:, None]    # [Nkv, G, B, d]
-            out[:, :, r0:r1] = ob[:, :, :r1 - r0]
-        return out.transpose(2, 0, 1, 3).reshape(S, c.n_heads * d)       # [S, Nh d]
+            hidden = np.arange(Tp)[:, None] > (start + r0 + np.arange(B))[None, :]    # [Tp, B]
+            scores.reshape(Nkv, Tp, G, B)[...] += np.where(hidden, -np.inf, 0.0).astype(
+                np.float32)[:, None, :]
+            p = self.rnd(softmax_keys(scores))                            # [Nkv, Tp, G B]
+            ob = p.swapaxes(-1, -2) @ cache.values(layer, Tp)             # [Nkv, G B, d]
+            out[r0:r1] = ob.reshape(Nkv, G, B, d)[:, :, :r1 - r0].transpose(2, 0, 1, 3)
+        return out.reshape(S, c.n_heads * d)                              # [S, Nh d]
 
     def head(self, x: np.ndarray) -> np.ndarray:
         h = self.rnd(rms_norm(x, self.weights.final_norm, self.config.rms_eps))  # [n, H]
-        return self.rnd(h @ self.weights.lm_head.T)                       # [n, V]
+        return self.rnd(h @ self.lm_head_t)                               # [n, V]
