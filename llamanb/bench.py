@@ -26,7 +26,8 @@ Roofline: decode is bound by reading every weight once per token (the LM head in
 embedding is read one row at a time). The machine's memory-read bandwidth is measured with a
 1 GiB float32 array (far larger than any cache) in three ways: np.add.reduce and
 np.maximum.reduce, each with one Python thread per core on its own slice (numpy drops the GIL),
-and an sgemv (matrix @ vector, OpenBLAS threads). The best median of the three is taken as the
+and OpenBLAS's two GEMV kernels (matrix @ vector and vector @ matrix, OpenBLAS threads). The best
+median of the four is taken as the
 bandwidth: the higher it is, the harder the roofline is to reach. Decode roofline tok/s =
 bandwidth / weight bytes (KV-cache reads, < 2 MB per token here, are left out).
 
@@ -230,6 +231,7 @@ def memory_read_bandwidth(nbytes: int = BANDWIDTH_BYTES, repeats: int = BANDWIDT
     parts = np.array_split(a, os.cpu_count() or 1)
     cols = 4096
     matrix, vec = a[: a.size // cols * cols].reshape(-1, cols), np.ones(cols, dtype=np.float32)
+    row = np.ones(matrix.shape[0], dtype=np.float32)
 
     def timed(f):
         t0 = time.perf_counter()
@@ -241,6 +243,10 @@ def memory_read_bandwidth(nbytes: int = BANDWIDTH_BYTES, repeats: int = BANDWIDT
         f"np.maximum.reduce, {len(parts)} threads": lambda: _threaded(np.maximum.reduce, parts),
         f"sgemv [{matrix.shape[0]}, {cols}] @ [{cols}], OpenBLAS":
             lambda: timed(lambda: matrix @ vec),
+        # the same bytes read as [rows] @ [rows, cols]: OpenBLAS's other GEMV kernel streams
+        # faster on this machine (the one llamanb uses for gate/up and the LM head)
+        f"sgemv [{matrix.shape[0]}] @ [{matrix.shape[0]}, {cols}], OpenBLAS":
+            lambda: timed(lambda: row @ matrix),
     }
     out = {}
     for name, run in methods.items():
@@ -248,7 +254,7 @@ def memory_read_bandwidth(nbytes: int = BANDWIDTH_BYTES, repeats: int = BANDWIDT
         run()                                                # warm-up
         samples = [size / run() / 1e9 for _ in range(repeats)]
         out[name] = {"samples_gb_s": samples, "median_gb_s": statistics.median(samples)}
-    del a, parts, matrix
+    del a, parts, matrix, row
     best = max(out, key=lambda k: out[k]["median_gb_s"])
     return {"array_mib": nbytes / 2**20, "repeats": repeats, "methods": out, "best": best,
             "gb_s": out[best]["median_gb_s"]}

@@ -49,7 +49,10 @@ class SafetensorsFile:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self.table, self.start = read_header(self.path)
-        self.map = np.memmap(self.path, dtype=np.uint8, mode="r")
+        # Plain ndarray views of the map: slicing a np.memmap subclass costs bookkeeping on every
+        # view, which the decode loop would pay thousands of times per token. `.base` still
+        # leads to the np.memmap, which keeps the file mapped.
+        self.map = np.memmap(self.path, dtype=np.uint8, mode="r").view(np.ndarray)
 
     def names(self) -> list[str]:
         return list(self.table)
