@@ -10,42 +10,61 @@ What is measured, all in one invocation, on the same model and the same token id
   `model(tok, past_key_values=..., use_cache=True)` under `torch.inference_mode()`: the same work
   as llamanb's loop, without `generate()`'s logits processors and stopping criteria on top
   (on the 2-core dev machine generate() gave the same tokens at 0-15 % lower tok/s);
-* peak memory (peak RSS, MB = 10^6 bytes) of each engine, including loading its model. RSS
-  high-water marks are per process, so each engine is measured in isolation: on Linux writing "5"
-  to /proc/self/clear_refs resets VmHWM to the current RSS, so the high-water mark is reset just
-  before an engine loads, read after its last run, and everything of that engine (model, caches,
-  allocator arenas) is released before the next one. Where clear_refs is not available, each
-  engine runs in a fresh child process (multiprocessing, 'spawn') instead and reports its VmHWM.
-  LLAMANB_BENCH_ISOLATION=process forces the child processes.
+* peak memory (peak RSS, MB = 10^6 bytes) of each engine, including loading its model: every
+  engine lives in its own child process, so this is that process's RSS high-water mark (VmHWM in
+  /proc/self/status), read by the child after its last run. It includes the interpreter and the
+  imports (numpy; torch and transformers for the transformers engines), as for a real user.
 
-Every measurement gets one warm-up run and then --runs timed runs; the table shows medians.
-Engines run one after another (llamanb first, before torch is even imported), each on all cores:
-numpy's OpenBLAS with its default thread count, torch with torch.set_num_threads(os.cpu_count()).
+How: the parent measures the memory-read bandwidth first, with nothing else running. Then it
+starts one long-lived child process per engine (multiprocessing, 'spawn': a fresh interpreter;
+torch is imported only in the transformers children, never in the parent or the llamanb child)
+and loads the engines one after another. The timed rounds are interleaved round-robin: round r
+asks each engine in turn for prefill 128, prefill 512 and decode N and waits for its reply (and
+0.3 s more, while OpenBLAS's idle threads stop spinning) before asking the next, so only one
+engine computes at any moment, on all cores (numpy's OpenBLAS with its default thread count,
+torch with torch.set_num_threads(os.cpu_count())). The order rotates every round (A B C, B C A,
+C A B, ...) so that no engine is always first. Round 0 is the warm-up, rounds 1 .. --runs are
+timed, and the table shows each engine's medians. A shared host's speed drifts (10-20 % over a
+minute); interleaving spreads that drift over all engines alike, where running them one after
+another charged it to whichever ran in the slow minute.
+
+Parent and child speak over a multiprocessing Pipe, one request and one reply at a time: the
+child answers ("ready", info) once loaded, ("round", (tok/s, greedy tokens)) to "round" and
+("finished", {"peak_rss_mb": ...}) to "finish", after which it exits; any exception in a child
+comes back as ("error", one line) and is raised in the parent as a LlamanbError ("bench:
+transformers_fp32 failed: ..."). Children ignore Ctrl-C (SIGINT); on any error or interrupt the
+parent terminates them (SIGTERM, then SIGKILL); a child whose parent dies anyway (SIGKILL) exits
+at once too (a watchdog thread waits on the parent's sentinel), so none is left behind.
 
 Roofline: decode is bound by reading every weight once per token (the LM head included; the
 embedding is read one row at a time). The machine's memory-read bandwidth is measured with a
-1 GiB float32 array (far larger than any cache) in three ways: np.add.reduce and
+1 GiB float32 array (far larger than any cache) in four ways: np.add.reduce and
 np.maximum.reduce, each with one Python thread per core on its own slice (numpy drops the GIL),
 and OpenBLAS's two GEMV kernels (matrix @ vector and vector @ matrix, OpenBLAS threads). The best
-median of the four is taken as the
-bandwidth: the higher it is, the harder the roofline is to reach. Decode roofline tok/s =
-bandwidth / weight bytes (KV-cache reads, < 2 MB per token here, are left out).
+median of the four is taken as the bandwidth: the higher it is, the harder the roofline is to
+reach. Decode roofline tok/s = bandwidth / weight bytes (KV-cache reads, < 2 MB per token here,
+are left out).
 
 Other processes on the machine skew everything; the share of CPU they used during the run is
 printed, with a warning when it is large.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import json
+import multiprocessing
+import multiprocessing.connection
 import os
 import platform
+import signal
 import statistics
 import sys
 import tempfile
 import threading
 import time
+import traceback
 from importlib import metadata
 from pathlib import Path
 
@@ -57,6 +76,15 @@ PREFILL_LENS = (128, 512)
 DECODE_CONTEXT = 128                     # prompt length before the decode steps
 BANDWIDTH_BYTES = 1 << 30                # 1 GiB
 BANDWIDTH_REPEATS = 7
+# OpenBLAS's worker threads spin for a while after their last call (~130 ms of a core on the
+# 2-core dev machine; torch's OpenMP threads go idle at once): the parent waits this long before
+# each engine's turn, so that the engine before it takes no core from it.
+SETTLE_S = 0.3
+SCHEDULE = ("interleaved round-robin: each round runs every engine in turn (prefill 128, prefill "
+            "512, decode), one at a time, each in its own process; the order rotates every round; "
+            "round 0 is the warm-up")
+PEAK_RSS_METHOD = ("VmHWM of each engine's own child process (multiprocessing 'spawn'), read after "
+                   "its last run; includes the interpreter, its imports and the model load")
 LABELS = {"llamanb": "llamanb (numpy fp32)", "transformers_fp32": "transformers fp32",
           "transformers_bf16": "transformers bf16"}
 
@@ -91,30 +119,8 @@ def peak_rss_mb() -> float:
     return _status_kb("VmHWM") * 1024 / 1e6
 
 
-def reset_peak_rss() -> bool:
-    """Reset VmHWM to the current RSS (Linux clear_refs "5"); False where that does not work."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def clear_refs_works() -> bool:
-    """Check that a reset really lowers VmHWM: touch 64 MB more than now, free it, reset."""
-    try:
-        gc.collect()
-        block = np.ones(64 << 20, dtype=np.uint8)
-        del block
-        before = _status_kb("VmHWM")
-        return reset_peak_rss() and _status_kb("VmHWM") < before - 32 * 1024
-    except OSError:
-        return False
-
-
 def release_memory() -> None:
-    """Drop garbage and hand free heap pages back to the OS, so the next engine starts clean."""
+    """Drop garbage and hand free heap pages back to the OS (after the bandwidth probe)."""
     gc.collect()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
@@ -288,9 +294,6 @@ class LlamanbRunner:
             tokens.append(tok)
         return time.perf_counter() - t0, tokens
 
-    def close(self):
-        self.engine = self.model = None
-
 
 class TransformersRunner:
     def __init__(self, cache_dir, dtype: str):
@@ -331,54 +334,176 @@ class TransformersRunner:
                 tokens.append(int(tok))
             return time.perf_counter() - t0, tokens
 
-    def close(self):
-        self.model = None
+
+def make_runner(engine: str, model_spec, cache_dir):
+    if engine == "llamanb":
+        return LlamanbRunner(model_spec)
+    return TransformersRunner(cache_dir, engine.rsplit("_", 1)[1])
 
 
-def measure_engine(engine: str, model_spec, cache_dir, ids: list[int], runs: int, steps: int,
-                   reset_peak: bool) -> dict:
-    """Load one engine, warm it up, time `runs` rounds of prefill 128 / 512 and decode, and
-    report medians and the process's peak RSS since the reset (or since process start)."""
-    release_memory()
-    if reset_peak:
-        reset_peak_rss()
-    rss_start = rss_mb()
-    t0 = time.perf_counter()
-    runner = (LlamanbRunner(model_spec) if engine == "llamanb" else
-              TransformersRunner(cache_dir, engine.rsplit("_", 1)[1]))
-    load_s = time.perf_counter() - t0
+def run_round(runner, ids: list[int], steps: int) -> tuple[dict, list[int]]:
+    """One round of one engine: tok/s of prefill 128, prefill 512 and decode, and decode's greedy
+    tokens."""
+    row = {f"prefill_{n}": n / runner.prefill(ids[:n]) for n in PREFILL_LENS}
+    dt, tokens = runner.decode(ids[:DECODE_CONTEXT], steps)
+    row["decode"] = steps / dt
+    return row, tokens
+
+
+# --- one child process per engine ------------------------------------------------------------
+
+def _one_line(e: BaseException) -> str:
+    """An exception as one line; for anything but a LlamanbError, with where it was raised."""
+    if isinstance(e, LlamanbError):
+        msg = str(e)
+    else:
+        msg = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        tb = traceback.extract_tb(e.__traceback__)
+        if tb:
+            msg += f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})"
+    return " ".join(msg.split())
+
+
+def _exit_with_parent() -> None:
+    """A child's watchdog thread: exit at once when the parent is gone (even killed by SIGKILL)
+    rather than finish a round nobody will read."""
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        multiprocessing.connection.wait([parent.sentinel])
+        os._exit(1)
+
+
+def _child_main(conn, engine: str, model_spec, cache_dir, ids: list[int], steps: int) -> None:
+    """Body of an engine's child process: load, then answer "round" requests until "finish"."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)         # Ctrl-C is the parent's to handle
+    threading.Thread(target=_exit_with_parent, name="exit-with-parent", daemon=True).start()
+    try:
+        rss_start, t0 = rss_mb(), time.perf_counter()
+        runner = make_runner(engine, model_spec, cache_dir)
+        conn.send(("ready", {"load_s": time.perf_counter() - t0, "rss_at_start_mb": rss_start,
+                             **runner.info}))
+        while (cmd := conn.recv()) == "round":
+            conn.send(("round", run_round(runner, ids, steps)))
+        if cmd == "finish":
+            conn.send(("finished", {"peak_rss_mb": peak_rss_mb()}))
+    except (EOFError, BrokenPipeError):                   # the parent is gone: nobody to tell
+        pass
+    except BaseException as e:                            # reported, not lost
+        with contextlib.suppress(OSError):
+            conn.send(("error", _one_line(e)))
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """Ignore SIGINT while a child starts: an ignored SIGINT survives exec and Python leaves it
+    ignored, so Ctrl-C reaches only the parent, even while a child is still importing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is None:
+        return "stopped answering"
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+        return f"was killed by {name}" + (" (out of memory?)" if -code == signal.SIGKILL else "")
+    return f"exited with code {code} without a reply"
+
+
+class EngineProcess:
+    """One engine in its own 'spawn' child process, driven over a Pipe one request at a time."""
+
+    def __init__(self, ctx, engine: str, model_spec, cache_dir, ids: list[int], steps: int):
+        self.engine = engine
+        self.conn, child_end = ctx.Pipe()
+        self.proc = ctx.Process(target=_child_main, name=f"llamanb-bench-{engine}", daemon=True,
+                                args=(child_end, engine, model_spec, cache_dir, ids, steps))
+        try:
+            with _sigint_ignored():
+                self.proc.start()
+        finally:
+            child_end.close()         # the child holds the only copy now: its death reads as EOF
+
+    def ask(self, request: str | None = None):
+        """Send `request` (None: just wait for the next message) and return the reply's payload."""
+        try:
+            if request is not None:
+                self.conn.send(request)
+            kind, payload = self.conn.recv()
+        except (EOFError, OSError):
+            self.proc.join(5)
+            raise LlamanbError(f"bench: {self.engine} failed: its process "
+                               f"{_exit_reason(self.proc.exitcode)}") from None
+        if kind == "error":
+            raise LlamanbError(f"bench: {self.engine} failed: {payload}")
+        return payload
+
+    def finish(self) -> dict:
+        """The child's peak RSS after its last run; the child then exits."""
+        out = self.ask("finish")
+        self.proc.join(30)
+        return out
+
+    def stop(self) -> None:
+        """End and reap the child, whatever state it is in (idempotent)."""
+        self.conn.close()
+        if self.proc.pid is None:                           # never started
+            return
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(5)
+            if self.proc.is_alive():
+                self.proc.kill()
+        self.proc.join()
+
+
+def measure_engines(engines: list[str], model_spec, cache_dir, ids: list[int], runs: int,
+                    steps: int, progress) -> tuple[dict, list[list[str]]]:
+    """Load every engine in its own child, then run the rounds interleaved round-robin; return
+    each engine's medians, samples and peak RSS, and the order of every round."""
+    ctx = multiprocessing.get_context("spawn")
     keys = [f"prefill_{n}" for n in PREFILL_LENS] + ["decode"]
-    samples = {k: [] for k in keys}
-    tokens = []
-    for r in range(runs + 1):                                 # round 0 is the warm-up
-        row = {f"prefill_{n}": n / runner.prefill(ids[:n]) for n in PREFILL_LENS}
-        dt, tokens = runner.decode(ids[:DECODE_CONTEXT], steps)
-        row["decode"] = steps / dt
-        tag = "warm-up" if r == 0 else f"run {r}/{runs}"
-        print(f"  [{engine}] {tag}: " + ", ".join(f"{k} {v:.1f} tok/s" for k, v in row.items()),
-              file=sys.stderr, flush=True)
-        if r:
-            for k in keys:
-                samples[k].append(row[k])
-    peak = peak_rss_mb()
-    info = runner.info
-    runner.close()
-    del runner
-    release_memory()
-    result = {f"{k}_tok_s": statistics.median(samples[k]) for k in keys}
-    result.update(peak_rss_mb=peak, rss_at_start_mb=rss_start, load_s=load_s,
-                  samples_tok_s=samples, greedy_tokens=tokens, **info)
-    return result
-
-
-def run_engine(engine: str, isolation: str, *args) -> dict:
-    if isolation == "clear_refs":
-        return measure_engine(engine, *args, reset_peak=True)
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(measure_engine, engine, *args, reset_peak=False).result()
+    procs, info = {}, {}
+    samples = {e: {k: [] for k in keys} for e in engines}
+    tokens, orders = {}, []
+    try:
+        for e in engines:
+            progress(f"{e}: starting its process, loading")
+            procs[e] = EngineProcess(ctx, e, model_spec, cache_dir, ids, steps)
+            info[e] = procs[e].ask()
+            progress(f"  loaded in {info[e]['load_s']:.2f} s: {info[e]['backend']}")
+        progress(f"rounds: warm-up + {runs} timed, interleaved round-robin "
+                 f"(prefill {'/'.join(map(str, PREFILL_LENS))}, decode {steps} each)")
+        for r in range(runs + 1):                             # round 0 is the warm-up
+            order = engines[r % len(engines):] + engines[:r % len(engines)]
+            orders.append(order)
+            tag = "warm-up" if r == 0 else f"run {r}/{runs}"
+            for e in order:
+                time.sleep(SETTLE_S)              # the previous engine's idle threads stop spinning
+                row, tokens[e] = procs[e].ask("round")
+                print(f"  {tag} [{e}]: " + ", ".join(f"{k} {v:.1f} tok/s" for k, v in row.items()),
+                      file=sys.stderr, flush=True)
+                if r:
+                    for k in keys:
+                        samples[e][k].append(row[k])
+        peaks = {e: procs[e].finish()["peak_rss_mb"] for e in engines}
+    finally:
+        for p in procs.values():
+            p.stop()
+    results = {}
+    for e in engines:
+        results[e] = {f"{k}_tok_s": statistics.median(samples[e][k]) for k in keys}
+        results[e].update(peak_rss_mb=peaks[e], samples_tok_s=samples[e], greedy_tokens=tokens[e],
+                          **info[e])
+    return results, orders
 
 
 # --- report ----------------------------------------------------------------------------------
@@ -424,6 +549,7 @@ def report(res: dict) -> str:
         f"{DECODE_CONTEXT}-token prefill; 1 warm-up + median of {res['settings']['runs']} runs",
         "transformers: forward under inference_mode, prefill with logits_to_keep=1 (last row only, "
         "like llamanb); decode is a manual past_key_values loop (no generate() overhead)",
+        f"runs: {res['settings']['schedule']}",
         f"peak RSS: {res['peak_rss_method']}",
         "",
     ]
@@ -513,28 +639,17 @@ def main(args) -> int:
         raise LlamanbError(f"{cfg.name}: context {cfg.max_seq} is too short for the benchmark")
     del model
 
-    forced = os.environ.get("LLAMANB_BENCH_ISOLATION", "").strip().lower()
-    isolation = "process" if forced == "process" or not clear_refs_works() else "clear_refs"
-    method = ("VmHWM of this process, reset through /proc/self/clear_refs before each engine loads "
-              "(engines run one after another, each freed before the next)"
-              if isolation == "clear_refs" else
-              "VmHWM of a fresh child process per engine (multiprocessing 'spawn')")
-
     machine = machine_info()
     progress(f"{machine['cpu']}, {machine['cores']} cores; numpy OpenBLAS threads "
-             f"{machine['openblas']['threads']}; peak RSS via {isolation}")
+             f"{machine['openblas']['threads']}; one child process per engine")
     progress(f"measuring memory-read bandwidth ({BANDWIDTH_BYTES >> 20} MiB float32 array)")
     bw = memory_read_bandwidth()
     release_memory()
     roofline = bw["gb_s"] * 1e9 / model_info["weights_bytes"]
     progress(f"  {bw['gb_s']:.2f} GB/s ({bw['best']}) -> decode roofline {roofline:.2f} tok/s")
 
-    results = {}
-    for name in engines:
-        progress(f"{name}: load, warm-up, {args.runs} runs "
-                 f"(prefill {'/'.join(map(str, PREFILL_LENS))}, decode {args.decode_tokens})")
-        results[name] = run_engine(name, isolation, args.model, model_info["cache_dir"], ids,
-                                   args.runs, args.decode_tokens)
+    results, orders = measure_engines(engines, args.model, model_info["cache_dir"], ids,
+                                      args.runs, args.decode_tokens, progress)
 
     agreement = None
     if "transformers_fp32" in results:
@@ -549,9 +664,10 @@ def main(args) -> int:
         "settings": {"runs": args.runs, "warmup_runs": 1, "decode_tokens": args.decode_tokens,
                      "decode_context": DECODE_CONTEXT, "prefill_lens": list(PREFILL_LENS),
                      "prompt_ids": ids, "transformers_logits_to_keep": 1,
-                     "transformers_decode": "manual past_key_values loop, greedy, inference_mode"},
-        "peak_rss_method": method,
-        "isolation": isolation,
+                     "transformers_decode": "manual past_key_values loop, greedy, inference_mode",
+                     "schedule": SCHEDULE, "round_orders": orders},
+        "peak_rss_method": PEAK_RSS_METHOD,
+        "isolation": "process",
         "memory_read_gb_s": bw["gb_s"],
         "memory_read": bw,
         "decode_roofline_tok_s": roofline,
@@ -559,7 +675,7 @@ def main(args) -> int:
         "ratios": ratios(results, roofline),
         "greedy_agreement": agreement,
     }
-    res["cpu_taken_by_others_pct"] = cpu.pct()
+    res["cpu_taken_by_others_pct"] = cpu.pct()      # children count as ours: all reaped by now
     res["total_s"] = time.perf_counter() - t_start
     print(report(res))
     if args.json:

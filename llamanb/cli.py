@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prompt", default=DEFAULT_PROMPT)
     g.add_argument("--raw", action="store_true", help="plain text continuation, no chat template")
     g.add_argument("--system", default=None, help="system message for the chat template")
-    g.add_argument("--max-new-tokens", type=_positive_int, default=128)
+    g.add_argument("--max-new-tokens", type=_positive_int, default=256)
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-k", type=int, default=None)
     g.add_argument("--top-p", type=float, default=1.0)

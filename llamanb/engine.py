@@ -34,13 +34,15 @@ class Engine:
             raise LlamanbError(f"token id out of range [0, {self.config.vocab})")
         return ids
 
-    def forward(self, ids, cache: KVCache, collect: list | None = None) -> np.ndarray:
+    def forward(self, ids, cache: KVCache, collect: list | None = None,
+                _scratch: bool = False) -> np.ndarray:
         """Run ids at positions cache.length .. and return the final hidden rows [S, H]
         (before the final norm). Advances cache.length by S. If `collect` is a list, the
-        embedding output and each block's output are appended to it."""
+        embedding output and each block's output are appended to it. (`_scratch`: prefill's
+        padding rows may use the cache's spare capacity past max_seq.)"""
         ids = self._check_ids(ids)
         start, S = cache.length, ids.size
-        if start + S > cache.capacity:
+        if start + S > (cache.capacity if _scratch else cache.max_seq):
             raise LlamanbError(f"sequence of {start + S} tokens exceeds the cache/context of "
                                f"{cache.max_seq}")
         x = self.backend.embed(ids)                                    # [S, H]
@@ -74,7 +76,7 @@ class Engine:
             # round differently; extra rows after the prompt (invisible to it, by causality) keep
             # short prompts bit-identical to their padded forms.
             ids = np.concatenate([ids, np.full(short, ids[-1])])
-        x = self.forward(ids, cache, collect)
+        x = self.forward(ids, cache, collect, _scratch=True)
         if collect is not None:
             collect[:] = [h[:n] for h in collect]
         cache.length = n
