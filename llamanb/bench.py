@@ -51,13 +51,10 @@ printed, with a warning when it is large.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import gc
 import json
 import multiprocessing
 import multiprocessing.connection
 import os
-import platform
 import signal
 import statistics
 import sys
@@ -65,17 +62,16 @@ import tempfile
 import threading
 import time
 import traceback
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
 from .errors import LlamanbError
+from .machine import (BANDWIDTH_BYTES, CpuShare, machine_info, memory_read_bandwidth,
+                      openblas_info, peak_rss_mb, release_memory, rss_mb)
 
 PREFILL_LENS = (128, 512)
 DECODE_CONTEXT = 128                     # prompt length before the decode steps
-BANDWIDTH_BYTES = 1 << 30                # 1 GiB
-BANDWIDTH_REPEATS = 7
 # OpenBLAS's worker threads spin for a while after their last call (~130 ms of a core on the
 # 2-core dev machine; torch's OpenMP threads go idle at once): the parent waits this long before
 # each engine's turn, so that the engine before it takes no core from it.
@@ -102,171 +98,6 @@ PROMPT_TEXT = (
 
 
 # --- process memory --------------------------------------------------------------------------
-
-def _status_kb(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise OSError(f"{field} not in /proc/self/status")
-
-
-def rss_mb() -> float:
-    return _status_kb("VmRSS") * 1024 / 1e6
-
-
-def peak_rss_mb() -> float:
-    return _status_kb("VmHWM") * 1024 / 1e6
-
-
-def release_memory() -> None:
-    """Drop garbage and hand free heap pages back to the OS (after the bandwidth probe)."""
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
-# --- machine ---------------------------------------------------------------------------------
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def openblas_info() -> dict:
-    """Thread count and kernel family of the OpenBLAS that numpy loaded (via its C API)."""
-    paths = set()
-    try:
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "openblas" in line.lower() and "/" in line}
-    except OSError:
-        pass
-    for path in sorted(paths):
-        lib = ctypes.CDLL(path)
-        for prefix, suffix in (("scipy_openblas_", "64_"), ("openblas_", "64_"), ("openblas_", "")):
-            try:
-                threads = getattr(lib, f"{prefix}get_num_threads{suffix}")
-                corename = getattr(lib, f"{prefix}get_corename{suffix}")
-            except AttributeError:
-                continue
-            corename.restype = ctypes.c_char_p
-            return {"library": Path(path).name, "threads": int(threads()),
-                    "core": corename().decode()}
-    return {"library": None, "threads": None, "core": None}
-
-
-def machine_info() -> dict:
-    mem_total = None
-    try:
-        with open("/proc/meminfo") as f:
-            mem_total = int(f.readline().split()[1]) * 1024 / 2**30
-    except (OSError, ValueError, IndexError):
-        pass
-    return {"cpu": cpu_model(), "cores": os.cpu_count(),
-            "cores_usable": len(os.sched_getaffinity(0)),
-            "memory_gib": round(mem_total, 1) if mem_total else None,
-            "python": platform.python_version(), "numpy": np.__version__,
-            "torch": _version("torch"), "transformers": _version("transformers"),
-            "openblas": openblas_info()}
-
-
-class CpuShare:
-    """How much CPU other processes (and the hypervisor: steal) took between start and now, as a
-    share of all cores."""
-
-    @staticmethod
-    def _sample() -> tuple[float, float, float]:
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:9]]
-        hz, t = os.sysconf("SC_CLK_TCK"), os.times()
-        busy = v[0] + v[1] + v[2] + v[5] + v[6]            # user nice system irq softirq
-        own = t.user + t.system + t.children_user + t.children_system
-        return busy / hz, v[7] / hz, own
-
-    def __init__(self):
-        self.t0, self.s0 = time.perf_counter(), self._sample()
-
-    def pct(self) -> dict | None:
-        try:
-            (b0, st0, o0), (b1, st1, o1) = self.s0, self._sample()
-        except (OSError, ValueError):
-            return None
-        total = (time.perf_counter() - self.t0) * (os.cpu_count() or 1) / 100
-        return {"other_processes": max(0.0, (b1 - b0) - (o1 - o0)) / total,
-                "steal": (st1 - st0) / total}
-
-
-# --- memory-read bandwidth -------------------------------------------------------------------
-
-def _threaded(fn, parts) -> float:
-    """Seconds for every part to go through fn, one thread per part, started together."""
-    barrier = threading.Barrier(len(parts) + 1)
-
-    def work(p):
-        barrier.wait()
-        fn(p)
-
-    threads = [threading.Thread(target=work, args=(p,)) for p in parts]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    return time.perf_counter() - t0
-
-
-def memory_read_bandwidth(nbytes: int = BANDWIDTH_BYTES, repeats: int = BANDWIDTH_REPEATS) -> dict:
-    """Median GB/s of each method over `repeats` passes (after one warm-up), and the best."""
-    a = np.ones(nbytes // 4, dtype=np.float32)           # written once: every page is resident
-    parts = np.array_split(a, os.cpu_count() or 1)
-    cols = 4096
-    matrix, vec = a[: a.size // cols * cols].reshape(-1, cols), np.ones(cols, dtype=np.float32)
-    row = np.ones(matrix.shape[0], dtype=np.float32)
-
-    def timed(f):
-        t0 = time.perf_counter()
-        f()
-        return time.perf_counter() - t0
-
-    methods = {
-        f"np.add.reduce, {len(parts)} threads": lambda: _threaded(np.add.reduce, parts),
-        f"np.maximum.reduce, {len(parts)} threads": lambda: _threaded(np.maximum.reduce, parts),
-        f"sgemv [{matrix.shape[0]}, {cols}] @ [{cols}], OpenBLAS":
-            lambda: timed(lambda: matrix @ vec),
-        # the same bytes read as [rows] @ [rows, cols]: OpenBLAS's other GEMV kernel streams
-        # faster on this machine (the one llamanb uses for gate/up and the LM head)
-        f"sgemv [{matrix.shape[0]}] @ [{matrix.shape[0]}, {cols}], OpenBLAS":
-            lambda: timed(lambda: row @ matrix),
-    }
-    out = {}
-    for name, run in methods.items():
-        size = matrix.nbytes if name.startswith("sgemv") else a.nbytes
-        run()                                                # warm-up
-        samples = [size / run() / 1e9 for _ in range(repeats)]
-        out[name] = {"samples_gb_s": samples, "median_gb_s": statistics.median(samples)}
-    del a, parts, matrix, row
-    best = max(out, key=lambda k: out[k]["median_gb_s"])
-    return {"array_mib": nbytes / 2**20, "repeats": repeats, "methods": out, "best": best,
-            "gb_s": out[best]["median_gb_s"]}
-
-
-# --- engines ---------------------------------------------------------------------------------
 
 class LlamanbRunner:
     def __init__(self, model_spec):
