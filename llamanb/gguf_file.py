@@ -118,16 +118,19 @@ class GGUFSource:
             hf = self.hf_name(name)
             if hf is not None:
                 self.by_hf[hf] = t
-        # GGUF lists dims fastest-first; HF's [out, in] is the reverse.
-        shapes = {hf: tuple(int(d) for d in reversed(t.shape)) for hf, t in self.by_hf.items()}
-        check_shapes(self.config, shapes, self.path.name)
+        check_shapes(self.config, self.shapes(), self.path.name)
+
+    @staticmethod
+    def _hf_shape(t) -> tuple[int, ...]:
+        """GGUF lists dims fastest-first; HF's [out, in] is the reverse."""
+        return tuple(int(d) for d in reversed(t.shape))
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
-        return {hf: tuple(int(d) for d in reversed(t.shape)) for hf, t in self.by_hf.items()}
+        return {hf: self._hf_shape(t) for hf, t in self.by_hf.items()}
 
     def get(self, hf_name: str) -> np.ndarray:
         t = self.by_hf[hf_name]
-        shape = tuple(int(d) for d in reversed(t.shape))
+        shape = self._hf_shape(t)
         w = dequantize(t.data, t.tensor_type.name, int(t.n_elements)).reshape(shape)
         if hf_name.endswith("q_proj.weight"):
             w = unpermute_qk(w, self.config.n_heads)

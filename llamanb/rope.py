@@ -41,14 +41,22 @@ def cos_sin(positions: np.ndarray, freqs: np.ndarray) -> tuple[np.ndarray, np.nd
     return np.cos(a64).astype(np.float32), np.sin(a64).astype(np.float32)
 
 
-def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-    """x [S, n_heads, d] rotated in half-split pairs; cos/sin [S, d/2]."""
+def rope_inplace(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> None:
+    """Rotate x [S, n_heads, d] in half-split pairs, in place; cos/sin [S, d/2].
+    Same products and sums as HF's x * cos + rotate_half(x) * sin."""
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
     c, s = cos[:, None, :], sin[:, None, :]
-    out = np.empty_like(x)
-    out[..., :half] = x1 * c - x2 * s
-    out[..., half:] = x2 * c + x1 * s
+    new1 = x1 * c - x2 * s
+    x2 *= c
+    x2 += x1 * s
+    x1[...] = new1
+
+
+def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """x [S, n_heads, d] rotated in half-split pairs (a copy); cos/sin [S, d/2]."""
+    out = np.array(x)
+    rope_inplace(out, cos, sin)
     return out
 
 

@@ -53,12 +53,17 @@ def default_model_path() -> Path:
     raise LlamanbError(f"{DEFAULT_DIST} is installed but its .gguf file is missing; reinstall it")
 
 
+def resolve(spec: str | os.PathLike | None) -> Path:
+    """The path a model spec names; None, "" or "default" mean the embedded model."""
+    return default_model_path() if spec in (None, "", "default") else Path(spec).expanduser()
+
+
 def open_source(spec: str | os.PathLike | None):
     """A GGUFSource or HFSource for a path (None: the embedded default)."""
     from .gguf_file import GGUFSource
     from .hf_checkpoint import HFSource
 
-    path = default_model_path() if spec in (None, "", "default") else Path(spec).expanduser()
+    path = resolve(spec)
     if path.is_dir():
         return HFSource(path)
     if not path.exists():
@@ -162,7 +167,7 @@ def load_cached(cache_dir: Path) -> Model:
 def load_model(spec: str | os.PathLike | None = None) -> Model:
     """Load a model by path (GGUF file or HF directory); None means the embedded SmolLM2-135M."""
     t0 = time.perf_counter()
-    path = default_model_path() if spec in (None, "", "default") else Path(spec).expanduser()
+    path = resolve(spec)
     if not path.exists():
         raise LlamanbError(f"model not found: {path}")
     # The key hashes the source's path, size and mtime: a changed file gets a fresh conversion.

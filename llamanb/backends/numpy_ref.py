@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kv_cache import KVCache
-from ..rope import cos_sin, rope_for
+from ..rope import cos_sin, rope_for, rope_inplace
 from ..weights import Weights
 from .base import Backend
 
@@ -48,18 +48,6 @@ def silu_mul(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     np.divide(gate, s, out=s)
     s *= up
     return s
-
-
-def rope_inplace(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> None:
-    """Rotate x [S, n_heads, d] in half-split pairs, in place; cos/sin [S, d/2].
-    Same products and sums as HF's x * cos + rotate_half(x) * sin."""
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    c, s = cos[:, None, :], sin[:, None, :]
-    new1 = x1 * c - x2 * s
-    x2 *= c
-    x2 += x1 * s
-    x1[...] = new1
 
 
 def softmax_keys(scores: np.ndarray) -> np.ndarray:
