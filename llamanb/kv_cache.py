@@ -34,6 +34,10 @@ class KVCache:
         end = start + k.shape[0]
         if end > self.capacity:
             raise LlamanbError(f"KV cache full: position {end - 1} >= {self.capacity}")
+        if end == start + 1:                    # one position (decode): no transpose needed
+            self.k[layer, :, start] = k[0]
+            self.v[layer, :, start] = v[0]
+            return
         self.k[layer, :, start:end] = k.transpose(1, 0, 2)
         self.v[layer, :, start:end] = v.transpose(1, 0, 2)
 

@@ -41,22 +41,26 @@ def cos_sin(positions: np.ndarray, freqs: np.ndarray) -> tuple[np.ndarray, np.nd
     return np.cos(a64).astype(np.float32), np.sin(a64).astype(np.float32)
 
 
-def rope_inplace(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> None:
-    """Rotate x [S, n_heads, d] in half-split pairs, in place; cos/sin [S, d/2].
-    Same products and sums as HF's x * cos + rotate_half(x) * sin."""
+def rotation_tables(cos: np.ndarray, sin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[S, d/2] cos/sin -> [S, d] tables (cos | cos) and (-sin | sin) for `rope_inplace`."""
+    return np.concatenate([cos, cos], -1), np.concatenate([-sin, sin], -1)
+
+
+def rope_inplace(x: np.ndarray, cos2: np.ndarray, sin2: np.ndarray) -> None:
+    """Rotate x [S, n_heads, d] in half-split pairs, in place, as HF writes it:
+    x * cos + rotate_half(x) * sin, with the halves swapped and the sign folded into sin2.
+    cos2/sin2 [S, d] from `rotation_tables`. (x1*c + (-x2)*s rounds exactly like x1*c - x2*s.)"""
     half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    c, s = cos[:, None, :], sin[:, None, :]
-    new1 = x1 * c - x2 * s
-    x2 *= c
-    x2 += x1 * s
-    x1[...] = new1
+    swapped = np.concatenate([x[..., half:], x[..., :half]], -1)       # (x2 | x1)
+    swapped *= sin2[:, None, :]                                         # (-x2 s | x1 s)
+    x *= cos2[:, None, :]
+    x += swapped
 
 
 def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     """x [S, n_heads, d] rotated in half-split pairs (a copy); cos/sin [S, d/2]."""
     out = np.array(x)
-    rope_inplace(out, cos, sin)
+    rope_inplace(out, *rotation_tables(cos, sin))
     return out
 
 

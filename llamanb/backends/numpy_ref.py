@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kv_cache import KVCache
-from ..rope import cos_sin, rope_for, rope_inplace
+from ..rope import cos_sin, rope_for, rope_inplace, rotation_tables
 from ..weights import Weights
 from .base import Backend
 
@@ -34,6 +34,11 @@ def to_bf16(x: np.ndarray) -> np.ndarray:
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     """x [S, H] / sqrt(mean(x^2) + eps) * w [H]."""
+    if x.shape[0] == 1:                                   # decode: one row, one dot product
+        ms = np.dot(x[0], x[0]) / np.float32(x.shape[-1])
+        out = x * (np.float32(1.0) / np.sqrt(ms + np.float32(eps)))
+        out *= w
+        return out
     ms = np.square(x).sum(axis=-1, keepdims=True) / np.float32(x.shape[-1])   # [S, 1]
     out = x * (np.float32(1.0) / np.sqrt(ms + np.float32(eps)))
     out *= w
@@ -94,9 +99,9 @@ class NumpyBackend(Backend):
         return self.rnd(super().embed(ids))
 
     def rope_tables(self, start: int, S: int) -> tuple[np.ndarray, np.ndarray]:
-        """cos/sin [S, d/2] for positions start..start+S-1, computed once per forward pass."""
+        """Rotation tables [S, d] for positions start..start+S-1, made once per forward pass."""
         if self._rope_key != (start, S):
-            self._rope = cos_sin(np.arange(start, start + S), self.freqs)
+            self._rope = rotation_tables(*cos_sin(np.arange(start, start + S), self.freqs))
             self._rope_key = (start, S)
         return self._rope
 
@@ -138,12 +143,14 @@ class NumpyBackend(Backend):
         c = self.config
         S, d, Nkv, G = q.shape[0], c.head_dim, c.n_kv_heads, c.group
         qg = q.reshape(S, Nkv, G, d)                                      # [S, Nkv, G, d]
-        if S == 1:                                                        # decode: one query row
+        if S == 1:         # decode: one query row, no padding to be invariant to: keys contiguous
             T = start + 1
-            scores = cache.keys(layer, T) @ qg[0].swapaxes(-1, -2)       # [Nkv, T, G]
+            scores = qg[0] @ cache.keys(layer, T).swapaxes(-1, -2)       # [Nkv, G, T]
             scores *= self.scale
-            p = self.rnd(softmax_keys(scores))
-            out = p.swapaxes(-1, -2) @ cache.values(layer, T)            # [Nkv, G, d]
+            scores -= scores.max(axis=-1, keepdims=True)
+            np.exp(scores, out=scores)
+            scores /= scores.sum(axis=-1, keepdims=True)
+            out = self.rnd(scores) @ cache.values(layer, T)              # [Nkv, G, d]
             return out.reshape(1, c.n_heads * d)
         B = BLOCK_Q
         out = np.empty((S, Nkv, G, d), dtype=np.float32)
