@@ -36,10 +36,8 @@ def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     """x [S, H] / sqrt(mean(x^2) + eps) * w [H]."""
     if x.shape[0] == 1:                                   # decode: one row, one dot product
         ms = np.dot(x[0], x[0]) / np.float32(x.shape[-1])
-        out = x * (np.float32(1.0) / np.sqrt(ms + np.float32(eps)))
-        out *= w
-        return out
-    ms = np.square(x).sum(axis=-1, keepdims=True) / np.float32(x.shape[-1])   # [S, 1]
+    else:
+        ms = np.square(x).sum(axis=-1, keepdims=True) / np.float32(x.shape[-1])   # [S, 1]
     out = x * (np.float32(1.0) / np.sqrt(ms + np.float32(eps)))
     out *= w
     return out
@@ -55,16 +53,18 @@ def silu_mul(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     return s
 
 
-def softmax_keys(scores: np.ndarray) -> np.ndarray:
-    """Softmax over axis -2 (the key axis of a [.., T, columns] score block), in place.
+def softmax_(scores: np.ndarray, axis: int) -> np.ndarray:
+    """Numerically safe softmax over `axis`, in place.
 
-    Keys sit on a non-contiguous axis on purpose: numpy then accumulates the sum strictly in key
-    order, so masked keys appended at the end (exp(-inf) = 0) add exact zeros and cannot change a
-    single bit of the result. (Summing along a contiguous axis uses pairwise blocks whose grouping
-    depends on the length, and padding would change the rounding.)"""
-    scores -= scores.max(axis=-2, keepdims=True)
+    Prefill puts the keys on axis -2 of a [.., T, columns] score block on purpose: along a
+    non-contiguous axis numpy accumulates the sum strictly in key order, so masked keys appended
+    at the end (exp(-inf) = 0) add exact zeros and cannot change a single bit of the result.
+    (Summing along a contiguous axis uses pairwise blocks whose grouping depends on the length,
+    and padding would change the rounding.) Decode has no padding to be invariant to and keeps
+    keys on the contiguous last axis."""
+    scores -= scores.max(axis=axis, keepdims=True)
     np.exp(scores, out=scores)
-    scores /= scores.sum(axis=-2, keepdims=True)
+    scores /= scores.sum(axis=axis, keepdims=True)
     return scores
 
 
@@ -147,10 +147,8 @@ class NumpyBackend(Backend):
             T = start + 1
             scores = qg[0] @ cache.keys(layer, T).swapaxes(-1, -2)       # [Nkv, G, T]
             scores *= self.scale
-            scores -= scores.max(axis=-1, keepdims=True)
-            np.exp(scores, out=scores)
-            scores /= scores.sum(axis=-1, keepdims=True)
-            out = self.rnd(scores) @ cache.values(layer, T)              # [Nkv, G, d]
+            p = self.rnd(softmax_(scores, axis=-1))
+            out = p @ cache.values(layer, T)                             # [Nkv, G, d]
             return out.reshape(1, c.n_heads * d)
         B = BLOCK_Q
         out = np.empty((S, Nkv, G, d), dtype=np.float32)
@@ -166,7 +164,7 @@ class NumpyBackend(Backend):
             hidden = np.arange(Tp)[:, None] > (start + r0 + np.arange(B))[None, :]    # [Tp, B]
             scores.reshape(Nkv, Tp, G, B)[...] += np.where(hidden, -np.inf, 0.0).astype(
                 np.float32)[:, None, :]
-            p = self.rnd(softmax_keys(scores))                            # [Nkv, Tp, G B]
+            p = self.rnd(softmax_(scores, axis=-2))                       # [Nkv, Tp, G B]
             ob = p.swapaxes(-1, -2) @ cache.values(layer, Tp)             # [Nkv, G B, d]
             out[r0:r1] = ob.reshape(Nkv, G, B, d)[:, :, :r1 - r0].transpose(2, 0, 1, 3)
         return out.reshape(S, c.n_heads * d)                              # [S, Nh d]
