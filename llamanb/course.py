@@ -110,6 +110,9 @@ def build(py: Path, timeout: int = 600) -> float:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             nbformat.write(nb, f)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)           # mkstemp creates 0600; a notebook is a normal file
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

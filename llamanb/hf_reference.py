@@ -24,6 +24,17 @@ def _import_torch():
     return torch
 
 
+def _quiet_gguf_loader() -> None:
+    """transformers' GGUF reader draws its own tqdm.auto bar (a widget inside a notebook), which
+    neither TQDM_DISABLE (read when tqdm is first imported) nor transformers' switch reaches."""
+    import functools
+
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    from tqdm.auto import tqdm
+
+    gguf_utils.tqdm = functools.partial(tqdm, disable=True)
+
+
 def load_hf(model: Model, dtype: str = "float32"):
     """transformers' LlamaForCausalLM for the same model, loaded independently of llamanb."""
     torch = _import_torch()
@@ -33,6 +44,8 @@ def load_hf(model: Model, dtype: str = "float32"):
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    _quiet_gguf_loader()
     logging.getLogger("transformers").setLevel(logging.ERROR)
     td = {"float32": torch.float32, "bf16": torch.bfloat16}[dtype]
     src = model.source

