@@ -99,8 +99,10 @@ def build(py: Path, timeout: int = 600) -> float:
     nb = jupytext.read(py, fmt="py:percent")
     nb.metadata.setdefault("kernelspec", {"name": "python3", "display_name": "Python 3 (ipykernel)",
                                           "language": "python"})
+    # store_widget_state=True: nbclient needs the widget state machinery to route output captured by
+    # Output widgets (ipywidgets.interact); _strip drops the state before the file is written.
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                            store_widget_state=False, resources={"metadata": {"path": str(py.parent)}})
+                            store_widget_state=True, resources={"metadata": {"path": str(py.parent)}})
     t0 = time.perf_counter()
     client.execute()
     seconds = time.perf_counter() - t0

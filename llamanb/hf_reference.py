@@ -35,8 +35,16 @@ def _quiet_gguf_loader() -> None:
     gguf_utils.tqdm = functools.partial(tqdm, disable=True)
 
 
-def load_hf(model: Model, dtype: str = "float32"):
-    """transformers' LlamaForCausalLM for the same model, loaded independently of llamanb."""
+def load_hf(model: Model, dtype: str = "float32", via: str = "source"):
+    """transformers' LlamaForCausalLM for the same model.
+
+    via="source": transformers reads the original file itself (for a GGUF: its own dequantiser and
+    Q/K un-permutation; ~20 s for SmolLM2 on 2 cores) -- independent of llamanb's loader too.
+    via="converted": transformers loads llamanb's converted cache directory (an HF checkpoint) in
+    under a second; its arithmetic is still all its own. tests/test_gguf.py proves both loads give
+    the same tensors bit for bit."""
+    if via not in ("source", "converted"):
+        raise LlamanbError(f"via must be 'source' or 'converted', got {via!r}")
     torch = _import_torch()
     import logging
 
@@ -48,7 +56,7 @@ def load_hf(model: Model, dtype: str = "float32"):
     _quiet_gguf_loader()
     logging.getLogger("transformers").setLevel(logging.ERROR)
     td = {"float32": torch.float32, "bf16": torch.bfloat16}[dtype]
-    src = model.source
+    src = model.source if via == "source" else model.cache_dir
     if src.is_file():
         hf = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name, dtype=td)
     else:

@@ -215,14 +215,19 @@ print(f"decode: {result.decode_tok_s:.1f} tok/s over {result.decode_steps} steps
 # %% [markdown]
 # ## 6. The same answer from HF transformers
 #
-# Is the answer *right*? transformers reads the same GGUF file with its own loader, dequantizer
-# and model code, and decodes greedily with its own KV cache. If llamanb's arithmetic were off
-# anywhere — a transposed weight, a RoPE convention, a mask — the tokens would part ways.
+# Is the answer *right*? transformers runs the same weights with its own model code and decodes
+# greedily with its own KV cache. If llamanb's arithmetic were off anywhere — a transposed weight,
+# a RoPE convention, a mask — the tokens would part ways.
+#
+# transformers could read the GGUF file itself (`load_hf(model)`, about 20 s on two cores); here
+# it loads llamanb's converted cache directory, which is itself an HF checkpoint, in well under a
+# second. The test suite proves the two loads give the same tensors bit for bit
+# (`tests/test_gguf.py`).
 
 # %%
 from llamanb.hf_reference import greedy_with_top5, load_hf
 
-hf = load_hf(model)
+hf = load_hf(model, via="converted")
 hf_ids, hf_top5 = greedy_with_top5(hf, ids, steps=len(result.ids), stop_ids=cfg.eos_ids)
 print("llamanb:     ", result.ids)
 print("transformers:", hf_ids)

@@ -1,0 +1,819 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · The Llama math, in numpy
+#
+# **What you will build.** A Llama model is ten integers and a few hundred matrices. In this
+# notebook you name those integers, count every parameter and byte they imply (for the 135 M
+# model that runs on this laptop, for Llama-3.2-1B and for Llama 3 70B), then run one transformer
+# block of the real SmolLM2-135M operation by operation in numpy, checking every intermediate
+# against HF transformers. Last, you count the floating-point work of a 2048-token prefill of
+# Llama-3.2-1B op by op and check the count against torch's own FLOP counter. The counting ends up
+# in `llamanb.flops`; the block is the one `llamanb`'s numpy backend runs.
+#
+# Every claim below is an `assert`: against the published config, against transformers, against
+# torch, or against closed-form arithmetic.
+
+# %%
+import warnings
+
+import matplotlib.pyplot as plt
+import numpy as np
+from IPython.display import Markdown, display
+
+from llamanb import LLAMA3_70B, LLAMA32_1B, SMOLLM2_135M, Engine, LlamaConfig, load_model
+
+warnings.filterwarnings("ignore")
+
+MODELS = [SMOLLM2_135M, LLAMA32_1B, LLAMA3_70B]
+
+# %% [markdown]
+# ## 1. The symbols
+#
+# Every shape in this course is written with the same ten letters:
+#
+# - **B**: batch, how many independent sequences run together (1 everywhere in this notebook).
+# - **S**: sequence length, the number of token positions processed in one call (the prompt
+#   length in prefill, 1 in decode). B and S describe the call, not the model.
+# - **H**: hidden size, the width of the vector every token carries from block to block.
+# - **N_h**: number of query heads in attention.
+# - **N_kv**: number of key/value heads. With grouped-query attention (GQA) it is smaller than N_h.
+# - **G** = N_h / N_kv: how many query heads share one key/value head.
+# - **d_h**: width of one head. It is a config field of its own (`head_dim`): N_h·d_h happens to
+#   equal H in all three models below, but nothing in the math requires it.
+# - **D_ff**: width of the feed-forward (MLP) layer inside each block.
+# - **V**: vocabulary size, the number of distinct token ids (rows of the embedding table).
+# - **L**: number of transformer blocks (layers).
+#
+# The three presets in `llamanb.config` hold the published values:
+
+# %%
+rows = [("H", "hidden"), ("N_h", "n_heads"), ("N_kv", "n_kv_heads"), ("G", "group"),
+        ("d_h", "head_dim"), ("D_ff", "ffn"), ("V", "vocab"), ("L", "n_layers")]
+table = "| symbol | " + " | ".join(c.name for c in MODELS) + " |\n|---|" + "---:|" * len(MODELS) + "\n"
+for sym, attr in rows:
+    table += f"| {sym} | " + " | ".join(f"{getattr(c, attr):,}" for c in MODELS) + " |\n"
+table += "| tied embeddings | " + " | ".join(str(c.tie_embeddings) for c in MODELS) + " |\n"
+display(Markdown(table))
+
+for c in MODELS:
+    assert c.group * c.n_kv_heads == c.n_heads            # G is a whole number
+    assert c.q_dim == c.hidden                            # N_h * d_h == H for these three
+print("N_h * d_h == H for all three:", all(c.n_heads * c.head_dim == c.hidden for c in MODELS))
+
+# %% [markdown]
+# ## 2. Parameters and memory
+#
+# ### 2.1 Per component, by hand
+#
+# A projection from width `a` to width `b` is an `[b, a]` matrix (HF stores weights as
+# `[out, in]` and computes `x @ W.T`), so it has `a·b` parameters and no bias. One block holds:
+#
+# | component | shape `[out, in]` | parameters |
+# |---|---|---|
+# | input RMSNorm weight | `[H]` | H |
+# | q_proj | `[N_h·d_h, H]` | H·N_h·d_h |
+# | k_proj, v_proj | `[N_kv·d_h, H]` each | H·N_kv·d_h each |
+# | o_proj | `[H, N_h·d_h]` | N_h·d_h·H |
+# | post-attention RMSNorm weight | `[H]` | H |
+# | gate_proj, up_proj | `[D_ff, H]` each | H·D_ff each |
+# | down_proj | `[H, D_ff]` | D_ff·H |
+#
+# Outside the blocks: the embedding table `[V, H]`, the final RMSNorm `[H]`, and an LM head
+# `[V, H]`, which is a parameter of its own only when the embeddings are *untied*. Tied models
+# reuse the embedding table as the LM head.
+
+# %%
+def params_by_hand(c: LlamaConfig) -> dict[str, int]:
+    H, L, V, F = c.hidden, c.n_layers, c.vocab, c.ffn
+    q_width, kv_width = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+    per_layer = {
+        "attn_norm": H,
+        "q_proj": H * q_width,
+        "k_proj": H * kv_width,
+        "v_proj": H * kv_width,
+        "o_proj": q_width * H,
+        "ffn_norm": H,
+        "gate_proj": H * F,
+        "up_proj": H * F,
+        "down_proj": F * H,
+    }
+    whole = {"embedding": V * H}
+    whole.update({k: L * n for k, n in per_layer.items()})
+    whole["final_norm"] = H
+    whole["lm_head"] = 0 if c.tie_embeddings else V * H
+    return whole
+
+ours = {c.name: params_by_hand(c) for c in MODELS}
+table = "| component (whole model) | " + " | ".join(ours) + " |\n|---|" + "---:|" * len(ours) + "\n"
+for k in ours[MODELS[0].name]:
+    table += f"| {k} | " + " | ".join(f"{p[k]:,}" for p in ours.values()) + " |\n"
+table += "| **one block** | " + " | ".join(f"{c.layer_params():,}" for c in MODELS) + " |\n"
+table += "| **total** | " + " | ".join(f"{sum(p.values()):,}" for p in ours.values()) + " |\n"
+display(Markdown(table))
+
+# %% [markdown]
+# `llamanb.config` has the same accounting (`param_breakdown`, `layer_params`, `n_params`). It must
+# agree with the formulas above, component by component:
+
+# %%
+for c in MODELS:
+    mine = ours[c.name]
+    assert mine == c.param_breakdown(), c.name
+    assert sum(mine.values()) == c.n_params()
+    layer_keys = ["attn_norm", "q_proj", "k_proj", "v_proj", "o_proj", "ffn_norm",
+                  "gate_proj", "up_proj", "down_proj"]
+    assert sum(mine[k] for k in layer_keys) == c.n_layers * c.layer_params()
+    print(f"{c.name:22s} {c.n_params():>15,} parameters  by hand == LlamaConfig: True")
+
+# %% [markdown]
+# ### 2.2 Llama-3.2-1B: tied, 1.24 B, not "untied, 1.50 B"
+#
+# Seed guide 001 says Llama-3.2-1B has *untied* embeddings and about 1.50 B parameters (3.0 GB in
+# bf16). The published `config.json` says otherwise. Here are its fields, as published for
+# `meta-llama/Llama-3.2-1B-Instruct` (the base model's differs only in `eos_token_id`, 128001; the
+# shapes are those listed in `FACTS.md`), less a few training-only entries:
+
+# %%
+published_llama32_1b = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 2048,
+    "intermediate_size": 8192,
+    "num_hidden_layers": 16,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0,
+    "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+    "tie_word_embeddings": True,
+    "hidden_act": "silu",
+    "attention_bias": False,
+    "mlp_bias": False,
+    "torch_dtype": "bfloat16",
+    "bos_token_id": 128000,
+    "eos_token_id": [128001, 128008, 128009],
+}
+from_json = LlamaConfig.from_hf(published_llama32_1b, name="Llama-3.2-1B")
+assert from_json == LLAMA32_1B                                  # the preset is the published config
+print("preset == published config.json:", from_json == LLAMA32_1B)
+
+# %% [markdown]
+# Count it with the formulas, one term at a time:
+
+# %%
+pc = published_llama32_1b
+H, F, V, L = pc["hidden_size"], pc["intermediate_size"], pc["vocab_size"], pc["num_hidden_layers"]
+q_w = pc["num_attention_heads"] * pc["head_dim"]          # N_h d_h  = 32 * 64 = 2048
+kv_w = pc["num_key_value_heads"] * pc["head_dim"]         # N_kv d_h =  8 * 64 =  512
+block = 2 * H + H * q_w + 2 * H * kv_w + q_w * H + 3 * H * F
+embedding = V * H
+assert pc["tie_word_embeddings"]                         # so the LM head reuses the embedding
+tied_total = embedding + L * block + H
+print(f"one block            {block:>15,}")
+print(f"16 blocks            {L * block:>15,}")
+print(f"embedding (V x H)    {embedding:>15,}")
+print(f"final norm           {H:>15,}")
+print(f"total (tied)         {tied_total:>15,}   = {tied_total / 1e9:.2f} B")
+print(f"bf16 bytes           {2 * tied_total:>15,}   = {2 * tied_total / 1e9:.2f} GB")
+assert tied_total == 1_235_814_400 == LLAMA32_1B.n_params()
+assert LLAMA32_1B.weight_bytes("bf16") == 2_471_628_800
+
+# %% [markdown]
+# Where does 1.50 B come from? Count the LM head as a second `[V, H]` matrix:
+
+# %%
+untied_total = tied_total + V * H
+print(f"total if untied      {untied_total:>15,}   = {untied_total / 1e9:.2f} B, "
+      f"{2 * untied_total / 1e9:.2f} GB bf16")
+assert untied_total == LLAMA32_1B.replace(tie_embeddings=False).n_params()
+assert round(untied_total / 1e9, 2) == 1.50                # the seed's number
+# the seed's per-layer table: "61.0 M" per block and "976 M" for 16 blocks
+print(f"one block: {block / 1e6:.1f} M (seed: 61.0 M);  16 blocks: {L * block / 1e6:.0f} M (seed: 976 M)")
+
+# %% [markdown]
+# So the seed's 1.50 B is the untied count, and the published checkpoint is tied: the logits are
+# computed with the embedding table itself. A runtime may still keep a *second copy* of that
+# matrix in another layout for its LM-head kernel. That costs memory (another 0.53 GB in bf16) but
+# adds no parameter: the copy is derived from the embedding, nothing new is learned.
+#
+# `llamanb`'s own numpy backend does exactly this: it keeps a transposed `[H, V]` copy of the
+# embedding because OpenBLAS streams it faster in decode. A different array, the same numbers:
+
+# %%
+model = load_model()                      # SmolLM2-135M-Instruct, memory-mapped from the cache
+engine = Engine(model)
+W = model.weights
+head_copy = engine.backend.lm_head_t                                   # [H, V]
+print("lm_head_t shape:", head_copy.shape, " embedding shape:", W.embed.shape)
+print("shares memory with the embedding:", np.shares_memory(head_copy, W.embed))
+assert np.array_equal(head_copy, W.embed.T)
+print("copy == embedding.T:", True)
+
+# %% [markdown]
+# ### 2.3 Bytes: weights and KV cache
+#
+# Weights take `n_params × bytes per parameter`. The KV cache holds one key and one value vector
+# per KV head, per layer, per position: `2 · L · N_kv · d_h` numbers per token. GQA is what keeps
+# it small: with N_kv = N_h it would be G times larger.
+
+# %%
+print(f"{'model':22s} {'params':>14s} {'bf16 GB':>8s} {'fp32 GB':>8s} {'KV/token bf16':>14s} "
+      f"{'KV @2048 MiB':>13s} {'without GQA':>12s}")
+for c in MODELS:
+    per_tok = 2 * c.n_layers * c.n_kv_heads * c.head_dim * 2           # bytes, bf16
+    assert per_tok == c.kv_bytes_per_token("bf16")
+    no_gqa = c.replace(n_kv_heads=c.n_heads).kv_bytes(2048, "bf16")
+    assert no_gqa == c.group * c.kv_bytes(2048, "bf16")
+    print(f"{c.name:22s} {c.n_params():>14,} {c.weight_bytes('bf16') / 1e9:>8.2f} "
+          f"{c.weight_bytes('fp32') / 1e9:>8.2f} {per_tok:>12,} B {per_tok * 2048 / 2**20:>13.0f} "
+          f"{no_gqa / 2**20:>12.0f}")
+
+# %% [markdown]
+# Seed 001 writes the KV cache of Llama-3.2-1B at 2048 positions as
+# `2 · 16 · 8 · 2048 · 64 · 2 bytes ≈ 32 MB` (and, elsewhere, `16 × 8 × max_seq × 64 × 2`). The
+# product with the leading 2 (K *and* V) is 64 MiB; 32 MiB is the keys alone:
+
+# %%
+kv_2048 = 2 * 16 * 8 * 2048 * 64 * 2
+assert kv_2048 == LLAMA32_1B.kv_bytes(2048, "bf16") == 64 * 2**20
+print(f"K+V, 2048 positions, bf16: {kv_2048:,} bytes = {kv_2048 // 2**20} MiB "
+      f"(keys alone: {kv_2048 // 2 // 2**20} MiB)")
+
+# %% [markdown]
+# ### 2.4 SmolLM2-135M: the formula against the weights on disk and against transformers
+#
+# The formula is only as good as the model it describes. Count the numbers the loaded model really
+# holds (`model.weights`, in HF names; a tied model stores no separate LM head), and count the
+# parameters of transformers' own `LlamaForCausalLM` for the same checkpoint.
+#
+# About that HF model: transformers reads the `config.json` and `model.safetensors` that `llamanb`
+# converted from the GGUF, with its own loader and its own forward pass. (`load_hf(model)` would read
+# the GGUF itself, which also checks the conversion, but it took about 45 s on this 2-core machine;
+# the conversion is checked tensor by tensor against that loader in `tests/test_gguf.py`.)
+
+# %%
+import torch
+from transformers import AutoModelForCausalLM
+from transformers.utils import logging as hf_logging
+
+from llamanb.hf_reference import hidden_states, load_hf
+
+hf_logging.set_verbosity_error()
+hf_logging.disable_progress_bar()
+torch.manual_seed(0)
+USE_GGUF_LOADER = False                   # True: transformers reads the GGUF itself (slow)
+if USE_GGUF_LOADER:
+    hf = load_hf(model)
+else:
+    hf = AutoModelForCausalLM.from_pretrained(str(model.cache_dir), dtype=torch.float32).eval()
+hf.config._attn_implementation = "eager"  # plain matmul attention
+
+stored = W.hf_state()                                   # HF name -> array
+n_stored = sum(a.size for a in stored.values())
+n_hf = sum(p.numel() for p in hf.parameters())          # a tied matrix is counted once
+print("tensors stored:", len(stored), " lm_head stored separately:", "lm_head.weight" in stored)
+print(f"formula (SMOLLM2_135M)   {SMOLLM2_135M.n_params():,}")
+print(f"loaded weights           {n_stored:,}")
+print(f"transformers parameters  {n_hf:,}")
+assert SMOLLM2_135M.n_params() == model.config.n_params() == n_stored == n_hf == 134_515_008
+assert hf.lm_head.weight.data_ptr() == hf.model.embed_tokens.weight.data_ptr()   # tied in HF too
+
+# %% [markdown]
+# ## 3. One block, op by op
+#
+# Now the arithmetic. Take a short real prompt through the embedding and then through block 0 of
+# SmolLM2-135M, one operation per cell, writing the shape of every array. The reference is
+# transformers running the same block: forward hooks on the submodules of its layer 0 record what
+# goes in and comes out of each one.
+
+# %%
+c = model.config
+ids = model.tokenizer.encode_prompt(
+    "Rotary embeddings tell each attention head where a token sits in the sentence.", chat=False)
+S = len(ids)
+print("S =", S, "tokens:", ids)
+
+captured = {}                             # module name -> (first input, output) as numpy
+
+def record(name):
+    def hook(module, args, out):
+        out = out[0] if isinstance(out, tuple) else out          # self_attn returns (out, weights)
+        captured[name] = (args[0][0].detach().numpy().copy() if args else None,
+                          out[0].detach().numpy().copy())       # drop the batch axis
+    return hook
+
+layer0 = hf.model.layers[0]
+hooked = ["input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+          "self_attn.o_proj", "self_attn", "post_attention_layernorm", "mlp.gate_proj",
+          "mlp.up_proj", "mlp.act_fn", "mlp.down_proj"]
+handles = [layer0.get_submodule(n).register_forward_hook(record(n)) for n in hooked]
+hf_hidden = hidden_states(hf, ids)          # one forward pass: hooks fire, hidden states returned
+for h in handles:
+    h.remove()
+print("hooked:", sorted(captured))
+
+# %% [markdown]
+# Every intermediate is checked with the same helper: shape equal, values within tolerance
+# (both sides compute in float32; they differ only in the order of their sums).
+
+# %%
+RTOL, ATOL = 1e-4, 1e-5
+report = []
+
+def check(name, mine, theirs, rtol=RTOL, atol=ATOL):
+    mine, theirs = np.asarray(mine), np.asarray(theirs)
+    assert mine.shape == theirs.shape, (name, mine.shape, theirs.shape)
+    np.testing.assert_allclose(mine, theirs, rtol=rtol, atol=atol, err_msg=name)
+    report.append((name, mine.shape))
+
+# %% [markdown]
+# **Embedding.** Row `ids[i]` of the `[V, H]` table is token i's starting vector. A lookup, no
+# arithmetic, so it must match exactly.
+
+# %%
+x = W.embed[np.array(ids)]                                      # [S, H]
+assert np.array_equal(x, hf_hidden[0])
+check("embedding", x, hf_hidden[0], rtol=0, atol=0)
+print(x.shape)
+
+# %% [markdown]
+# **RMSNorm.** Each row is divided by its root mean square, then scaled per channel by a learned
+# weight γ `[H]`: `x / sqrt(mean(x²) + ε) · γ`. No mean subtraction, no bias.
+
+# %%
+def rms_norm(x, gamma, eps):                                    # [S, H], [H] -> [S, H]
+    rms = np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(eps))   # [S, 1]
+    return x / rms * gamma
+
+h = rms_norm(x, W.layers[0].attn_norm, c.rms_eps)              # [S, H]
+check("input_layernorm", h, captured["input_layernorm"][1])
+print(h.shape)
+
+# %% [markdown]
+# **Q, K, V projections.** Three matrix products. `wqkv` stores q, k and v rows back to back;
+# split it into HF's three matrices. K and V are `N_kv·d_h = 192` wide, a third of Q's 576,
+# because G = 3 query heads share each K/V head.
+
+# %%
+Wq, Wk, Wv = W.split_qkv(0)             # [N_h d_h, H], [N_kv d_h, H], [N_kv d_h, H]
+q = h @ Wq.T                            # [S, N_h d_h]  = [S, 576]
+k = h @ Wk.T                            # [S, N_kv d_h] = [S, 192]
+v = h @ Wv.T                            # [S, N_kv d_h] = [S, 192]
+check("q_proj", q, captured["self_attn.q_proj"][1])
+check("k_proj", k, captured["self_attn.k_proj"][1])
+check("v_proj", v, captured["self_attn.v_proj"][1])
+print(q.shape, k.shape, v.shape)
+
+# %% [markdown]
+# **RoPE.** Rotary position embedding rotates pairs of dimensions of every q and k head by an
+# angle that grows with the position: pair i turns at frequency `θ^(-2i/d_h)` (θ = `rope_theta`,
+# i = 0 .. d_h/2 - 1), so position p rotates it by `p · θ^(-2i/d_h)`. A dot product of a rotated
+# query and a rotated key then depends only on the *difference* of their positions. HF (and
+# `llamanb`) pair dimension i with dimension i + d_h/2 (the "half-split" layout):
+#
+# `(x1, x2) → (x1·cos − x2·sin, x2·cos + x1·sin)`, with `x1 = x[:d_h/2]`, `x2 = x[d_h/2:]`.
+#
+# The frequency table first, derived here and checked against `llamanb.rope` and against the
+# cos/sin that transformers' rotary module produced for this prompt:
+
+# %%
+from llamanb import rope
+
+d = c.head_dim
+inv_freq = (1.0 / c.rope_theta ** (np.arange(0, d, 2) / d)).astype(np.float32)   # [d_h/2]
+angles = np.arange(S, dtype=np.float32)[:, None] * inv_freq[None, :]             # [S, d_h/2]
+cos, sin = np.cos(angles), np.sin(angles)                                         # [S, d_h/2]
+np.testing.assert_allclose(inv_freq, rope.inv_freq(d, c.rope_theta), rtol=1e-6)
+with torch.no_grad():
+    cos_t, sin_t = hf.model.rotary_emb(torch.zeros(1), torch.arange(S)[None])    # [1, S, d_h]
+check("rope cos (vs HF)", np.concatenate([cos, cos], -1), cos_t[0].numpy())
+check("rope sin (vs HF)", np.concatenate([sin, sin], -1), sin_t[0].numpy())
+print(inv_freq.shape, cos.shape)
+
+# %%
+def rope_half_split(x, cos, sin):                       # x [S, n, d_h]; cos, sin [S, d_h/2]
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+    c_, s_ = cos[:, None, :], sin[:, None, :]                    # broadcast over heads
+    return np.concatenate([x1 * c_ - x2 * s_, x2 * c_ + x1 * s_], axis=-1)
+
+q_heads = q.reshape(S, c.n_heads, d)                    # [S, N_h, d_h]
+k_heads = k.reshape(S, c.n_kv_heads, d)                 # [S, N_kv, d_h]
+v_heads = v.reshape(S, c.n_kv_heads, d)                 # [S, N_kv, d_h]
+q_rot = rope_half_split(q_heads, cos, sin)              # [S, N_h, d_h]
+k_rot = rope_half_split(k_heads, cos, sin)              # [S, N_kv, d_h]
+
+# reference: transformers' own apply_rotary_pos_emb on transformers' q and k
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+tq = torch.from_numpy(captured["self_attn.q_proj"][1]).view(1, S, c.n_heads, d).transpose(1, 2)
+tk = torch.from_numpy(captured["self_attn.k_proj"][1]).view(1, S, c.n_kv_heads, d).transpose(1, 2)
+hq, hk = apply_rotary_pos_emb(tq, tk, cos_t, sin_t)     # [1, N, S, d_h]
+check("rope q", q_rot, hq[0].transpose(0, 1).numpy())
+check("rope k", k_rot, hk[0].transpose(0, 1).numpy())
+print(q_rot.shape, k_rot.shape)
+
+# %% [markdown]
+# Seed 000 describes RoPE as rotating *consecutive* pairs (dimensions 2i and 2i+1), the layout of
+# Meta's original checkpoints and of GGUF files. It is the same rotation on a permuted head: if
+# interleaved slot 2i+t holds half-split dimension t·d_h/2 + i, the two agree element for element,
+# and since q and k are permuted alike their dot products (the attention scores) do not change.
+# That permutation is why converters reorder the rows of q_proj and k_proj.
+
+# %%
+def rope_interleaved(x, cos, sin):                      # pairs (2i, 2i+1)
+    xe, xo = x[..., 0::2], x[..., 1::2]
+    c_, s_ = cos[:, None, :], sin[:, None, :]
+    out = np.empty_like(x)
+    out[..., 0::2], out[..., 1::2] = xe * c_ - xo * s_, xo * c_ + xe * s_
+    return out
+
+perm = np.array([t * d // 2 + i for i in range(d // 2) for t in range(2)])   # [d_h]
+assert np.array_equal(rope_interleaved(q_heads[..., perm], cos, sin), q_rot[..., perm])
+scores_a = np.einsum("sd,td->st", q_rot[:, 0], k_rot[:, 0])
+scores_b = np.einsum("sd,td->st", q_rot[:, 0, perm], k_rot[:, 0, perm])
+np.testing.assert_allclose(scores_a, scores_b, rtol=1e-5, atol=1e-5)
+print("interleaved RoPE on permuted dims == permuted half-split RoPE: True")
+
+# %% [markdown]
+# **Grouped-query attention with a causal mask.** Query head j uses K/V head `j // G`. Its scores
+# are `q·kᵀ / √d_h` for every (query, key) pair, `[S, S]` per head; positions after the query are
+# set to −∞ so that softmax gives them weight 0 (a token may not look at the future). Each row of
+# the softmax weights then averages the value vectors.
+
+# %%
+G = c.group
+kv_of_head = np.arange(c.n_heads) // G                              # [N_h]: 0 0 0 1 1 1 2 2 2
+qh = q_rot.transpose(1, 0, 2)                                       # [N_h, S, d_h]
+kh = k_rot.transpose(1, 0, 2)[kv_of_head]                           # [N_h, S, d_h] (shared heads)
+vh = v_heads.transpose(1, 0, 2)[kv_of_head]                         # [N_h, S, d_h]
+scores = qh @ kh.transpose(0, 2, 1) / np.float32(np.sqrt(d))        # [N_h, S, S]
+future = np.triu(np.ones((S, S), dtype=bool), k=1)                  # [S, S], True above diagonal
+scores = np.where(future, -np.inf, scores)
+probs = np.exp(scores - scores.max(-1, keepdims=True))
+probs /= probs.sum(-1, keepdims=True)                               # [N_h, S, S], rows sum to 1
+attn = (probs @ vh).transpose(1, 0, 2).reshape(S, c.n_heads * d)    # [S, N_h d_h]
+assert np.all(probs[:, future] == 0)
+check("attention (o_proj input)", attn, captured["self_attn.o_proj"][0])
+print(scores.shape, attn.shape, kv_of_head)
+
+# %% [markdown]
+# **Output projection and the first residual.** o_proj maps the concatenated heads back to H;
+# the block adds the result to its own input (the residual stream).
+
+# %%
+o = attn @ W.layers[0].wo.T                                         # [S, H]
+check("o_proj", o, captured["self_attn.o_proj"][1])
+check("self_attn output", o, captured["self_attn"][1])
+x1 = x + o                                                          # [S, H]
+check("residual 1", x1, captured["post_attention_layernorm"][0])
+print(o.shape, x1.shape)
+
+# %% [markdown]
+# **The MLP (SwiGLU).** Normalise again, project up twice (gate and up, `[S, D_ff]`), pass the gate
+# through SiLU, `silu(g) = g · sigmoid(g) = g / (1 + e^(−g))`, multiply elementwise with up,
+# project back down to H, and add the second residual.
+
+# %%
+h2 = rms_norm(x1, W.layers[0].ffn_norm, c.rms_eps)                  # [S, H]
+check("post_attention_layernorm", h2, captured["post_attention_layernorm"][1])
+Wg, Wu = W.split_gate_up(0)                                         # [D_ff, H] each
+gate = h2 @ Wg.T                                                    # [S, D_ff]
+up = h2 @ Wu.T                                                      # [S, D_ff]
+check("gate_proj", gate, captured["mlp.gate_proj"][1])
+check("up_proj", up, captured["mlp.up_proj"][1])
+print(h2.shape, gate.shape, up.shape)
+
+# %%
+act = gate / (1 + np.exp(-gate))                                    # [S, D_ff], SiLU
+check("act_fn (silu)", act, captured["mlp.act_fn"][1])
+prod = act * up                                                     # [S, D_ff]
+check("silu(gate) * up", prod, captured["mlp.down_proj"][0])
+down = prod @ W.layers[0].w_down.T                                  # [S, H]
+check("down_proj", down, captured["mlp.down_proj"][1])
+block_out = x1 + down                                               # [S, H]
+check("block 0 output", block_out, hf_hidden[1])
+print(act.shape, down.shape, block_out.shape)
+
+# %% [markdown]
+# Every intermediate of block 0, in order:
+
+# %%
+print(f"{'op':28s} {'shape':14s} within tolerance")
+for name, shape in report:
+    print(f"{name:28s} {shape!s:14s} True")
+print(f"({len(report)} checks, rtol={RTOL}, atol={ATOL})")
+
+# %% [markdown]
+# ### 3.1 All 30 blocks: llamanb's engine against transformers
+#
+# `Engine.forward(ids, cache, collect=lst)` appends the embedding and every block's output to
+# `lst`. transformers' `hidden_states` are the same list, except that transformers 5 applies the
+# final RMSNorm to the last entry, so that one is compared after the final norm. Per layer, the
+# relative error is `‖ours − HF‖ / ‖HF‖` over the whole `[S, H]` array.
+
+# %%
+from llamanb.backends.numpy_ref import rms_norm as llamanb_rms_norm
+
+collected = []
+engine.forward(ids, engine.new_cache(S), collect=collected)        # L + 1 arrays of [S, H]
+assert len(collected) == len(hf_hidden) == c.n_layers + 1
+ours_states = collected[:-1] + [llamanb_rms_norm(collected[-1], W.final_norm, c.rms_eps)]
+rel_err = np.array([np.linalg.norm(a - b) / np.linalg.norm(b) if np.linalg.norm(b) else 0.0
+                    for a, b in zip(ours_states, hf_hidden)])
+BOUND = 1e-5
+assert np.all(rel_err < BOUND)
+print(f"all {len(rel_err)} hidden states (embedding, 30 blocks; last after the final norm): "
+      f"relative error < {BOUND}: True")
+peak = max(np.abs(s).max() for s in hf_hidden[1:-1])
+print("largest |activation| in the residual stream > 10,000:", bool(peak > 1e4))
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 3))
+ax.semilogy(np.arange(1, len(rel_err)), rel_err[1:], "o-", ms=3)
+ax.axhline(BOUND, color="gray", ls="--", lw=1, label=f"asserted bound {BOUND:g}")
+ax.set_xlabel("block (1-based); the last point also includes the final norm")
+ax.set_ylabel("‖ours − HF‖ / ‖HF‖")
+ax.set_title("llamanb numpy engine vs transformers, SmolLM2-135M, float32")
+ax.legend()
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The error stays at float32 rounding level through all 30 blocks, even though a few channels of
+# the residual stream grow past 10,000 (the relative measure is what stays flat).
+#
+# ### 3.2 The hand-written block is llamanb's block
+#
+# Finally the block from the cells above against `engine.backend.block`, the code every later
+# notebook runs (it fuses q/k/v into one GEMM, applies RoPE in place and computes attention in
+# tiles, so agreement is to rounding, not to the bit):
+
+# %%
+def my_block(x, layer, start=0):
+    """The cells above in one function: x [S, H] -> [S, H] (positions start .. start+S-1)."""
+    lw, n = W.layers[layer], x.shape[0]
+    ang = np.arange(start, start + n, dtype=np.float32)[:, None] * inv_freq[None, :]
+    cs, sn = np.cos(ang), np.sin(ang)
+    hq, hk, hv = (rms_norm(x, lw.attn_norm, c.rms_eps) @ w.T for w in W.split_qkv(layer))
+    qr = rope_half_split(hq.reshape(n, c.n_heads, d), cs, sn).transpose(1, 0, 2)
+    kr = rope_half_split(hk.reshape(n, c.n_kv_heads, d), cs, sn).transpose(1, 0, 2)[kv_of_head]
+    vv = hv.reshape(n, c.n_kv_heads, d).transpose(1, 0, 2)[kv_of_head]
+    sc = np.where(np.triu(np.ones((n, n), dtype=bool), 1), -np.inf,
+                  qr @ kr.transpose(0, 2, 1) / np.float32(np.sqrt(d)))
+    p = np.exp(sc - sc.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    x = x + (p @ vv).transpose(1, 0, 2).reshape(n, -1) @ lw.wo.T
+    g, u = (rms_norm(x, lw.ffn_norm, c.rms_eps) @ w.T for w in W.split_gate_up(layer))
+    return x + (g / (1 + np.exp(-g)) * u) @ lw.w_down.T
+
+assert np.array_equal(my_block(x, 0), block_out)            # the function is the cells above
+theirs = engine.backend.block(0, x.copy(), 0, engine.new_cache(S))             # [S, H]
+np.testing.assert_allclose(my_block(x, 0), theirs, rtol=1e-4, atol=1e-5)
+for layer in (1, 15, 29):                                    # deeper blocks, on their real inputs
+    np.testing.assert_allclose(my_block(collected[layer], layer),
+                               engine.backend.block(layer, collected[layer].copy(), 0,
+                                                    engine.new_cache(S)),
+                               rtol=1e-4, atol=1e-6 * float(np.abs(collected[layer]).max()))
+print("hand-written block == engine.backend.block (blocks 0, 1, 15, 29) within tolerance: True")
+
+# %% [markdown]
+# ## 4. FLOPs of a prefill
+#
+# ### 4.1 The counting rule
+#
+# A matrix product `[m, k] @ [k, n]` does `m·n·k` multiply-adds; a multiply-add counts as 2
+# floating-point operations, so it costs `2·m·n·k` FLOPs. Only matrix products are counted here:
+# the norms, RoPE, softmax, SiLU and residual adds do a handful of operations per element of
+# `[S, H]` or `[S, D_ff]`, well under 1% of the total. torch's `FlopCounterMode` uses the same rule,
+# which makes it an independent referee:
+
+# %%
+from torch.utils.flop_counter import FlopCounterMode
+
+counter = FlopCounterMode(display=False)
+with counter:
+    torch.ones(3, 5) @ torch.ones(5, 7)
+assert counter.get_total_flops() == 2 * 3 * 5 * 7
+print("[3, 5] @ [5, 7]:", counter.get_total_flops(), "FLOPs = 2 * 3 * 5 * 7")
+
+# %% [markdown]
+# ### 4.2 Llama-3.2-1B, S = 2048, by hand
+#
+# Per block, with S rows going in:
+#
+# - q_proj `2·S·H·N_h·d_h`, k_proj and v_proj `2·S·H·N_kv·d_h` each, o_proj `2·S·N_h·d_h·H`;
+# - attention scores `Q·Kᵀ`: one `d_h`-long dot product per (query, key) pair per query head,
+#   `2·N_h·d_h·pairs`, and the same again for `P·V`;
+# - gate_proj, up_proj, down_proj `2·S·H·D_ff` each.
+#
+# How many pairs? A causal mask lets query p see keys 0 .. p, so the work that matters is the
+# triangle, `S(S+1)/2` pairs. A plain implementation computes all `S²` scores and masks half of them
+# away; both counts are given. After the blocks, the LM head `2·rows·H·V`: generation needs the
+# logits of the last row only (rows = 1), a naive implementation computes all S rows.
+
+# %%
+S_pf = 2048
+H, F, V, L, Nh, Nkv, dh = 2048, 8192, 128256, 16, 32, 8, 64
+pairs_causal = S_pf * (S_pf + 1) // 2                 # 2,098,176
+pairs_full = S_pf * S_pf                              # 4,194,304
+per_block = {
+    "q_proj": 2 * S_pf * H * Nh * dh,
+    "k_proj": 2 * S_pf * H * Nkv * dh,
+    "v_proj": 2 * S_pf * H * Nkv * dh,
+    "attn_scores": 2 * Nh * dh * pairs_causal,
+    "attn_values": 2 * Nh * dh * pairs_causal,
+    "o_proj": 2 * S_pf * Nh * dh * H,
+    "gate_proj": 2 * S_pf * H * F,
+    "up_proj": 2 * S_pf * H * F,
+    "down_proj": 2 * S_pf * F * H,
+}
+by_hand = {op: L * n for op, n in per_block.items()}
+by_hand["lm_head"] = 2 * 1 * H * V                     # last row only
+by_hand_full = dict(by_hand, attn_scores=L * 2 * Nh * dh * pairs_full,
+                    attn_values=L * 2 * Nh * dh * pairs_full, lm_head=2 * S_pf * H * V)
+for op, n in by_hand.items():
+    print(f"{op:12s} {n / 1e9:9.1f} GFLOP   (full S x S / all rows: "
+          f"{by_hand_full[op] / 1e9:7.1f})")
+print(f"{'total':12s} {sum(by_hand.values()) / 1e12:9.2f} TFLOP   (full S x S / all rows: "
+      f"{sum(by_hand_full.values()) / 1e12:.2f})")
+
+# %% [markdown]
+# `llamanb.flops` holds the same counting as functions of any config. It must give the same
+# numbers:
+
+# %%
+from llamanb import flops
+
+assert flops.prefill_flops(LLAMA32_1B, S_pf) == by_hand              # causal, last row
+assert flops.prefill_flops(LLAMA32_1B, S_pf, lm_head_rows="all", attention="full") == by_hand_full
+assert flops.total(by_hand) == 4_261_267_111_936
+print("llamanb.flops.prefill_flops == hand count (causal/last row and full/all rows): True")
+
+# %% [markdown]
+# ### 4.3 The independent check: torch counts the same model
+#
+# `FlopCounterMode` intercepts every matmul torch executes. Build transformers' `LlamaForCausalLM`
+# from the published config on the *meta* device (shapes only, no memory, no arithmetic), run a
+# 2048-token forward pass with eager attention, and read the counts per module. Eager attention
+# computes the full S × S scores and HF computes logits for every row, so this is the
+# "full / all rows" column.
+
+# %%
+from transformers import LlamaConfig as HFLlamaConfig
+from transformers import LlamaForCausalLM
+
+hf_cfg = HFLlamaConfig(**published_llama32_1b)
+hf_cfg._attn_implementation = "eager"
+with torch.device("meta"):
+    meta_1b = LlamaForCausalLM(hf_cfg)
+counter = FlopCounterMode(display=False)
+with torch.no_grad(), counter:
+    meta_1b(torch.zeros((1, S_pf), dtype=torch.long, device="meta"),
+            attention_mask=torch.ones((1, S_pf), dtype=torch.long, device="meta"), use_cache=False)
+per_module = {name: sum(n.values()) for name, n in counter.get_flop_counts().items()}
+
+torch_ops = {op: 0 for op in ("q_proj", "k_proj", "v_proj", "o_proj")}
+torch_ops.update({op: 0 for op in ("gate_proj", "up_proj", "down_proj")})
+torch_attention = 0
+for i in range(L):
+    pre = f"LlamaForCausalLM.model.layers.{i}."
+    for op in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        torch_ops[op] += per_module[pre + "self_attn." + op]
+    for op in ("gate_proj", "up_proj", "down_proj"):
+        torch_ops[op] += per_module[pre + "mlp." + op]
+    # what self_attn does besides its four projections: Q K^T and P V
+    torch_attention += per_module[pre + "self_attn"] - sum(
+        per_module[pre + "self_attn." + op] for op in ("q_proj", "k_proj", "v_proj", "o_proj"))
+torch_ops["lm_head"] = per_module["LlamaForCausalLM.lm_head"]
+
+for op, n in torch_ops.items():
+    assert n == by_hand_full[op], op
+assert torch_attention == by_hand_full["attn_scores"] + by_hand_full["attn_values"]
+assert per_module["Global"] == flops.total(by_hand_full) == 5_611_374_772_224
+print(f"torch FlopCounterMode, Llama-3.2-1B, S=2048: {per_module['Global']:,} FLOPs "
+      f"== our count, op by op: True")
+
+# %% [markdown]
+# ### 4.4 Which ops dominate
+
+# %%
+labels = list(by_hand)
+fig, ax = plt.subplots(figsize=(7.5, 3.8))
+y = np.arange(len(labels))
+ax.barh(y, [by_hand_full[k] / 1e9 for k in labels], color="none", edgecolor="tab:gray",
+        hatch="//", label="full S×S attention / LM head on all 2048 rows")
+ax.barh(y, [by_hand[k] / 1e9 for k in labels], color="tab:blue",
+        label="causal triangle / LM head on the last row")
+ax.set_yticks(y, labels)
+ax.invert_yaxis()
+ax.set_xlabel("GFLOP (whole model, 16 blocks)")
+ax.set_title("Llama-3.2-1B prefill, S = 2048: FLOPs per op")
+ax.legend(loc="upper right", fontsize=8)
+fig.tight_layout()
+plt.show()
+
+# %%
+tot = flops.total(by_hand)
+mlp = by_hand["gate_proj"] + by_hand["up_proj"] + by_hand["down_proj"]
+qo = by_hand["q_proj"] + by_hand["o_proj"]
+kv = by_hand["k_proj"] + by_hand["v_proj"]
+att = by_hand["attn_scores"] + by_hand["attn_values"]
+print(f"MLP gate/up/down   {100 * mlp / tot:5.1f} %")
+print(f"q_proj + o_proj    {100 * qo / tot:5.1f} %")
+print(f"attention QK, PV   {100 * att / tot:5.1f} %   (causal triangle)")
+print(f"k_proj + v_proj    {100 * kv / tot:5.1f} %")
+print(f"LM head, last row  {100 * by_hand['lm_head'] / tot:5.2f} %")
+print(f"LM head on all 2048 rows would cost {by_hand_full['lm_head'] / 1e12:.2f} TFLOP "
+      f"({by_hand_full['lm_head'] // by_hand['lm_head']}x the last row)")
+assert mlp > qo > att > kv > by_hand["lm_head"]
+assert by_hand_full["lm_head"] > qo                       # all-rows head: second only to the MLP
+
+# %% [markdown]
+# The MLP's three GEMMs are three quarters of the work, because D_ff = 4·H and there are three of
+# them. q_proj and o_proj come next. The attention products grow as S²: at S = 2048 each is exactly
+# as large as q_proj when the whole square is computed (`2·N_h·d_h·S²` vs `2·S·H·N_h·d_h`, and S = H
+# here), half that with the triangle.
+# An LM head over all rows would be the second-largest item, 2048 times the single row generation
+# needs.
+#
+# **Seed 001's FLOP figures, checked.**
+# - "The 3 FFN projections = 207 GFLOP per layer": right (206.2 GFLOP).
+# - "≈ 60% of per-layer compute": no. Per block the MLP is 72.7% of the matmul FLOPs with the full
+#   S × S attention and 77.4% with the causal triangle.
+# - "× 16 layers × 1.27 s prefill ≈ 2.6 TFLOP/s achieved": that divides the MLP FLOPs alone by the
+#   time of the whole prefill. All of the prefill's matmuls (4.26 TFLOP with the triangle and one
+#   LM-head row) in the seed's 1.27 s are 3.36 TFLOP/s.
+# - LM head over all rows "≈ 1 TFLOP" versus "≈ 0.5 GFLOP" for one row: right (1.08 TFLOP and
+#   0.53 GFLOP, a factor of exactly S = 2048).
+
+# %%
+blk_full = flops.layer_flops(LLAMA32_1B, S_pf, attention="full")
+blk_causal = flops.layer_flops(LLAMA32_1B, S_pf, attention="causal")
+mlp_blk = blk_full["gate_proj"] + blk_full["up_proj"] + blk_full["down_proj"]
+assert mlp_blk == 206_158_430_208 and round(mlp_blk / 1e9) == 206
+share_full = 100 * mlp_blk / flops.total(blk_full)
+share_causal = 100 * mlp_blk / flops.total(blk_causal)
+print(f"MLP per block: {mlp_blk / 1e9:.1f} GFLOP;  share of the block: {share_full:.1f} % (full), "
+      f"{share_causal:.1f} % (causal);  seed: ~60 %")
+assert share_full > 70 and share_causal > 75
+seed_seconds = 1.27                                           # the seed's measured NPU prefill
+print(f"MLP only / 1.27 s: {16 * mlp_blk / seed_seconds / 1e12:.1f} TFLOP/s (the seed's 2.6);  "
+      f"all matmuls / 1.27 s: {tot / seed_seconds / 1e12:.2f} TFLOP/s")
+
+# %% [markdown]
+# ### 4.5 Decode: the same weights, one row
+#
+# A decode step runs every matrix on a single row, plus attention of one query over the cache.
+# `flops.decode_flops(cfg, context)` counts it (the new token attends to `context + 1` keys). Per
+# byte of bf16 weight read, prefill does about 1,700 FLOPs and decode about one: that is why
+# decode is limited by memory bandwidth and prefill by arithmetic.
+
+# %%
+for ctx in (0, 2047):
+    dec = flops.decode_flops(LLAMA32_1B, ctx)
+    assert dec == flops.prefill_flops(LLAMA32_1B, 1, start=ctx)
+    print(f"decode after {ctx:4d} tokens: {flops.total(dec) / 1e9:.2f} GFLOP/token, "
+          f"{flops.total(dec) / LLAMA32_1B.weight_bytes('bf16'):.2f} FLOP per weight byte")
+print(f"prefill of 2048 tokens:     {tot / LLAMA32_1B.weight_bytes('bf16'):,.0f} FLOP per weight byte")
+# tied model: the LM head is the embedding matrix, so every parameter but the norms does one
+# multiply-add per decoded token
+dec0 = flops.decode_flops(LLAMA32_1B, 0)
+assert flops.total(dec0) - dec0["attn_scores"] - dec0["attn_values"] == 2 * (
+    LLAMA32_1B.n_params() - 2 * 16 * 2048 - 2048)
+
+# %% [markdown]
+# ## Summary
+#
+# - **Symbols and accounting** live in `llamanb.config.LlamaConfig`: `param_breakdown()`,
+#   `layer_params()`, `n_params()`, `weight_bytes(fmt)`, `kv_bytes_per_token(fmt)`,
+#   `kv_bytes(seq)`, with the presets `SMOLLM2_135M`, `LLAMA32_1B`, `LLAMA3_70B`. Llama-3.2-1B is
+#   tied: 1,235,814,400 parameters, 2.47 GB in bf16 (seed 001's 1.50 B counts the LM head twice),
+#   and its bf16 KV cache at 2048 positions is 64 MiB (not 32).
+# - **The block** you wrote by hand is what `llamanb.backends.numpy_ref.NumpyBackend.block` runs,
+#   with `llamanb.rope` for the rotation; `Engine.forward` chains 30 of them and agrees with
+#   transformers to a relative error below 1e-5 at every layer of SmolLM2-135M.
+# - **FLOPs** live in `llamanb.flops`: `prefill_flops(cfg, S, lm_head_rows="last"|"all",
+#   attention="causal"|"full", start=0, batch=1)`, `decode_flops(cfg, context)`, `layer_flops`,
+#   `attention_pairs`, checked here and in `tests/test_flops.py` against torch's `FlopCounterMode`.
+#   A 2048-token prefill of Llama-3.2-1B is 4.26 TFLOP, three quarters of it in the MLP.
+#
+# **Next**, notebook 02 takes RoPE apart: the frequencies (with Llama 3's scaling), the 2×2
+# rotation tables seed 000 builds, and the Q/K row order of GGUF files. The parameter, byte and FLOP
+# counts from this notebook are the yardstick the hardware chapters hold their measurements against.

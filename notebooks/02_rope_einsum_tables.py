@@ -1,0 +1,675 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 02 · RoPE as einsum tables
+#
+# **What you will build.** Rotary position embedding (RoPE) from its frequencies up: the inverse
+# frequencies `theta^(-2i/d)` and Llama 3's rescaled version, the two ways of pairing the dimensions
+# of a head (HF's half-split and llama.cpp's interleaved), and a precomputed table of 2×2 rotation
+# matrices `[s_max, d/2, 2, 2]` that applies RoPE with one einsum — the form a tensor-contraction
+# accelerator such as Furiosa's TCP wants. You will prove that the table form and the engine's
+# half-split form compute the same thing once the head dimension is permuted, that attention scores
+# after RoPE depend only on the distance between positions, and — on the real weights of the
+# embedded model — why GGUF files store the rows of `W_q` and `W_k` in a shuffled order.
+#
+# Every result is asserted against an independent reference: transformers' own RoPE code, closed-form
+# trigonometry, or the weights transformers reads from the GGUF file itself.
+
+# %%
+import warnings
+
+warnings.filterwarnings("ignore")
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from transformers import LlamaConfig as HFLlamaConfig
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+from llamanb import rope
+from llamanb.config import LLAMA32_1B, SMOLLM2_135M, RopeScaling
+
+torch.manual_seed(0)
+np.set_printoptions(precision=4, suppress=True, linewidth=110)
+
+# %% [markdown]
+# ## 1. Inverse frequencies
+#
+# A head vector of size `d` is cut into `d/2` pairs; pair `i` is turned, at position `p`, by the
+# angle `p * w_i` with
+#
+# $$w_i = \theta^{-2i/d}, \qquad i = 0, \dots, d/2 - 1 .$$
+#
+# Pair 0 turns by one radian per token; the last pair turns almost `theta` times slower. The embedded
+# SmolLM2-135M uses `d = 64`, `theta = 1e5`. Derive the frequencies in float64 first.
+
+# %%
+d, theta = SMOLLM2_135M.head_dim, SMOLLM2_135M.rope_theta          # 64, 100000.0
+i = np.arange(d // 2)                                               # [d/2] pair index
+w_ours = theta ** (-2.0 * i / d)                                    # [d/2] float64
+print("d =", d, " theta =", theta, " pairs:", w_ours.shape[0])
+print("w_0 =", w_ours[0], "  w_1 = theta^(-1/32) =", round(w_ours[1], 6), "  w_31 =", f"{w_ours[-1]:.4e}")
+
+# %% [markdown]
+# transformers computes the same numbers in float32 inside `LlamaRotaryEmbedding` (for the plain
+# "default" RoPE it calls `compute_default_rope_parameters`; the scaled variants live in
+# `transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS`). Build a tiny transformers config with the
+# published SmolLM2 numbers and compare, then compare with the engine's `llamanb.rope.inv_freq`.
+
+# %%
+def hf_config(head_dim, theta, heads, kv_heads, scaling=None, max_pos=8192):
+    """A transformers LlamaConfig written from the published numbers."""
+    kw = {"rope_scaling": {"rope_type": "llama3", **scaling}} if scaling else {}
+    return HFLlamaConfig(hidden_size=heads * head_dim, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                         head_dim=head_dim, rope_theta=theta, max_position_embeddings=max_pos, **kw)
+
+
+hf_smol = hf_config(64, 1e5, heads=9, kv_heads=3)
+w_hf = LlamaRotaryEmbedding(hf_smol).inv_freq.numpy()              # [d/2] float32
+w_llamanb = rope.inv_freq(d, theta)                                  # [d/2] float32
+
+np.testing.assert_allclose(w_hf, w_ours, rtol=1e-6, atol=0)         # the formula
+np.testing.assert_array_equal(w_llamanb, w_hf)                       # bit for bit, as float32
+print("dtype:", w_llamanb.dtype, " llamanb == transformers, bit for bit:", np.array_equal(w_llamanb, w_hf))
+
+# %% [markdown]
+# The **wavelength** of pair `i` is `2*pi / w_i` tokens: how far apart two positions must be before
+# that pair has turned all the way round. Fast pairs repeat every few tokens and can only tell near
+# neighbours apart; slow pairs change so little over the context that they act almost like no
+# rotation at all. Llama 3 raises `theta` to 5e5, which stretches the slow end further.
+
+# %%
+w_llama = rope.inv_freq(64, 5e5)                                     # Llama-3.2-1B before scaling
+fig, ax = plt.subplots(figsize=(7, 3.4))
+ax.semilogy(i, 2 * np.pi / w_llamanb, "o-", ms=3, label="SmolLM2-135M (theta 1e5)")
+ax.semilogy(i, 2 * np.pi / w_llama, "s-", ms=3, label="Llama 3.2 1B, unscaled (theta 5e5)")
+ax.axhline(8192, color="gray", ls="--", lw=1)
+ax.text(0.5, 8192 * 1.3, "8192 tokens (SmolLM2 context, Llama 3 original)", fontsize=8, color="gray")
+ax.set_xlabel("pair index i")
+ax.set_ylabel("wavelength 2π / w_i  [tokens]")
+ax.set_title("RoPE wavelength per dimension pair (d = 64)")
+ax.legend(fontsize=8, loc="lower right")
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## 2. Llama 3's frequency scaling
+#
+# Llama 3.1 / 3.2 extend the context from 8192 to 131072 tokens by slowing only the slow pairs.
+# With `L = original_max_position_embeddings` and wavelength `lam = 2*pi / w`:
+#
+# * `lam < L / high_freq_factor` (short waves): kept as they are;
+# * `lam > L / low_freq_factor` (long waves): divided by `factor`;
+# * in between: a blend `(1 - s) * w / factor + s * w` with `s = (L / lam - low) / (high - low)`,
+#   which runs from 0 at the long edge to 1 at the short edge.
+#
+# Llama-3.2-1B's published values: `factor 32, low_freq_factor 1, high_freq_factor 4, L = 8192,
+# theta 5e5`, so the edges are wavelengths 2048 and 8192 tokens.
+
+# %%
+SC = {"factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+w0 = 5e5 ** (-2.0 * i / 64)                                          # [32] float64, unscaled
+lam = 2 * np.pi / w0
+L = SC["original_max_position_embeddings"]
+short_edge, long_edge = L / SC["high_freq_factor"], L / SC["low_freq_factor"]   # 2048, 8192 tokens
+s = (L / lam - SC["low_freq_factor"]) / (SC["high_freq_factor"] - SC["low_freq_factor"])
+w_scaled = np.where(lam < short_edge, w0,
+                    np.where(lam > long_edge, w0 / SC["factor"], (1 - s) * w0 / SC["factor"] + s * w0))
+kept, blended, divided = lam < short_edge, (lam >= short_edge) & (lam <= long_edge), lam > long_edge
+print("pairs kept:", int(kept.sum()), " blended:", int(blended.sum()), " divided by 32:", int(divided.sum()))
+print("blended pair indices:", i[blended].tolist(), " ratio w/w':", np.round(w0 / w_scaled, 3)[blended])
+
+# %% [markdown]
+# Compare with the engine (`llamanb.rope.inv_freq` with a `RopeScaling`, which is what
+# `llamanb.config.LLAMA32_1B` uses) and with transformers' `ROPE_INIT_FUNCTIONS["llama3"]` on a
+# config written from the published numbers.
+
+# %%
+w_hf3, attention_factor = ROPE_INIT_FUNCTIONS["llama3"](hf_config(64, 5e5, 32, 8, SC, max_pos=131072), None)
+w_hf3 = w_hf3.numpy()                                                # [32] float32
+w_llamanb3 = rope.inv_freq(64, 5e5, RopeScaling(**SC))               # [32] float32
+
+np.testing.assert_allclose(w_hf3, w_scaled, rtol=1e-6, atol=0)      # our float64 derivation
+np.testing.assert_array_equal(w_llamanb3, w_hf3)                     # the engine, bit for bit
+np.testing.assert_array_equal(rope.rope_for(LLAMA32_1B), w_hf3)      # ... through the preset config
+assert attention_factor == 1.0
+print("llama3 frequencies: llamanb == transformers bit for bit:", np.array_equal(w_llamanb3, w_hf3))
+print("attention factor (cos/sin multiplier):", attention_factor)
+
+# %%
+fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.4))
+regions = [(kept, "kept", "tab:green"), (blended, "blended", "tab:orange"), (divided, "divided by 32", "tab:red")]
+for ax in (a1, a2):
+    for mask, name, color in regions:
+        idx = i[mask]
+        ax.axvspan(idx.min() - 0.5, idx.max() + 0.5, color=color, alpha=0.15, label=name)
+a1.semilogy(i, w0, "o-", ms=3, color="k", label="original w_i")
+a1.semilogy(i, w_llamanb3, "s--", ms=3, color="tab:blue", label="scaled w'_i")
+a1.set_xlabel("pair index i")
+a1.set_ylabel("frequency [rad / token]")
+a1.set_title("Llama-3.2-1B: original vs scaled")
+a1.legend(fontsize=7)
+a2.plot(i, w0 / w_llamanb3, "o-", ms=3, color="tab:blue")
+a2.set_xlabel("pair index i")
+a2.set_ylabel("w_i / w'_i")
+a2.set_title("slow-down per pair (1 ... 32)")
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## 3. Two ways to pair the dimensions
+#
+# RoPE turns pairs of dimensions, but which two dimensions form pair `i` is a convention:
+#
+# * **half-split** (HF transformers, GPT-NeoX): dimension `i` pairs with `i + d/2`. HF writes it as
+#   `x * cos + rotate_half(x) * sin`. This is `llamanb.rope.apply_rope`.
+# * **interleaved** (GPT-J, Meta's original Llama code, llama.cpp for the LLAMA architecture):
+#   dimension `2i` pairs with `2i + 1`.
+#
+# Both give pair `i` the same frequency `w_i`. For `d = 8`:
+
+# %%
+d8 = 8
+half_pair = np.arange(d8) % (d8 // 2)                               # dim j -> pair index
+half_member = np.arange(d8) // (d8 // 2)                            # 0 = first, 1 = second member
+inter_pair = np.arange(d8) // 2
+inter_member = np.arange(d8) % 2
+print("dimension          ", " ".join(f"{j:2d}" for j in range(d8)))
+print("half-split   pair  ", " ".join(f"{p:2d}" for p in half_pair), "  member", half_member.tolist())
+print("interleaved  pair  ", " ".join(f"{p:2d}" for p in inter_pair), "  member", inter_member.tolist())
+print("half-split pairs:  ", [(k, k + d8 // 2) for k in range(d8 // 2)])
+print("interleaved pairs: ", [(2 * k, 2 * k + 1) for k in range(d8 // 2)])
+
+# %%
+fig, axes = plt.subplots(2, 1, figsize=(6, 1.9))
+rows = [(axes[0], half_pair, "half-split (HF)"), (axes[1], inter_pair, "interleaved (llama.cpp / GGUF)")]
+for ax, pairs, title in rows:
+    ax.imshow(pairs[None, :], cmap="tab10", vmin=0, vmax=9, aspect="auto")
+    for j, p in enumerate(pairs):
+        ax.text(j, 0, f"x{j}\npair {p}", ha="center", va="center", fontsize=7)
+    ax.set_yticks([])
+    ax.set_xticks([])
+    ax.set_title(title, fontsize=9)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## 4. One rotation table, one einsum
+#
+# Seed 000 (Furiosa's TCP guide, Llama 3 70B) precomputes RoPE as a table `w_rope [s_max, d_k', 2, 2]`
+# with `d_k' = d_k / 2`: one 2×2 matrix per position and per frequency. At run time it gathers the rows
+# of the current positions and does a single contraction: the head dimension is viewed as
+# `[d_k', 2]` (interleaved pairs), and the pair axis is contracted with the first of the two 2×2 axes.
+#
+# That fixes the table's orientation: the contracted axis is the **input** component `f`, the kept one
+# the **output** component `o`, so `table[s, i, f, o]` must hold the *transpose* of the textbook
+# rotation matrix:
+#
+# $$\begin{pmatrix} y_{2i} & y_{2i+1} \end{pmatrix} = \begin{pmatrix} x_{2i} & x_{2i+1} \end{pmatrix}
+# \begin{pmatrix} \cos a & \sin a \\ -\sin a & \cos a \end{pmatrix}, \qquad a = p\,w_i .$$
+#
+# Build it for SmolLM2's frequencies and a few positions.
+
+# %%
+S, H = 12, 9                                                         # positions, heads
+pos = np.arange(S)                                                   # [S]
+ang = pos[:, None].astype(np.float32) * w_llamanb[None, :]          # [S, d/2] float32, as HF forms it
+c, sn = np.cos(ang.astype(np.float64)), np.sin(ang.astype(np.float64))
+table = np.stack([np.stack([c, sn], -1), np.stack([-sn, c], -1)], -2).astype(np.float32)   # [S, d/2, f, o]
+print("table:", table.shape, table.dtype)
+print("position 1, pair 0 (a = 1 rad):\n", table[1, 0])
+print("cos(1), sin(1) =", round(np.cos(1.0), 4), round(np.sin(1.0), 4))
+
+# %% [markdown]
+# Apply it to a random head tensor `x [S, H, d]` whose pairs are interleaved: view the last axis as
+# `[d/2, 2]`, contract `f`, and view the result back.
+
+# %%
+rng = np.random.default_rng(0)
+x_inter = rng.standard_normal((S, H, d)).astype(np.float32)         # [S, H, d] interleaved order
+y_inter = np.einsum("shif,sifo->shio", x_inter.reshape(S, H, d // 2, 2), table).reshape(S, H, d)   # [S, H, d]
+
+# closed form per pair, float64
+a = (pos[:, None] * w_llamanb.astype(np.float64))[:, None, :]       # [S, 1, d/2]
+xe, xo = x_inter[..., 0::2].astype(np.float64), x_inter[..., 1::2].astype(np.float64)
+np.testing.assert_allclose(y_inter[..., 0::2], xe * np.cos(a) - xo * np.sin(a), rtol=0, atol=1e-5)
+np.testing.assert_allclose(y_inter[..., 1::2], xe * np.sin(a) + xo * np.cos(a), rtol=0, atol=1e-5)
+np.testing.assert_array_equal(y_inter[0], x_inter[0])               # position 0: nothing turns
+print("y:", y_inter.shape, " each pair turned by p*w_i (closed form):", True)
+
+# %% [markdown]
+# The table is a valid rotation everywhere: every 2×2 is orthogonal with determinant +1, position 0
+# is exactly the identity, and turning by `m` then by `n` is turning by `m + n`
+# (row vectors, so the matrices multiply left to right).
+
+# %%
+t64 = table.astype(np.float64)
+eye = np.broadcast_to(np.eye(2), t64.shape)
+np.testing.assert_allclose(t64 @ np.swapaxes(t64, -1, -2), eye, rtol=0, atol=2e-7)
+np.testing.assert_allclose(np.linalg.det(t64), 1.0, rtol=0, atol=5e-7)
+np.testing.assert_array_equal(table[0], eye[0])
+np.testing.assert_allclose(t64[4] @ t64[7], t64[11], rtol=0, atol=1e-6)
+print("orthogonal, det +1, identity at 0, T(4) T(7) = T(11): True")
+
+# %% [markdown]
+# ### The permutation between the two pairings
+#
+# The engine rotates half-split pairs. To feed a half-split vector to the interleaved einsum, put
+# dimension `t*d/2 + i` into slot `2i + t`, i.e. `x_inter = x_half[..., Q]` with
+# `Q = [0, d/2, 1, d/2+1, ...]`; to come back, `x_half = x_inter[..., P]` with
+# `P = [0, 2, 4, ..., 1, 3, 5, ...]`. For `d = 8`:
+
+# %%
+Q8 = np.arange(d8).reshape(2, d8 // 2).T.reshape(-1)                # half-split -> interleaved
+P8 = np.concatenate([np.arange(0, d8, 2), np.arange(1, d8, 2)])     # interleaved -> half-split
+print("Q (x_inter = x_half[..., Q]):", Q8.tolist())
+print("P (x_half = x_inter[..., P]):", P8.tolist())
+assert np.array_equal(P8[Q8], np.arange(d8)) and np.array_equal(Q8[P8], np.arange(d8))
+
+# %% [markdown]
+# Now prove both directions against the engine's half-split `llamanb.rope.apply_rope`
+# (itself tested against transformers):
+#
+# 1. half-split in: `apply_rope(x_half) == einsum(x_half[..., Q])[..., P]`
+# 2. interleaved in: `einsum(x_inter) == apply_rope(x_inter[..., P])[..., Q]`
+
+# %%
+Q, P = np.arange(d).reshape(2, d // 2).T.reshape(-1), np.concatenate([np.arange(0, d, 2), np.arange(1, d, 2)])
+cos, sin = rope.cos_sin(pos, w_llamanb)                              # [S, d/2] each
+
+
+def einsum_rope(x):                                                  # x [S, H, d] interleaved
+    return np.einsum("shif,sifo->shio", x.reshape(S, H, d // 2, 2), table).reshape(x.shape)
+
+
+x_half = rng.standard_normal((S, H, d)).astype(np.float32)         # [S, H, d] half-split order
+np.testing.assert_allclose(einsum_rope(x_half[..., Q])[..., P], rope.apply_rope(x_half, cos, sin), rtol=0, atol=2e-6)
+np.testing.assert_allclose(einsum_rope(x_inter), rope.apply_rope(x_inter[..., P], cos, sin)[..., Q], rtol=0, atol=2e-6)
+# without the permutation the two are different functions
+err_no_perm = np.abs(einsum_rope(x_half) - rope.apply_rope(x_half, cos, sin)).max()
+print("both directions agree within 2e-6: True")
+print("no permutation: max |einsum - apply_rope| > 1:", bool(err_no_perm > 1))
+
+# %% [markdown]
+# Against transformers directly: its `apply_rotary_pos_emb` with cos/sin from its own
+# `LlamaRotaryEmbedding` (layout `[batch, heads, seq, d]`).
+
+# %%
+xt = torch.from_numpy(x_half).permute(1, 0, 2)[None]                # [1, H, S, d]
+cos_hf, sin_hf = LlamaRotaryEmbedding(hf_smol)(xt, torch.from_numpy(pos)[None])   # [1, S, d]
+q_hf, _ = apply_rotary_pos_emb(xt, xt, cos_hf, sin_hf)
+q_hf = q_hf[0].permute(1, 0, 2).numpy()                              # [S, H, d] half-split
+np.testing.assert_allclose(einsum_rope(x_half[..., Q])[..., P], q_hf, rtol=0, atol=2e-6)
+print("table einsum (permuted) == transformers apply_rotary_pos_emb within 2e-6: True")
+
+# %% [markdown]
+# The finished functions live in `llamanb.rope_tables`: `rotation_table(positions, freqs)`
+# `[S, d/2, 2, 2]`, `apply_rotation_table(x, table)` for interleaved `x [..., S, H, d]`, and the two
+# permutations `interleaved_to_half_split(d)` (= `P`) and `half_split_to_interleaved(d)` (= `Q`).
+
+# %%
+from llamanb.rope_tables import (apply_rotation_table, half_split_to_interleaved, interleaved_to_half_split,
+                                 rotation_table)
+
+np.testing.assert_array_equal(rotation_table(pos, w_llamanb), table)
+np.testing.assert_array_equal(interleaved_to_half_split(d), P)
+np.testing.assert_array_equal(half_split_to_interleaved(d), Q)
+np.testing.assert_allclose(apply_rotation_table(x_inter, table), y_inter, rtol=0, atol=1e-6)
+print("llamanb.rope_tables agrees with the derivation: True")
+
+# %% [markdown]
+# ### Checking the seed's TCP formulation
+#
+# The seed writes the contraction as `(Q [B, s_in, h, d_k', f], t_rope [s_in, d_k', f, 2]) ->
+# [B, h, s_in, d_k', 2]`, moving the head axis in front of the sequence axis in the same einsum.
+# Written out literally, it agrees with `apply_rotation_table` (transposed):
+
+# %%
+B = 2
+xb = rng.standard_normal((B, S, H, d)).astype(np.float32)          # [B, s_in, h, d_k]
+seed_out = np.einsum("bshif,sifo->bhsio", xb.reshape(B, S, H, d // 2, 2), table)   # [B, h, s_in, d_k', 2]
+print("seed einsum output:", seed_out.shape, "->", seed_out.reshape(B, H, S, d).shape)
+np.testing.assert_allclose(seed_out.reshape(B, H, S, d), apply_rotation_table(xb, table).transpose(0, 2, 1, 3),
+                           rtol=0, atol=1e-6)
+
+# %% [markdown]
+# Three things the seed leaves open or states loosely, measured:
+#
+# **(a) Which 2×2 goes in the table.** The seed only says the table holds "the" rotation matrix. Put
+# the textbook matrix `[[cos, -sin], [sin, cos]]` (an `[out, in]` matrix) into the seed's `[f, 2]`
+# slot and every pair turns the wrong way — the result is RoPE at *negative* positions:
+
+# %%
+textbook = np.swapaxes(table, -1, -2)                                # [[c, -s], [s, c]] per entry
+wrong = np.einsum("shif,sifo->shio", x_half[..., Q].reshape(S, H, d // 2, 2), textbook).reshape(S, H, d)[..., P]
+err_sign = np.abs(wrong - q_hf).max()
+np.testing.assert_allclose(wrong, rope.apply_rope(x_half, *rope.cos_sin(-pos, w_llamanb)), rtol=0, atol=2e-6)
+e0 = np.array([1.0, 0.0], dtype=np.float32)                         # x = (1, 0) in pair 0, position 1
+print("x = (1, 0), p = 1, w_0 = 1:  correct table ->", e0 @ table[1, 0], "  textbook matrix ->", e0 @ textbook[1, 0])
+print("textbook matrix in the [in, out] slot: max |result - HF| > 1:", bool(err_sign > 1))
+print("... and it equals RoPE at positions -p: True")
+
+# %% [markdown]
+# For attention this is not harmless: with every position negated, the score of query `m` against
+# key `n` becomes the correct score of query `n` against key `m` — the score matrix is transposed, so
+# a causal model would see every distance with the wrong sign.
+
+# %%
+q1, k1 = rng.standard_normal((2, d)).astype(np.float32)            # one head, content only
+Sr = 16
+pr = np.arange(Sr)
+tr = rotation_table(pr, w_llamanb)                                   # [Sr, d/2, 2, 2]
+qs = apply_rotation_table(np.broadcast_to(q1[Q], (Sr, 1, d)).copy(), tr)[:, 0]   # [Sr, d]
+ks = apply_rotation_table(np.broadcast_to(k1[Q], (Sr, 1, d)).copy(), tr)[:, 0]
+qw = apply_rotation_table(np.broadcast_to(q1[Q], (Sr, 1, d)).copy(), np.swapaxes(tr, -1, -2))[:, 0]
+kw = apply_rotation_table(np.broadcast_to(k1[Q], (Sr, 1, d)).copy(), np.swapaxes(tr, -1, -2))[:, 0]
+scores_ok, scores_wrong = qs @ ks.T, qw @ kw.T                      # [Sr, Sr]
+np.testing.assert_allclose(scores_wrong, scores_ok.T, rtol=0, atol=1e-4)
+print("wrong-way table: scores == correct scores transposed: True;  symmetric?",
+      bool(np.allclose(scores_ok, scores_ok.T, atol=1e-2)))
+
+# %% [markdown]
+# **(b) "`f = 2`: frequency dimension".** The seed calls the axis of size 2 a frequency axis. It is
+# not: the frequency index is `d_k'` (64 distinct frequencies for Llama 3 70B's `d_k = 128`); the axis
+# of size 2 picks the member of a pair, and both members turn by the same angle. In the table, the
+# two diagonal entries are equal and the angle varies only along `d_k'`:
+
+# %%
+print("both members share one angle (T[...,0,0] == T[...,1,1], T[...,0,1] == -T[...,1,0]):",
+      np.array_equal(table[..., 0, 0], table[..., 1, 1]) and np.array_equal(table[..., 0, 1], -table[..., 1, 0]))
+print("distinct angles at position 1 (sin entries):", len(np.unique(table[1, :, 0, 1])), "= d/2 =", d // 2)
+print("Llama 3 70B: d_k =", 128, " frequencies d_k' =", 128 // 2,
+      " table values s_max*d_k'*4 =", 8192 * 64 * 4, " vs cos+sin only s_max*d_k'*2 =", 8192 * 64 * 2)
+
+# %% [markdown]
+# The 2×2 form stores cos and sin twice each (4 MiB instead of 2 MiB in bf16 for `s_max = 8192`): a
+# small price for turning RoPE into one contraction instead of several elementwise steps.
+#
+# **(c) "Groups consecutive pairs".** That is the interleaved convention: right for Meta's original
+# Llama checkpoints and for GGUF files, wrong for HF-format checkpoints, whose `q_proj`/`k_proj`
+# produce half-split heads. Applied to an HF-layout head without the permutation `Q`, the seed's
+# einsum was measured above to be off by more than 1 (`err_no_perm`). The fix is not a runtime
+# shuffle: permute the rows of `W_q` and `W_k` once, offline — which is exactly what GGUF files do
+# (section 6).
+
+# %% [markdown]
+# ## 5. Scores depend only on the distance
+#
+# Rotating `q` to position `m` and `k` to position `n` gives
+# `(R_m q) . (R_n k) = q . R_(n-m) k`: only `m - n` survives. Check it numerically: the same `q`, `k`
+# placed at `(m, n)` and shifted together by `t` give the same score.
+
+# %%
+def score(qv, kv, m, n, freqs=w_llamanb):
+    """q at position m, k at position n (interleaved order), dot product in float64."""
+    qm = apply_rotation_table(qv[None, None], rotation_table([m], freqs))[0, 0]
+    kn = apply_rotation_table(kv[None, None], rotation_table([n], freqs))[0, 0]
+    return float(qm.astype(np.float64) @ kn.astype(np.float64))
+
+
+for m, n in [(7, 3), (2, 11), (5, 5)]:
+    base = score(q1, k1, m, n)
+    drift = max(abs(score(q1, k1, m + t, n + t) - base) for t in (1, 10, 100, 1000))
+    assert drift < 1e-3
+    print(f"(m, n) = ({m:2d}, {n:2d})  m-n = {m - n:3d}  shifts t = 1, 10, 100, 1000: max drift < 1e-3: {drift < 1e-3}")
+
+# %% [markdown]
+# In float32 the property holds only approximately, and less well far out. The angle `p * w_i` is
+# rounded to float32 before its cosine is taken, so it is off by up to `p * w_i * 2^-24` radians, and
+# the score moves by at most about `sum_i |q_i| |k_i| * 2^-24 * (2 w_i (m + n + t) + 8)`
+# (`|q_i|` the length of pair `i`; the angles of both scores count, and the `+ 8` covers the rounding
+# of cos/sin and of the products). The drift grows about linearly with the shift: invisible at a
+# thousand tokens, above 1e-3 at a million.
+
+# %%
+def drift_bound(qv, kv, m, n, t, freqs=w_llamanb):
+    qp = np.hypot(qv[0::2], qv[1::2]).astype(np.float64)             # [d/2] pair lengths
+    kp = np.hypot(kv[0::2], kv[1::2]).astype(np.float64)
+    return float(np.sum(qp * kp * 2.0**-24 * (freqs * 2 * (m + n + t) + 8)))
+
+
+base = score(q1, k1, 7, 3)
+for t in (10, 10**3, 10**5, 10**6):
+    drift, bound = abs(score(q1, k1, 7 + t, 3 + t) - base), drift_bound(q1, k1, 7, 3, t)
+    assert drift <= bound
+    print(f"shift t = {t:>9,d}:  bound {bound:.0e}   drift <= bound: {drift <= bound}"
+          f"   drift < 1e-4: {drift < 1e-4!s:5}   drift > 1e-3: {drift > 1e-3}")
+
+# %% [markdown]
+# The score over all `(m, n)` for one `(q, k)` is therefore constant along every diagonal
+# `m - n = const` (below: a causal view would keep only the lower triangle).
+
+# %%
+Sh = 48
+ph = np.arange(Sh)
+th = rotation_table(ph, w_llamanb)                                   # [Sh, d/2, 2, 2]
+qh = apply_rotation_table(np.broadcast_to(q1, (Sh, 1, d)).copy(), th)[:, 0].astype(np.float64)   # [Sh, d]
+kh = apply_rotation_table(np.broadcast_to(k1, (Sh, 1, d)).copy(), th)[:, 0].astype(np.float64)
+heat = qh @ kh.T                                                     # [Sh, Sh]: query m (rows), key n (cols)
+for off in range(-Sh + 1, Sh):
+    diag = np.diagonal(heat, offset=off)
+    assert np.ptp(diag) < 1e-4, off
+print("every diagonal of the", heat.shape, "score matrix is constant within 1e-4: True")
+
+fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
+im = a1.imshow(heat, cmap="RdBu_r")
+a1.set_xlabel("key position n")
+a1.set_ylabel("query position m")
+a1.set_title("q_m . k_n after RoPE")
+fig.colorbar(im, ax=a1, fraction=0.046)
+dist = np.arange(-Sh + 1, Sh)
+a2.plot(dist, [np.diagonal(heat, offset=-o).mean() for o in dist], ".-")
+a2.set_xlabel("m - n")
+a2.set_ylabel("score")
+a2.set_title("the same numbers as a function of m - n")
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## 6. Why GGUF stores `W_q` and `W_k` permuted
+#
+# llama.cpp's LLAMA architecture rotates **interleaved** pairs (as Meta's original code did), while
+# HF checkpoints store `W_q` and `W_k` for **half-split** pairs. Instead of shuffling `q` and `k` at
+# every step, the HF→GGUF converter shuffles the *rows* of `W_q` and `W_k` once: within each head,
+# GGUF row `2i + t` holds HF row `t*d/2 + i` — the permutation `Q` from section 4. Then
+# `x @ W_gguf.T = (x @ W_hf.T)[..., Q]` per head, and interleaved RoPE on it is HF's RoPE in
+# interleaved order.
+#
+# Check it on the embedded model's real layer-0 weights. First the raw tensors, straight from the
+# GGUF file (quantised Q4_1), dequantised twice: by `llamanb.quants` and by the `gguf` package.
+
+# %%
+import gguf
+
+from llamanb import load_model
+from llamanb.gguf_file import GGUFSource, permute_qk, unpermute_qk
+from llamanb.quants import dequantize
+
+model = load_model()
+cfg = model.config
+src = GGUFSource(model.source)                                       # the GGUF, opened with gguf's reader
+raw = {n: src.tensors[f"blk.0.attn_{n}.weight"] for n in ("q", "k")}
+w_gguf = {}
+for n, t in raw.items():
+    shape = tuple(int(v) for v in reversed(t.shape))                 # GGUF lists dims fastest first
+    ours = dequantize(t.data, t.tensor_type.name, int(t.n_elements)).reshape(shape)
+    theirs = gguf.quants.dequantize(t.data, t.tensor_type)
+    assert np.array_equal(ours, theirs)
+    w_gguf[n] = theirs                                               # [rows, hidden]
+    print(f"attn_{n}: {t.tensor_type.name}, [out, in] = {shape}, llamanb.quants == gguf.quants: True")
+print("heads:", cfg.n_heads, " kv heads:", cfg.n_kv_heads, " head_dim:", cfg.head_dim)
+
+# %% [markdown]
+# The reference for HF's row order is transformers' own GGUF loader. For every tensor it runs
+# `gguf.quants.dequantize` and then the architecture's tensor processor, which for `llama`
+# un-permutes `attn_q` / `attn_k` (`transformers.modeling_gguf_pytorch_utils.TENSOR_PROCESSORS["llama"]`).
+# `llamanb.hf_reference.load_hf(model)` runs exactly that, but also maps and converts all 272
+# tensors, which takes about half a minute on a 2-core machine; here we call the same processor on
+# our two tensors, with the head counts read from the file's metadata. (`tests/test_gguf.py` checks
+# every tensor of a full `load_hf`-style load against llamanb's converted weights, bit for bit.)
+
+# %%
+from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS
+
+hf_cfg = {"num_attention_heads": int(src.meta["llama.attention.head_count"]),          # 9
+          "num_key_value_heads": int(src.meta["llama.attention.head_count_kv"])}       # 3
+processor = TENSOR_PROCESSORS[src.meta["general.architecture"]](config=hf_cfg)
+print(type(processor).__name__, hf_cfg)
+w_hf = {n: processor.process(weights=w_gguf[n], name=f"blk.0.attn_{n}.weight").weights for n in ("q", "k")}
+print({n: w.shape for n, w in w_hf.items()})
+
+# %% [markdown]
+# **(a) The un-permutation, derived.** View the rows of one head as `[d/2, 2]` (pair `i`, member `t`
+# — the GGUF order `2i + t`), swap the two axes to `[2, d/2]` (the HF order `t*d/2 + i`), flatten back.
+# Do it for all heads at once with `[n_heads, d/2, 2, hidden]`:
+
+# %%
+def unpermute_rows(w, n_heads):
+    rows, hidden = w.shape
+    return w.reshape(n_heads, rows // n_heads // 2, 2, hidden).swapaxes(1, 2).reshape(rows, hidden)
+
+
+heads = {"q": cfg.n_heads, "k": cfg.n_kv_heads}                      # 9 and 3
+for n in ("q", "k"):
+    mine = unpermute_rows(w_gguf[n], heads[n])                       # [rows, hidden] HF order
+    assert np.array_equal(mine, unpermute_qk(w_gguf[n], heads[n]))   # llamanb.gguf_file
+    assert np.array_equal(mine, w_hf[n])                             # transformers' loader
+    assert np.array_equal(permute_qk(w_hf[n], heads[n]), w_gguf[n])  # and back
+    # the same thing, head by head, as the index array Q
+    per_head = w_hf[n].reshape(heads[n], d, -1)[:, Q].reshape(w_hf[n].shape)
+    assert np.array_equal(per_head, w_gguf[n])
+    moved = int((w_gguf[n] != w_hf[n]).any(axis=1).sum())
+    print(f"W_{n}: un-permuted GGUF == llamanb.unpermute_qk == transformers' weights, bit for bit;"
+          f" rows that moved: {moved} of {w_hf[n].shape[0]}")
+
+# %% [markdown]
+# Bit-identical, not just close: `llamanb.quants` and `gguf.quants` dequantise Q4_1 to the same
+# float32 numbers (`d * q + m`, asserted above), and a row permutation moves numbers without
+# touching them. Only rows `0` and `d - 1`
+# of each head stay in place (`Q[0] = 0`, `Q[d-1] = d-1`), hence `64 - 2 = 62` moved rows per head.
+#
+# **(b) Same attention, two orders.** Take real hidden states: the input of layer 0's attention
+# for a short prompt, computed by transformers (`LlamaForCausalLM` on the converted checkpoint in
+# llamanb's cache, which is an HF directory; its `q_proj` / `k_proj` are checked against the
+# reference above first). Compute
+#
+# * the **HF way**: `x @ W_hf.T`, half-split RoPE with transformers' `apply_rotary_pos_emb`;
+# * the **llama.cpp way**: `x @ W_gguf.T`, interleaved RoPE with one table einsum;
+#
+# and compare them (after `Q`), and the attention scores they produce.
+
+# %%
+from transformers import LlamaForCausalLM
+from transformers.utils import logging as hf_logging
+
+hf_logging.set_verbosity_error()
+hf_logging.disable_progress_bar()
+hf = LlamaForCausalLM.from_pretrained(model.cache_dir, dtype=torch.float32).eval()
+attn0 = hf.model.layers[0].self_attn
+assert np.array_equal(attn0.q_proj.weight.detach().numpy(), w_hf["q"])
+assert np.array_equal(attn0.k_proj.weight.detach().numpy(), w_hf["k"])
+
+ids = model.tokenizer.encode_prompt("Why is the sky blue?")
+Sx = len(ids)
+with torch.no_grad():
+    emb = hf.model.embed_tokens(torch.tensor(ids))                   # [S, hidden] HF embeddings
+    x = hf.model.layers[0].input_layernorm(emb).numpy()              # [S, hidden]
+    xt = torch.from_numpy(x)[None]
+    q_t = attn0.q_proj(xt).view(1, Sx, cfg.n_heads, d).transpose(1, 2)      # [1, 9, S, d]
+    k_t = attn0.k_proj(xt).view(1, Sx, cfg.n_kv_heads, d).transpose(1, 2)   # [1, 3, S, d]
+    cos_t, sin_t = hf.model.rotary_emb(xt, torch.arange(Sx)[None])           # [1, S, d]
+    q_hf_rot, k_hf_rot = apply_rotary_pos_emb(q_t, k_t, cos_t, sin_t)
+q_hf_rot = q_hf_rot[0].transpose(0, 1).numpy()                       # [S, 9, d] half-split
+k_hf_rot = k_hf_rot[0].transpose(0, 1).numpy()                       # [S, 3, d]
+print("prompt tokens:", Sx, " q:", q_hf_rot.shape, " k:", k_hf_rot.shape)
+
+# %%
+tx = rotation_table(np.arange(Sx), rope.rope_for(cfg))               # [S, d/2, 2, 2]
+q_cpp = apply_rotation_table((x @ w_gguf["q"].T).reshape(Sx, cfg.n_heads, d), tx)     # [S, 9, d] interleaved
+k_cpp = apply_rotation_table((x @ w_gguf["k"].T).reshape(Sx, cfg.n_kv_heads, d), tx)  # [S, 3, d]
+
+scale = np.abs(q_hf_rot).max()
+err_q = np.abs(q_cpp - q_hf_rot[..., Q]).max() / scale
+err_k = np.abs(k_cpp - k_hf_rot[..., Q]).max() / np.abs(k_hf_rot).max()
+print("llama.cpp order == HF rotated q, k permuted by Q: relative error < 1e-5:", err_q < 1e-5 and err_k < 1e-5)
+
+G = cfg.n_heads // cfg.n_kv_heads                                    # 3 query heads per kv head
+s_cpp = np.einsum("qhd,khd->hqk", q_cpp, np.repeat(k_cpp, G, axis=1)) / np.sqrt(d)        # [9, S, S]
+s_hf = np.einsum("qhd,khd->hqk", q_hf_rot, np.repeat(k_hf_rot, G, axis=1)) / np.sqrt(d)
+err_s = np.abs(s_cpp - s_hf).max() / np.abs(s_hf).max()
+print("attention scores [heads, S, S]:", s_cpp.shape, " relative difference < 1e-5:", err_s < 1e-5)
+assert err_q < 1e-5 and err_k < 1e-5 and err_s < 1e-5
+
+# %% [markdown]
+# A permutation of `d` inside a dot product changes nothing, so the scores agree: llama.cpp and HF
+# compute the same attention from files that store the weights in different row orders. Leave the
+# rows in HF order but rotate interleaved pairs (or the reverse) and the scores are wrong:
+
+# %%
+q_mixed = apply_rotation_table((x @ w_hf["q"].T).reshape(Sx, cfg.n_heads, d), tx)
+k_mixed = apply_rotation_table((x @ w_hf["k"].T).reshape(Sx, cfg.n_kv_heads, d), tx)
+s_mixed = np.einsum("qhd,khd->hqk", q_mixed, np.repeat(k_mixed, G, axis=1)) / np.sqrt(d)
+err_mixed = np.abs(s_mixed - s_hf).max() / np.abs(s_hf).max()
+print("HF rows + interleaved RoPE: relative score error > 1e-2:", err_mixed > 1e-2)
+assert err_mixed > 1e-2
+
+# %% [markdown]
+# **(c) The head count matters.** The permutation is per head, so un-permuting needs the right
+# number of heads: 9 for `W_q`, but only 3 for `W_k` (grouped-query attention). Using the wrong count
+# either fails outright or silently produces a different matrix:
+
+# %%
+try:
+    unpermute_rows(w_gguf["k"], cfg.n_heads)                         # 192 rows into 9 heads
+except ValueError:
+    print("W_k with 9 heads: 192 rows cannot be split into 9 heads -> ValueError")
+for n, wrong_heads in (("q", cfg.n_kv_heads), ("k", 1)):
+    bad = unpermute_rows(w_gguf[n], wrong_heads)
+    rows_off = int((bad != w_hf[n]).any(axis=1).sum())
+    assert not np.array_equal(bad, w_hf[n])
+    print(f"W_{n} un-permuted with {wrong_heads} head(s) instead of {heads[n]}: "
+          f"{rows_off} of {w_hf[n].shape[0]} rows differ from transformers")
+
+# %%
+bad_q = unpermute_rows(w_gguf["q"], cfg.n_kv_heads)                  # the K head count used for Q
+q_bad = rope.apply_rope((x @ bad_q.T).reshape(Sx, cfg.n_heads, d), *rope.cos_sin(np.arange(Sx), rope.rope_for(cfg)))
+s_bad = np.einsum("qhd,khd->hqk", q_bad, np.repeat(k_hf_rot, G, axis=1)) / np.sqrt(d)
+print("scores with W_q un-permuted for 3 heads: relative error > 1e-2:",
+      np.abs(s_bad - s_hf).max() / np.abs(s_hf).max() > 1e-2)
+
+# %% [markdown]
+# ## Summary
+#
+# * RoPE turns `d/2` pairs of each head by `p * w_i`, `w_i = theta^(-2i/d)`; Llama 3 keeps the fast
+#   pairs, divides the slow ones by `factor` and blends the band between (`llamanb.rope.inv_freq`,
+#   bit-identical to transformers, with and without `llama3` scaling).
+# * HF pairs `i` with `i + d/2`; llama.cpp, GGUF and Meta's code pair `2i` with `2i + 1`. The two are
+#   the same rotation up to a fixed permutation of the head dimension.
+# * RoPE as a `[S, d/2, 2, 2]` table of rotation matrices is one einsum. New in
+#   **`llamanb.rope_tables`**: `rotation_table(positions, freqs)`, `apply_rotation_table(x, table)`,
+#   `interleaved_to_half_split(d)` and `half_split_to_interleaved(d)`, tested against transformers'
+#   `apply_rotary_pos_emb` in `tests/test_rope_tables.py`.
+# * Seed 000's TCP formulation is right once the table holds `[[cos, sin], [-sin, cos]]` (the
+#   transpose of the textbook matrix: the textbook matrix in that slot turns backwards and transposes
+#   the score matrix), its size-2 axis is the pair member, not a frequency, and its "consecutive pairs"
+#   require Meta/GGUF-ordered `W_q`, `W_k`.
+# * After RoPE, `q_m . k_n` depends only on `m - n` (to float32 rounding, which grows with the position).
+# * GGUF files store each head's `W_q`/`W_k` rows in the order `Q`, so llama.cpp's interleaved RoPE
+#   reproduces HF's attention scores; `llamanb.gguf_file.unpermute_qk` undoes it with the right head
+#   count (9 for Q, 3 for K).
+#
+# **Next:** notebook 03 puts the rotated `q` and `k` into grouped-query attention with the causal mask,
+# and proves that a padded prefill gives exactly the same result.
