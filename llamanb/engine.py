@@ -22,6 +22,10 @@ class Engine:
         self.config = model.config
         self.backend = backend if isinstance(backend, Backend) else make_backend(
             backend, model.weights, **backend_options)
+        if KVCache.ROWS % self.backend.prefill_row_multiple:
+            raise LlamanbError(f"backend {self.backend.name!r} pads prefill to multiples of "
+                               f"{self.backend.prefill_row_multiple} rows; the KV cache has room "
+                               f"for multiples of {KVCache.ROWS}")
 
     def new_cache(self, max_seq: int | None = None) -> KVCache:
         return KVCache(self.config, min(max_seq or self.config.max_seq, self.config.max_seq))
@@ -61,7 +65,8 @@ class Engine:
 
         `real_len`: when ids were padded to a fixed length, the number of real tokens. It is
         passed in, never guessed: a prompt may itself contain the pad (EOS) token. The causal mask
-        keeps padded rows from touching the real ones; the cache keeps real_len positions."""
+        keeps padded rows from touching the real ones; the cache keeps real_len positions (the rows
+        written for padding are zeroed)."""
         if cache.length != 0:
             raise LlamanbError("prefill needs an empty cache (call cache.reset())")
         ids = self._check_ids(ids)
@@ -70,16 +75,17 @@ class Engine:
             raise LlamanbError(f"real_len {real_len} outside 1..{ids.size}")
         if n > cache.max_seq:
             raise LlamanbError(f"prompt of {n} tokens exceeds the cache/context of {cache.max_seq}")
-        short = self.backend.min_prefill_rows - ids.size
-        if short > 0:
-            # BLAS computes very short matrices with other kernels (GEMV, small-matrix code) that
-            # round differently; extra rows after the prompt (invisible to it, by causality) keep
-            # short prompts bit-identical to their padded forms.
-            ids = np.concatenate([ids, np.full(short, ids[-1])])
+        extra = -ids.size % self.backend.prefill_row_multiple
+        if extra:
+            # BLAS kernels compute a row differently depending on how many rows the matrix has
+            # (GEMV for one row, small-matrix or edge kernels for short or ragged ones). Extra
+            # rows after the prompt (invisible to it, by causality) give every prompt a row count
+            # the kernels treat uniformly, so a prompt and its padded forms agree bit for bit.
+            ids = np.concatenate([ids, np.full(extra, ids[-1])])
         x = self.forward(ids, cache, collect, _scratch=True)
         if collect is not None:
             collect[:] = [h[:n] for h in collect]
-        cache.length = n
+        cache.truncate(n, written=ids.size)            # padding rows are not part of the text
         return self.backend.head(x[n - 1:n])[0]                        # [V]
 
     def decode(self, token: int, cache: KVCache) -> np.ndarray:

@@ -14,13 +14,17 @@ from .errors import LlamanbError
 
 class KVCache:
     # Storage is rounded up to a multiple of ALIGN positions so that a backend may read a whole
-    # tile of keys past `length` (it masks them); only max_seq positions can be written.
+    # tile of keys past `length` (it masks them), after first rounding up to a multiple of ROWS,
+    # so that a prefill padded to a multiple of ROWS rows has room for its scratch rows. Only
+    # max_seq positions can be used.
     ALIGN = 256
+    ROWS = 48
 
     def __init__(self, cfg: LlamaConfig, max_seq: int, dtype=np.float32):
         if max_seq > cfg.max_seq:
             raise LlamanbError(f"cache of {max_seq} positions exceeds the model's context ({cfg.max_seq})")
-        capacity = -(-max_seq // self.ALIGN) * self.ALIGN
+        rows = -(-max_seq // self.ROWS) * self.ROWS
+        capacity = -(-rows // self.ALIGN) * self.ALIGN
         shape = (cfg.n_layers, cfg.n_kv_heads, capacity, cfg.head_dim)
         # np.zeros maps untouched pages lazily: a long cache costs memory only as it fills.
         self.k = np.zeros(shape, dtype=dtype)
@@ -50,6 +54,13 @@ class KVCache:
     @property
     def nbytes(self) -> int:
         return self.k.nbytes + self.v.nbytes
+
+    def truncate(self, length: int, written: int) -> None:
+        """Keep positions [0, length) and zero the scratch rows [length, written) that a padded
+        prefill wrote, so that the cache holds exactly the real positions."""
+        self.k[:, :, length:written] = 0.0
+        self.v[:, :, length:written] = 0.0
+        self.length = length
 
     def reset(self) -> None:
         self.length = 0

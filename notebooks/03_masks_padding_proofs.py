@@ -545,7 +545,11 @@ from llamanb.backends.numpy_ref import BLOCK_Q, KEY_TILE, NumpyBackend
 
 print("BLOCK_Q  =", BLOCK_Q, " query rows per attention tile (short blocks are zero-filled)")
 print("KEY_TILE =", KEY_TILE, " keys per tile: key ranges are rounded up and the rest masked")
-print("min_prefill_rows =", NumpyBackend.min_prefill_rows, " shorter prompts run as this many rows")
+backend = engine.backend
+m = backend.prefill_row_multiple
+print("prefill rows padded to a multiple of prefill_row_multiple, 8 or 48 (by BLAS kernel family):",
+      m in (8, 48))                                   # which one depends on this machine's CPU
+assert m in (8, 48)
 
 
 def key_range(rows_):
@@ -553,10 +557,10 @@ def key_range(rows_):
 
 
 for n, P in [(5, 64), (13, 64), (40, 128)]:
-    rows_unpadded = max(n, NumpyBackend.min_prefill_rows)
-    print(f"n = {n:>2}: attention tile {key_range(rows_unpadded)} keys x {BLOCK_Q} query rows "
-          f"unpadded, {key_range(P)} keys x {BLOCK_Q} query rows padded to {P}")
-    assert key_range(rows_unpadded) == key_range(P)
+    rows_unpadded, rows_padded = -(-n // m) * m, -(-P // m) * m
+    assert key_range(rows_unpadded) == key_range(rows_padded) == key_range(P)
+    print(f"n = {n:>2}: attention tile {key_range(P)} keys x {BLOCK_Q} query rows, "
+          f"unpadded and padded to {P} alike")
 
 # %% [markdown]
 # - Attention runs in tiles of a fixed shape: `BLOCK_Q = 128` query rows (a short block is
@@ -564,11 +568,17 @@ for n, P in [(5, 64), (13, 64), (40, 128)]:
 #   masked). An unpadded 13-token prompt and the same prompt padded to 128 run the *same* GEMMs.
 # - The softmax sums over keys along a non-contiguous axis, where numpy adds strictly in key order:
 #   the masked keys come last and add exact zeros.
-# - Prompts shorter than 8 rows are run as 8 rows (`min_prefill_rows`), the extra rows appended after
-#   the prompt, so that a 5-token prompt never takes BLAS's one-row or tiny-matrix paths while its
-#   padded form takes the GEMM.
-# - The projections and the MLP are ordinary GEMMs with at least 8 rows; the assertions above show
-#   that their rows do not depend on the row count.
+# - The projections and the MLP are ordinary GEMMs, and the engine runs prefill with a row count
+#   that is a multiple of `Backend.prefill_row_multiple` (the extra rows repeat the last token after
+#   the prompt, invisible to it by causality). How many is enough depends on the BLAS kernels, and
+#   was measured by forcing each of OpenBLAS's kernel families with `OPENBLAS_CORETYPE`: with the
+#   AVX-512 kernels (`SkylakeX`, `SapphireRapids`, ...) every row of a GEMM comes out the same for
+#   any row count from 8 up (below that a small-matrix kernel takes over); with the `Haswell`/`Zen`
+#   kernels that most laptops run, only for row counts that are multiples of 48 — the last rows of
+#   a ragged matrix go through narrower edge kernels that sum in another order. The backend picks 8
+#   or 48 from the kernel family OpenBLAS reports (48 when it cannot tell), and the test suite
+#   repeats the padding proof under both families
+#   (`tests/test_engine.py::test_padding_is_byte_identical_under_other_blas_kernels`).
 #
 # The causal mask is what makes padding *correct*; these choices are what make it *exact*. Without
 # them the padded and unpadded runs would still agree to a tolerance — almost always close enough
@@ -731,8 +741,8 @@ print(f"LM head, all 64 rows: {t_all:.2f} ms   one row: {t_one:.2f} ms   ratio {
 #   perturbing a later token.
 # - **Padded prefill is byte-identical** at every real row, every layer, and in the logits —
 #   because of the mask *and* because the backend runs fixed-shape attention tiles (`BLOCK_Q`,
-#   `KEY_TILE`), sums keys in order (`softmax_` over axis -2) and never runs fewer than
-#   `min_prefill_rows` rows. Seed 001's causal-mask argument alone does not give bit-identity in
+#   `KEY_TILE`), sums keys in order (`softmax_` over axis -2) and pads prefill to a row count the
+#   BLAS kernels treat uniformly (`prefill_row_multiple`). Seed 001's causal-mask argument alone does not give bit-identity in
 #   float32.
 # - **Carry the real length** (`llamanb.engine.pad_to` returns it; `Engine.prefill(ids, cache,
 #   real_len=n)` takes it): a chat prompt contains EOS, and counting non-EOS tokens (seed 001)

@@ -196,10 +196,11 @@ print("\ntext so far:", repr(tok.decode(generated)))
 # Note the off-by-one that every decoder lives with: after step `t` the text has `t + 1` new tokens,
 # but the cache holds only `t` of them. The newest token is written when it is fed back in.
 #
-# An aside on "rows ≥ length are zero": it held above because our prompt is long. The numpy
-# backend pads prompts shorter than 8 tokens (BLAS uses other kernels for very short matrices, see
-# `Engine.prefill`), and the padding rows are computed and written like real ones; only `length`
-# says they are not part of the text. Decode overwrites them one by one.
+# An aside on "rows ≥ length are zero". Prefill may run more rows than the prompt has: the numpy
+# backend pads every prefill to a multiple of `prefill_row_multiple` rows (8 or 48, depending on
+# the BLAS kernels; notebook 03 explains why), and those extra rows go through every layer and
+# write keys and values like real ones. `Engine.prefill` zeroes them afterwards
+# (`KVCache.truncate`), so the cache holds exactly the real positions, even for a 2-token prompt:
 
 # %%
 short_ids = tok.encode("Hello there", add_special_tokens=False)          # 2 tokens
@@ -208,7 +209,8 @@ engine.prefill(short_ids, scratch)
 kf, _ = filled_rows(scratch)
 print("prompt tokens:", len(short_ids), "| length:", scratch.length,
       "| rows holding data:", int(kf[0, 0].sum()))
-assert scratch.length == len(short_ids) and int(kf[0, 0].sum()) == engine.backend.min_prefill_rows
+assert scratch.length == len(short_ids) and int(kf[0, 0].sum()) == len(short_ids)
+assert engine.backend.prefill_row_multiple > len(short_ids)       # so padding rows were computed
 
 # %% [markdown]
 # ## 3. Watching the cache fill

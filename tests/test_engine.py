@@ -138,7 +138,9 @@ def test_kv_cache_layout(smollm, smollm_engine):
     smollm_engine.prefill(ids, cache)
     assert cache.length == 5
     assert cache.k[:, :, :5].any(axis=-1).all() and cache.v[:, :, :5].any(axis=-1).all()
-    # (rows at and past `length` are scratch: a backend may write there and decode overwrites them)
+    # prefill ran at least prefill_row_multiple rows; the padding rows were zeroed afterwards
+    assert smollm_engine.backend.prefill_row_multiple > 5
+    assert not cache.k[:, :, 5:].any() and not cache.v[:, :, 5:].any()
     # V of layer 0 is a plain projection of the normed embeddings (no RoPE): check it closed-form,
     # which pins the axis order [N_kv, position, d_h] of one layer.
     w = smollm.weights.hf_state()
@@ -190,3 +192,47 @@ def test_bf16_mode_close_to_fp32(smollm, smollm_engine, capital_ids):
     assert np.abs(lb - lf).max() < 2.0
     assert len(set(np.argsort(-lb)[:5]) & set(np.argsort(-lf)[:5])) >= 4
     assert np.corrcoef(lb, lf)[0, 1] > 0.999
+
+
+PADDING_UNDER_OTHER_KERNELS = """
+import sys
+import numpy as np
+from llamanb import Engine, load_model, pad_to
+from llamanb.machine import openblas_info
+core = openblas_info()["core"]
+if core != sys.argv[1]:
+    print("SKIP", core)
+    sys.exit(0)
+model = load_model()
+eng = Engine(model)
+rng = np.random.default_rng(1)
+bad = []
+for n in (1, 5, 13, 40, 47, 49, 100):
+    ids = [int(t) for t in rng.integers(3, 49152, n)]
+    ref = eng.prefill(ids, eng.new_cache(160))
+    for length in (n + 1, 64, 96, 150):
+        if length >= n:
+            padded, real_len = pad_to(ids, length, 2)
+            if not np.array_equal(eng.prefill(padded, eng.new_cache(160), real_len=real_len), ref):
+                bad.append((n, length))
+print("MULTIPLE", eng.backend.prefill_row_multiple, "BAD", bad)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("core", ["Haswell", "SkylakeX"])
+def test_padding_is_byte_identical_under_other_blas_kernels(smollm, core):
+    """OpenBLAS's Haswell/Zen kernels (most laptops) compute a GEMM row differently depending on
+    the row count unless it is a multiple of 48; the SkylakeX kernels (this machine) for any count
+    >= 8. OPENBLAS_CORETYPE selects the kernels, so both run here."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OPENBLAS_CORETYPE=core)
+    out = subprocess.run([sys.executable, "-c", PADDING_UNDER_OTHER_KERNELS, core], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    if out.stdout.startswith("SKIP"):
+        pytest.skip(f"this OpenBLAS cannot run the {core} kernels here ({out.stdout.strip()})")
+    assert out.stdout.strip().endswith("BAD []"), out.stdout

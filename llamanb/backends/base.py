@@ -19,7 +19,7 @@ class Backend(ABC):
     name: str = "?"
     emulated: bool = False          # True when a device is simulated on the CPU: say so in output
     description: str = ""
-    min_prefill_rows: int = 1       # the engine pads shorter prompts (after the real tokens) to this
+    prefill_row_multiple: int = 1   # the engine pads prefill rows (after the real tokens) to a multiple
 
     def __init__(self, weights: Weights):
         self.weights = weights

@@ -14,6 +14,8 @@ Speed notes (2-core x86, OpenBLAS; measured, see README "Benchmark"):
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..kv_cache import KVCache
@@ -23,6 +25,20 @@ from .base import Backend
 
 BLOCK_Q = 128       # query rows per prefill attention block
 KEY_TILE = 256      # prefill key ranges are rounded up to this (the KV cache is allocated to match)
+
+# Row counts at which OpenBLAS computes each row of a GEMM identically whatever the row count.
+# Measured with OPENBLAS_CORETYPE on every kernel family below (1-16 threads): these cores give
+# bit-identical rows for any count >= 8 (below that a small-matrix kernel takes over); the Haswell
+# and Zen kernels (most laptops without AVX-512) only for multiples of 48 (edge rows of their
+# 24-row blocks, split over two threads, use other micro-kernels). Unknown BLAS: 48.
+ROW_INVARIANT_CORES = {"SkylakeX", "Cooperlake", "SapphireRapids", "SandyBridge", "Nehalem"}
+
+
+@functools.lru_cache(maxsize=None)
+def blas_row_multiple() -> int:
+    from ..machine import openblas_info
+
+    return 8 if openblas_info().get("core") in ROW_INVARIANT_CORES else 48
 
 
 def to_bf16(x: np.ndarray) -> np.ndarray:
@@ -71,12 +87,12 @@ def softmax_(scores: np.ndarray, axis: int) -> np.ndarray:
 class NumpyBackend(Backend):
     name = "numpy"
     description = "numpy reference engine on the host CPU"
-    min_prefill_rows = 8            # below ~1e6 multiply-adds OpenBLAS switches GEMM kernels
 
     def __init__(self, weights: Weights, dtype: str = "float32"):
         if dtype not in ("float32", "bf16"):
             raise ValueError(f"dtype must be float32 or bf16, got {dtype!r}")
         self.dtype = dtype
+        self.prefill_row_multiple = blas_row_multiple()
         self.rnd = to_bf16 if dtype == "bf16" else (lambda a: a)
         if dtype == "bf16":
             weights = weights.map_arrays(to_bf16)
