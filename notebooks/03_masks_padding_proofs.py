@@ -742,8 +742,8 @@ print(f"LM head, all 64 rows: {t_all:.2f} ms   one row: {t_one:.2f} ms   ratio {
 # - **Padded prefill is byte-identical** at every real row, every layer, and in the logits —
 #   because of the mask *and* because the backend runs fixed-shape attention tiles (`BLOCK_Q`,
 #   `KEY_TILE`), sums keys in order (`softmax_` over axis -2) and pads prefill to a row count the
-#   BLAS kernels treat uniformly (`prefill_row_multiple`). Seed 001's causal-mask argument alone does not give bit-identity in
-#   float32.
+#   BLAS kernels treat uniformly (`prefill_row_multiple`). Seed 001's causal-mask argument alone
+#   does not give bit-identity in float32.
 # - **Carry the real length** (`llamanb.engine.pad_to` returns it; `Engine.prefill(ids, cache,
 #   real_len=n)` takes it): a chat prompt contains EOS, and counting non-EOS tokens (seed 001)
 #   picks the wrong row and the wrong token.

@@ -392,7 +392,9 @@ hf_logits = out.logits[0, S - 1:].numpy()                             # [17, V]
 k_err = np.abs(cache.k[:, :, :T] - hf_k).max()
 v_err = np.abs(cache.v[:, :, :T] - hf_v).max()
 l_err = np.abs(dec - hf_logits).max()
-assert k_err < 5e-4 and v_err < 5e-4 and l_err < 1e-3
+assert k_err < 5e-4, f"max |K_ours - K_HF| = {k_err}"
+assert v_err < 5e-4, f"max |V_ours - V_HF| = {v_err}"
+assert l_err < 1e-3, f"max |decode logits - HF logits| = {l_err}"
 assert np.array_equal(hf_logits.argmax(axis=1), np.array(generated))
 print("max |K_ours - K_HF| < 5e-4:", bool(k_err < 5e-4),
       f"(the largest |K| is about {int(np.abs(hf_k).max())})")
