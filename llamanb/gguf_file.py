@@ -13,6 +13,7 @@ import numpy as np
 from .config import LlamaConfig
 from .errors import LlamanbError
 from .quants import dequantize
+from .rope_tables import half_split_to_interleaved, interleaved_to_half_split
 
 # GGUF name -> HF name (per layer names carry '{i}')
 _LAYER_MAP = {
@@ -33,17 +34,19 @@ _TOP_MAP = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weigh
 def unpermute_qk(w: np.ndarray, n_heads: int) -> np.ndarray:
     """[n_heads * d_h, in] rows in llama.cpp's interleaved order -> HF's half-split order.
 
-    Per head, llama.cpp row 2j+t holds HF row t*d_h/2 + j (t in {0, 1}); undo by viewing the rows
-    as [n_heads, d_h/2, 2] and swapping the last two axes.
+    llama.cpp rotates interleaved pairs, so its converter stores each head's rows in the order
+    `rope_tables.half_split_to_interleaved(d_h)`; undoing it picks rows by the inverse permutation.
     """
     out, cols = w.shape
-    return w.reshape(n_heads, out // n_heads // 2, 2, cols).swapaxes(1, 2).reshape(out, cols)
+    d = out // n_heads
+    return w.reshape(n_heads, d, cols)[:, interleaved_to_half_split(d)].reshape(out, cols)
 
 
 def permute_qk(w: np.ndarray, n_heads: int) -> np.ndarray:
     """HF's half-split order -> llama.cpp's interleaved order (the inverse of `unpermute_qk`)."""
     out, cols = w.shape
-    return w.reshape(n_heads, 2, out // n_heads // 2, cols).swapaxes(1, 2).reshape(out, cols)
+    d = out // n_heads
+    return w.reshape(n_heads, d, cols)[:, half_split_to_interleaved(d)].reshape(out, cols)
 
 
 class GGUFSource:
