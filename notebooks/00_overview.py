@@ -244,7 +244,7 @@ worst = max(float(np.max(np.abs(lg[t["ids"]] - np.array(t["logits"]))))
             for lg, t in zip(again.logits, hf_top5))
 print("steps compared:", len(hf_top5))
 print("max |logit difference| over the top-5 < 1e-3:", worst < 1e-3)
-assert worst < 1e-3
+assert worst < 1e-3, f"max |logit difference| = {worst}"
 
 # %% [markdown]
 # ## Summary

@@ -263,26 +263,19 @@ print(f"K+V, 2048 positions, bf16: {kv_2048:,} bytes = {kv_2048 // 2**20} MiB "
 # holds (`model.weights`, in HF names; a tied model stores no separate LM head), and count the
 # parameters of transformers' own `LlamaForCausalLM` for the same checkpoint.
 #
-# About that HF model: transformers reads the `config.json` and `model.safetensors` that `llamanb`
-# converted from the GGUF, with its own loader and its own forward pass. (`load_hf(model)` would read
-# the GGUF itself, which also checks the conversion, but it took about 45 s on this 2-core machine;
-# the conversion is checked tensor by tensor against that loader in `tests/test_gguf.py`.)
+# About that HF model: `load_hf(model, via="converted")` has transformers read the `config.json`
+# and `model.safetensors` that `llamanb` converted from the GGUF, with its own loader and its own
+# forward pass. (`via="source"` would read the GGUF itself, which also checks the conversion, but it
+# takes 20-45 s on this 2-core machine; the conversion is checked tensor by tensor against that
+# loader in `tests/test_gguf.py`.)
 
 # %%
 import torch
-from transformers import AutoModelForCausalLM
-from transformers.utils import logging as hf_logging
 
 from llamanb.hf_reference import hidden_states, load_hf
 
-hf_logging.set_verbosity_error()
-hf_logging.disable_progress_bar()
 torch.manual_seed(0)
-USE_GGUF_LOADER = False                   # True: transformers reads the GGUF itself (slow)
-if USE_GGUF_LOADER:
-    hf = load_hf(model)
-else:
-    hf = AutoModelForCausalLM.from_pretrained(str(model.cache_dir), dtype=torch.float32).eval()
+hf = load_hf(model, via="converted")
 hf.config._attn_implementation = "eager"  # plain matmul attention
 
 stored = W.hf_state()                                   # HF name -> array

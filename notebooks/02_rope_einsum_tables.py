@@ -562,9 +562,9 @@ for n in ("q", "k"):
 # of each head stay in place (`Q[0] = 0`, `Q[d-1] = d-1`), hence `64 - 2 = 62` moved rows per head.
 #
 # **(b) Same attention, two orders.** Take real hidden states: the input of layer 0's attention
-# for a short prompt, computed by transformers (`LlamaForCausalLM` on the converted checkpoint in
-# llamanb's cache, which is an HF directory; its `q_proj` / `k_proj` are checked against the
-# reference above first). Compute
+# for a short prompt, computed by transformers (`load_hf(model, via="converted")`: `LlamaForCausalLM`
+# on the converted checkpoint in llamanb's cache, which is an HF directory; its `q_proj` / `k_proj`
+# are checked against the reference above first). Compute
 #
 # * the **HF way**: `x @ W_hf.T`, half-split RoPE with transformers' `apply_rotary_pos_emb`;
 # * the **llama.cpp way**: `x @ W_gguf.T`, interleaved RoPE with one table einsum;
@@ -572,12 +572,9 @@ for n in ("q", "k"):
 # and compare them (after `Q`), and the attention scores they produce.
 
 # %%
-from transformers import LlamaForCausalLM
-from transformers.utils import logging as hf_logging
+from llamanb.hf_reference import load_hf
 
-hf_logging.set_verbosity_error()
-hf_logging.disable_progress_bar()
-hf = LlamaForCausalLM.from_pretrained(model.cache_dir, dtype=torch.float32).eval()
+hf = load_hf(model, via="converted")                                 # transformers on llamanb's cache dir
 attn0 = hf.model.layers[0].self_attn
 assert np.array_equal(attn0.q_proj.weight.detach().numpy(), w_hf["q"])
 assert np.array_equal(attn0.k_proj.weight.detach().numpy(), w_hf["k"])

@@ -179,26 +179,21 @@ np.testing.assert_allclose(attn, naive, rtol=0, atol=1e-6)
 # %% [markdown]
 # **Check 2: HF transformers.** transformers' own Llama code computes the same layer with its own
 # RMSNorm, RoPE, `repeat_kv` and eager (non-fused) attention. Reading the GGUF file with
-# transformers' loader (`llamanb.hf_reference.load_hf`, used in notebook 00) takes about half a
-# minute on a 2-core machine, and the test suite already proves that every tensor it produces equals
-# llamanb's bit for bit (`tests/test_gguf.py::test_every_tensor_matches_transformers_gguf_loader`).
-# So we build a one-layer `LlamaForCausalLM` from the config and load the embedding and layer-0
-# weights into it: the same numbers, with all of the arithmetic transformers' own. A forward
-# pre-hook on `o_proj` captures its input: the attention output, heads concatenated.
+# transformers' loader takes about half a minute on a 2-core machine, and the test suite already
+# proves that every tensor it produces equals llamanb's bit for bit
+# (`tests/test_gguf.py::test_every_tensor_matches_transformers_gguf_loader`). So transformers loads
+# llamanb's converted cache directory instead (`load_hf(model, via="converted")`, as in notebook 00):
+# the same numbers, with all of the arithmetic transformers' own. A forward pre-hook on layer 0's
+# `o_proj` captures its input: the attention output, heads concatenated.
 
 # %%
 import torch
-import transformers
 from transformers.models.llama.modeling_llama import repeat_kv
 
-torch.manual_seed(0)
-hf_cfg = transformers.LlamaConfig(**cfg.replace(n_layers=1).to_hf())
-hf = transformers.LlamaForCausalLM(hf_cfg).eval()
+from llamanb.hf_reference import load_hf
+
+hf = load_hf(model, via="converted")
 hf.set_attn_implementation("eager")
-state = {name: torch.from_numpy(np.array(a)) for name, a in W.hf_state().items()
-         if not name.startswith("model.layers.") or name.startswith("model.layers.0.")}
-missing, unexpected = hf.load_state_dict(state, strict=False)
-assert unexpected == [] and missing == ["lm_head.weight"]     # tied: lm_head is the embedding
 print("transformers attention implementation:", hf.config._attn_implementation)
 
 captured = {}

@@ -36,10 +36,8 @@
 # directory). `L`, `N_kv` and `d_h` are the three numbers that shape the cache.
 
 # %%
-import os
 import warnings
 
-os.environ["TQDM_DISABLE"] = "1"            # transformers' GGUF loader draws progress bars
 warnings.filterwarnings("ignore")
 
 import matplotlib.pyplot as plt
@@ -369,17 +367,15 @@ print("max |K_decode - K_full| in rows [S, T):", np.abs(cache.k[:, :, S:T] - red
 # llamanb cache directory is itself an HF checkpoint (`config.json` + `model.safetensors`), and the
 # test suite (`tests/test_gguf.py::test_every_tensor_matches_transformers_gguf_loader`) proves every
 # tensor in it equal, bit for bit, to what transformers' GGUF loader produces. So we load that
-# directory with `LlamaForCausalLM.from_pretrained`: the same numbers in under a second, and all
-# the arithmetic, RoPE and caching below is transformers' own code.
+# directory (`load_hf(model, via="converted")`): the same numbers in under a second, and all the
+# arithmetic, RoPE and caching below is transformers' own code.
 
 # %%
 import torch
-from transformers import LlamaForCausalLM
-from transformers.utils import logging as hf_logging
 
-hf_logging.disable_progress_bar()              # no "Loading weights" bar in the outputs
-hf_logging.set_verbosity_error()
-hf = LlamaForCausalLM.from_pretrained(model.cache_dir, dtype=torch.float32).eval()
+from llamanb.hf_reference import load_hf
+
+hf = load_hf(model, via="converted")
 with torch.inference_mode():
     out = hf(torch.tensor([full]), use_cache=True)
 pkv = out.past_key_values
