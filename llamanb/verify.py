@@ -166,7 +166,7 @@ def diagnose(model: Model, ids: list[int]) -> list[tuple[str, float, float, floa
     """Per-layer (label, cosine similarity, max |diff|, max |diff| / max |ref|) of hidden states, llamanb vs transformers,
     over all positions of ids."""
     from . import hf_reference
-    from .backends.numpy_ref import rms_norm
+    from .ops import rms_norm
 
     engine = Engine(model)
     ours: list[np.ndarray] = []

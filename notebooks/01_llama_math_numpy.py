@@ -522,7 +522,7 @@ print(f"({len(report)} checks, rtol={RTOL}, atol={ATOL})")
 # relative error is `‖ours − HF‖ / ‖HF‖` over the whole `[S, H]` array.
 
 # %%
-from llamanb.backends.numpy_ref import rms_norm as llamanb_rms_norm
+from llamanb.ops import rms_norm as llamanb_rms_norm
 
 collected = []
 engine.forward(ids, engine.new_cache(S), collect=collected)        # L + 1 arrays of [S, H]

@@ -336,7 +336,7 @@ assert np.isnan(bad).all()
 # step-by-step layer.
 
 # %%
-from llamanb.backends.numpy_ref import silu_mul
+from llamanb.ops import silu_mul
 
 j = S - 4                                                     # the perturbed (later) position
 ids_b = list(ids)
