@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_generate(a) -> int:
     from .engine import Engine
     from .generate import SamplingParams, generate
-    from .store import load_model
+    from .io.store import load_model
 
     if not a.prompt or not a.prompt.strip():
         raise LlamanbError("empty prompt: give --prompt some text")
@@ -112,7 +112,7 @@ def cmd_generate(a) -> int:
 
 
 def cmd_verify(a) -> int:
-    from . import verify
+    from .check import verify
 
     if a.diagnose:
         return verify.diagnose_cli(a.model, a.prompt)
@@ -122,7 +122,7 @@ def cmd_verify(a) -> int:
 
 
 def cmd_bench(a) -> int:
-    from . import bench
+    from .bench import cli as bench
 
     return bench.main(a)
 
@@ -137,7 +137,7 @@ def cmd_info(a) -> int:
             raise LlamanbError(f"unknown preset {a.preset!r}; known: {', '.join(PRESETS)}")
         cfg = PRESETS[a.preset]
     else:
-        from .store import load_model
+        from .io.store import load_model
 
         cfg = load_model(a.model).config
     print(describe(cfg, a.seq))

@@ -1,10 +1,15 @@
-"""The engine: token ids in, logits out, with a KV cache in between.
+"""The engine: steps of token ids in, logits out, with a KV cache in between.
 
-    ids [S] --embed--> x [S, H] --block 0..L-1--> x [S, H] --last real row--> head --> logits [V]
+    step (ids, positions, slots) --embed--> x [R, H] --backend.layers--> x [R, H]
+                                 --rows that want logits--> head --> logits [k, V]
 
-Prefill runs the prompt through every block at once and fills cache rows [0, S). Decode runs one
-token (S = 1) at position cache.length. Only the last real row goes through the LM head in
-prefill: the other rows' logits would be V x H multiply-adds each, thrown away.
+`Engine.step` is the one call every path goes through: a prompt's prefill, one token's decode, a
+chunk of a long prompt, or a batch mixing new prompts with decoding sequences (llamanb.step). It
+pads the step to what the backend can run, runs it, and advances each sequence's length in the
+cache. `prefill`, `decode` and `forward` are thin single-sequence wrappers around it.
+
+Only the rows whose logits are wanted go through the LM head: the other rows' logits would be
+V x H multiply-adds each, thrown away.
 """
 from __future__ import annotations
 
@@ -12,88 +17,173 @@ import numpy as np
 
 from .backends import Backend, make_backend
 from .errors import LlamanbError
-from .kv_cache import KVCache
-from .store import Model
+from .kv.base import KVStore
+from .kv.contiguous import KVCache
+from .step import PAD, Step
+
+
+def _count(name: str, value, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise LlamanbError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
 
 
 class Engine:
-    def __init__(self, model: Model, backend: str | Backend = "numpy", **backend_options):
+    def __init__(self, model, backend: str | Backend = "numpy", batch_invariant: bool = False,
+                 **backend_options):
+        """model: from llamanb.load_model(). backend: a name ("numpy") or a Backend.
+        batch_invariant: pad every step, even a single decode row, to the backend's row multiple,
+        so that a row's arithmetic never depends on which other rows share its step (costs decode
+        speed: a GEMM instead of a GEMV)."""
+        from .io.store import Model
+
+        if not isinstance(model, Model):
+            raise LlamanbError(f"Engine needs a model from llamanb.load_model(...), got "
+                               f"{type(model).__name__} {model!r:.40}")
         self.model = model
         self.config = model.config
-        self.backend = backend if isinstance(backend, Backend) else make_backend(
-            backend, model.weights, **backend_options)
-        if KVCache.ROWS % self.backend.prefill_row_multiple:
-            raise LlamanbError(f"backend {self.backend.name!r} pads prefill to multiples of "
-                               f"{self.backend.prefill_row_multiple} rows; the KV cache has room "
-                               f"for multiples of {KVCache.ROWS}")
+        self.batch_invariant = bool(batch_invariant)
+        if isinstance(backend, Backend):
+            self.backend = backend
+        elif isinstance(backend, str):
+            self.backend = make_backend(backend, model.weights, **backend_options)
+        else:
+            raise LlamanbError(f"backend must be a name or a Backend, got {type(backend).__name__}")
+        b = self.backend
+        self.pad_id = int(self.config.eos_ids[0]) if self.config.eos_ids else 0
+        if b.prefill_lengths is not None and any(n % b.row_multiple for n in b.prefill_lengths):
+            raise LlamanbError(f"backend {b.name!r}: compiled lengths {b.prefill_lengths} are not "
+                               f"multiples of its row multiple {b.row_multiple}")
 
-    def new_cache(self, max_seq: int | None = None) -> KVCache:
-        return KVCache(self.config, min(max_seq or self.config.max_seq, self.config.max_seq))
+    # --- caches ----------------------------------------------------------------------------------
+    def new_cache(self, max_seq: int | None = None, slots: int = 1) -> KVStore:
+        """A contiguous KV cache laid out for this backend: `slots` sequences of up to max_seq
+        positions (default and cap: the model's context)."""
+        max_seq = self.config.max_seq if max_seq is None else _count("max_seq", max_seq)
+        return KVCache(self.config, min(max_seq, self.config.max_seq), dtype=self.backend.kv_dtype,
+                       slots=_count("slots", slots),
+                       position_multiple=self.backend.kv_position_multiple)
 
+    # --- the one call ----------------------------------------------------------------------------
     def _check_ids(self, ids) -> np.ndarray:
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if isinstance(ids, (str, bytes)):
+            raise LlamanbError("token ids expected, got text: encode it with model.tokenizer first")
+        try:
+            ids = np.asarray(ids).reshape(-1)
+        except (TypeError, ValueError):
+            raise LlamanbError(f"token ids must be a list of integers, got {type(ids).__name__}") from None
         if ids.size == 0:
             raise LlamanbError("empty prompt: nothing to run")
+        if ids.dtype.kind not in "iu":
+            raise LlamanbError(f"token ids must be integers, got {ids.dtype}")
         if ids.min() < 0 or ids.max() >= self.config.vocab:
             raise LlamanbError(f"token id out of range [0, {self.config.vocab})")
-        return ids
+        return ids.astype(np.int64)
 
-    def forward(self, ids, cache: KVCache, collect: list | None = None,
-                _scratch: bool = False) -> np.ndarray:
-        """Run ids at positions cache.length .. and return the final hidden rows [S, H]
-        (before the final norm). Advances cache.length by S. If `collect` is a list, the
-        embedding output and each block's output are appended to it. (`_scratch`: prefill's
-        padding rows may use the cache's spare capacity past max_seq.)"""
-        ids = self._check_ids(ids)
-        start, S = cache.length, ids.size
-        if start + S > (cache.capacity if _scratch else cache.max_seq):
-            raise LlamanbError(f"sequence of {start + S} tokens exceeds the cache/context of "
-                               f"{cache.max_seq}")
-        x = self.backend.embed(ids)                                    # [S, H]
+    def _rows_for(self, step: Step) -> int:
+        """The row count the backend runs this step at."""
+        b, R = self.backend, step.rows
+        if b.prefill_lengths is not None and R > 1:
+            fits = [n for n in sorted(b.prefill_lengths) if n >= R]
+            if not fits:
+                raise LlamanbError(f"step of {R} rows exceeds backend {b.name!r}'s compiled "
+                                   f"lengths {b.prefill_lengths}")
+            return fits[0]
+        # One decode row runs as it is (a GEMV: the fast path); anything else -- a prompt, even of
+        # one token, or several rows -- is padded, so each row's arithmetic is the same whatever
+        # the step's size (BLAS computes a row differently for other row counts, see llamanb.blas).
+        decode_row = R == 1 and step.segments[0].start > 0
+        if decode_row and not self.batch_invariant:
+            return R
+        return -(-R // b.row_multiple) * b.row_multiple
+
+    def step(self, step: Step, cache: KVStore, collect: list | None = None,
+             hidden: bool = False) -> np.ndarray:
+        """Run one step; returns logits [k, V] for step.logit_rows (or, with hidden=True, the
+        final hidden rows [R_real, H] before the final norm). Each sequence in the step must be
+        exactly as long as its segment's start says; afterwards it is start + n long. If
+        `collect` is a list, the embedding output and each block's output are appended."""
+        for seg in step.segments:
+            cache.check_slot(seg.slot)
+            if seg.start != cache.lengths[seg.slot]:
+                raise LlamanbError(f"slot {seg.slot} holds {cache.lengths[seg.slot]} positions; "
+                                   f"the step continues it at {seg.start}")
+            cache.check_room(seg.slot, seg.end)
+        if step.ids.min() < 0 or step.ids.max() >= self.config.vocab:
+            raise LlamanbError(f"token id out of range [0, {self.config.vocab})")
+        run = step.padded(self._rows_for(step), self.pad_id)
+        x = self.backend.embed(run.ids)                                   # [R, H]
         if collect is not None:
             collect.append(x)
-        for layer in range(self.config.n_layers):
-            x = self.backend.block(layer, x, start, cache)             # [S, H]
-            if collect is not None:
-                collect.append(x)
-        cache.length = start + S
-        return x
+        x = self.backend.layers(x, run, cache, collect)                   # [R, H]
+        for seg in step.segments:
+            cache.lengths[seg.slot] = seg.end
+        if collect is not None:
+            real = run.slots != PAD
+            collect[:] = [h[real] for h in collect]
+        if hidden:
+            return x[run.slots != PAD]
+        rows = x[step.logit_rows]                                         # [k, H]
+        if self.batch_invariant:      # the head's GEMM, too, at a row count that keeps rows exact
+            k = rows.shape[0]
+            rows = np.concatenate([rows, np.zeros((-(-k // self.backend.row_multiple)
+                                                   * self.backend.row_multiple - k, rows.shape[1]),
+                                                  dtype=rows.dtype)])
+            return self.backend.head(rows)[:k]
+        return self.backend.head(rows)                                    # [k, V]
 
-    def prefill(self, ids, cache: KVCache, real_len: int | None = None,
-                collect: list | None = None) -> np.ndarray:
+    # --- single-sequence wrappers ------------------------------------------------------------------
+    def forward(self, ids, cache: KVStore, collect: list | None = None, slot: int = 0) -> np.ndarray:
+        """Run ids at positions cache.lengths[slot] .. and return the final hidden rows [S, H]
+        (before the final norm). If `collect` is a list, the embedding output and each block's
+        output are appended to it."""
+        ids = self._check_ids(ids)
+        step = Step.build([(slot, int(cache.lengths[cache.check_slot(slot)]), ids)], want_logits=False)
+        return self.step(step, cache, collect, hidden=True)
+
+    def prefill(self, ids, cache: KVStore, real_len: int | None = None,
+                collect: list | None = None, slot: int = 0, chunk: int | None = None) -> np.ndarray:
         """Logits [V] for the next token after the prompt.
 
         `real_len`: when ids were padded to a fixed length, the number of real tokens. It is
-        passed in, never guessed: a prompt may itself contain the pad (EOS) token. The causal mask
-        keeps padded rows from touching the real ones; the cache keeps real_len positions (the rows
-        written for padding are zeroed)."""
-        if cache.length != 0:
-            raise LlamanbError("prefill needs an empty cache (call cache.reset())")
+        passed in, never guessed: a prompt may itself contain the pad (EOS) token. Rows after it
+        are padding: computed (the row count stays fixed) but never stored or attended to.
+        `chunk`: run the prompt in chunks of at most this many rows, each reading the earlier
+        chunks from the cache (default: the backend's largest compiled length, if it has any)."""
+        slot = cache.check_slot(slot)
+        if cache.lengths[slot] != 0:
+            raise LlamanbError("prefill needs an empty cache slot (call cache.free(slot) or cache.reset())")
         ids = self._check_ids(ids)
-        n = ids.size if real_len is None else int(real_len)
-        if not 1 <= n <= ids.size:
+        n = ids.size if real_len is None else _count("real_len", real_len)
+        if n > ids.size:
             raise LlamanbError(f"real_len {real_len} outside 1..{ids.size}")
         if n > cache.max_seq:
             raise LlamanbError(f"prompt of {n} tokens exceeds the cache/context of {cache.max_seq}")
-        extra = -ids.size % self.backend.prefill_row_multiple
-        if extra:
-            # BLAS kernels compute a row differently depending on how many rows the matrix has
-            # (GEMV for one row, small-matrix or edge kernels for short or ragged ones). Extra
-            # rows after the prompt (invisible to it, by causality) give every prompt a row count
-            # the kernels treat uniformly, so a prompt and its padded forms agree bit for bit.
-            ids = np.concatenate([ids, np.full(extra, ids[-1])])
-        x = self.forward(ids, cache, collect, _scratch=True)
-        if collect is not None:
-            collect[:] = [h[:n] for h in collect]
-        cache.truncate(n, written=ids.size)            # padding rows are not part of the text
-        return self.backend.head(x[n - 1:n])[0]                        # [V]
+        if chunk is None and self.backend.prefill_lengths is not None:
+            chunk = max(self.backend.prefill_lengths)
+        chunk = ids.size if chunk is None else _count("chunk", chunk)
+        if chunk < ids.size:                 # the user's padding is not needed when chunking
+            ids = ids[:n]
+        starts = list(range(0, ids.size, chunk))
+        parts = [h for h in (collect,) if h is not None]
+        for c0 in starts:
+            part = ids[c0:c0 + chunk]
+            step = Step.build([(slot, c0, part)])
+            if c0 + part.size > n:                                         # caller's own padding
+                step = step.with_pad_rows(n - c0)
+            sink = [] if parts else None
+            logits = self.step(step, cache, sink)
+            if parts:
+                collect[:] = sink if not collect else [np.concatenate([a, b]) for a, b in zip(collect, sink)]
+        return logits[0]                                                   # [V]
 
-    def decode(self, token: int, cache: KVCache) -> np.ndarray:
-        """Logits [V] after appending one token at position cache.length."""
-        if cache.length >= cache.max_seq:
+    def decode(self, token: int, cache: KVStore, slot: int = 0) -> np.ndarray:
+        """Logits [V] after appending one token at position cache.lengths[slot]."""
+        slot = cache.check_slot(slot)
+        if cache.lengths[slot] >= cache.max_seq:
             raise LlamanbError(f"KV cache full ({cache.max_seq} positions)")
-        x = self.forward([token], cache)
-        return self.backend.head(x)[0]
+        ids = self._check_ids([token])
+        return self.step(Step.build([(slot, int(cache.lengths[slot]), ids)]), cache)[0]
 
     def logits_all(self, ids) -> np.ndarray:
         """Logits for every position of ids [S] -> [S, V] (for tests and diagnosis)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -75,9 +76,13 @@ class Weights:
     final_norm: np.ndarray  # [H]
     lm_head: np.ndarray     # [V, H]  (the embedding itself when tied)
     store_dir: Path | None = None   # cache directory the arrays are mapped from, if any
+    # Set by the model store: derived(tag, producers) persists derived arrays beside the weights.
+    # Backends call `derived` and never import the store.
+    deriver: Callable | None = None
 
     @classmethod
-    def from_getter(cls, cfg: LlamaConfig, get, span=None, store_dir: Path | None = None) -> "Weights":
+    def from_getter(cls, cfg: LlamaConfig, get, span=None, store_dir: Path | None = None,
+                    deriver: Callable | None = None) -> "Weights":
         """Build from get(name) -> float32 array; span(names) may return a fused view or None."""
         def fused(names):
             v = span(names) if span is not None else None
@@ -91,7 +96,15 @@ class Weights:
                 ffn_norm=get(n["ffn_norm"]), w_gate_up=fused([n["gate"], n["up"]]), w_down=get(n["down"])))
         embed = get("model.embed_tokens.weight")
         lm_head = embed if cfg.tie_embeddings else get("lm_head.weight")
-        return cls(cfg, embed, layers, get("model.norm.weight"), lm_head, store_dir)
+        return cls(cfg, embed, layers, get("model.norm.weight"), lm_head, store_dir, deriver)
+
+    def derived(self, tag: str, producers: dict) -> dict:
+        """Arrays a backend derives from the weights (another layout, say), computed once.
+        producers: name -> (shape, fn returning the array). In memory unless the store that
+        loaded these weights persists them (then they are memory-mapped on later loads)."""
+        if self.deriver is None:
+            return {n: np.ascontiguousarray(fn(), dtype=np.float32) for n, (_, fn) in producers.items()}
+        return self.deriver(self, tag, producers)
 
     def split_qkv(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         c = self.config

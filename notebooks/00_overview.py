@@ -128,7 +128,7 @@ print("usable backends here:", [t.name for t in targets if t.usable])
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from llamanb.machine import machine_info
+from llamanb.bench.machine import machine_info
 
 info = machine_info()
 print(f"CPU: {info['cpu']}, {info['cores_usable']} usable cores, {info['memory_gib']} GiB")
@@ -225,7 +225,7 @@ print(f"decode: {result.decode_tok_s:.1f} tok/s over {result.decode_steps} steps
 # (`tests/test_gguf.py`).
 
 # %%
-from llamanb.hf_reference import greedy_with_top5, load_hf
+from llamanb.check.hf_reference import greedy_with_top5, load_hf
 
 hf = load_hf(model, via="converted")
 hf_ids, hf_top5 = greedy_with_top5(hf, ids, steps=len(result.ids), stop_ids=cfg.eos_ids)

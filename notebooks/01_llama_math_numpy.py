@@ -272,7 +272,7 @@ print(f"K+V, 2048 positions, bf16: {kv_2048:,} bytes = {kv_2048 // 2**20} MiB "
 # %%
 import torch
 
-from llamanb.hf_reference import hidden_states, load_hf
+from llamanb.check.hf_reference import hidden_states, load_hf
 
 torch.manual_seed(0)
 hf = load_hf(model, via="converted")
@@ -523,6 +523,7 @@ print(f"({len(report)} checks, rtol={RTOL}, atol={ATOL})")
 
 # %%
 from llamanb.ops import rms_norm as llamanb_rms_norm
+from llamanb.step import Step
 
 collected = []
 engine.forward(ids, engine.new_cache(S), collect=collected)        # L + 1 arrays of [S, H]
@@ -577,11 +578,12 @@ def my_block(x, layer, start=0):
     return x + (g / (1 + np.exp(-g)) * u) @ lw.w_down.T
 
 assert np.array_equal(my_block(x, 0), block_out)            # the function is the cells above
-theirs = engine.backend.block(0, x.copy(), 0, engine.new_cache(S))             # [S, H]
+step = Step.build([(0, 0, ids)])              # S rows of sequence 0 at positions 0..S-1
+theirs = engine.backend.block(0, x.copy(), step, engine.new_cache(S))          # [S, H]
 np.testing.assert_allclose(my_block(x, 0), theirs, rtol=1e-4, atol=1e-5)
 for layer in (1, 15, 29):                                    # deeper blocks, on their real inputs
     np.testing.assert_allclose(my_block(collected[layer], layer),
-                               engine.backend.block(layer, collected[layer].copy(), 0,
+                               engine.backend.block(layer, collected[layer].copy(), step,
                                                     engine.new_cache(S)),
                                rtol=1e-4, atol=1e-6 * float(np.abs(collected[layer]).max()))
 print("hand-written block == engine.backend.block (blocks 0, 1, 15, 29) within tolerance: True")

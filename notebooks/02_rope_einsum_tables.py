@@ -489,14 +489,14 @@ plt.show()
 # interleaved order.
 #
 # Check it on the embedded model's real layer-0 weights. First the raw tensors, straight from the
-# GGUF file (quantised Q4_1), dequantised twice: by `llamanb.quants` and by the `gguf` package.
+# GGUF file (quantised Q4_1), dequantised twice: by `llamanb.io.quants` and by the `gguf` package.
 
 # %%
 import gguf
 
 from llamanb import load_model
-from llamanb.gguf_file import GGUFSource, permute_qk, unpermute_qk
-from llamanb.quants import dequantize
+from llamanb.io.gguf import GGUFSource, permute_qk, unpermute_qk
+from llamanb.io.quants import dequantize
 
 model = load_model()
 cfg = model.config
@@ -509,14 +509,14 @@ for n, t in raw.items():
     theirs = gguf.quants.dequantize(t.data, t.tensor_type)
     assert np.array_equal(ours, theirs)
     w_gguf[n] = theirs                                               # [rows, hidden]
-    print(f"attn_{n}: {t.tensor_type.name}, [out, in] = {shape}, llamanb.quants == gguf.quants: True")
+    print(f"attn_{n}: {t.tensor_type.name}, [out, in] = {shape}, llamanb.io.quants == gguf.quants: True")
 print("heads:", cfg.n_heads, " kv heads:", cfg.n_kv_heads, " head_dim:", cfg.head_dim)
 
 # %% [markdown]
 # The reference for HF's row order is transformers' own GGUF loader. For every tensor it runs
 # `gguf.quants.dequantize` and then the architecture's tensor processor, which for `llama`
 # un-permutes `attn_q` / `attn_k` (`transformers.modeling_gguf_pytorch_utils.TENSOR_PROCESSORS["llama"]`).
-# `llamanb.hf_reference.load_hf(model)` runs exactly that, but also maps and converts all 272
+# `llamanb.check.hf_reference.load_hf(model)` runs exactly that, but also maps and converts all 272
 # tensors, which takes about half a minute on a 2-core machine; here we call the same processor on
 # our two tensors, with the head counts read from the file's metadata. (`tests/test_gguf.py` checks
 # every tensor of a full `load_hf`-style load against llamanb's converted weights, bit for bit.)
@@ -545,7 +545,7 @@ def unpermute_rows(w, n_heads):
 heads = {"q": cfg.n_heads, "k": cfg.n_kv_heads}                      # 9 and 3
 for n in ("q", "k"):
     mine = unpermute_rows(w_gguf[n], heads[n])                       # [rows, hidden] HF order
-    assert np.array_equal(mine, unpermute_qk(w_gguf[n], heads[n]))   # llamanb.gguf_file
+    assert np.array_equal(mine, unpermute_qk(w_gguf[n], heads[n]))   # llamanb.io.gguf
     assert np.array_equal(mine, w_hf[n])                             # transformers' loader
     assert np.array_equal(permute_qk(w_hf[n], heads[n]), w_gguf[n])  # and back
     # the same thing, head by head, as the index array Q
@@ -556,7 +556,7 @@ for n in ("q", "k"):
           f" rows that moved: {moved} of {w_hf[n].shape[0]}")
 
 # %% [markdown]
-# Bit-identical, not just close: `llamanb.quants` and `gguf.quants` dequantise Q4_1 to the same
+# Bit-identical, not just close: `llamanb.io.quants` and `gguf.quants` dequantise Q4_1 to the same
 # float32 numbers (`d * q + m`, asserted above), and a row permutation moves numbers without
 # touching them. Only rows `0` and `d - 1`
 # of each head stay in place (`Q[0] = 0`, `Q[d-1] = d-1`), hence `64 - 2 = 62` moved rows per head.
@@ -572,7 +572,7 @@ for n in ("q", "k"):
 # and compare them (after `Q`), and the attention scores they produce.
 
 # %%
-from llamanb.hf_reference import load_hf
+from llamanb.check.hf_reference import load_hf
 
 hf = load_hf(model, via="converted")                                 # transformers on llamanb's cache dir
 attn0 = hf.model.layers[0].self_attn
@@ -665,7 +665,7 @@ print("scores with W_q un-permuted for 3 heads: relative error > 1e-2:",
 #   require Meta/GGUF-ordered `W_q`, `W_k`.
 # * After RoPE, `q_m . k_n` depends only on `m - n` (to float32 rounding, which grows with the position).
 # * GGUF files store each head's `W_q`/`W_k` rows in the order `Q`, so llama.cpp's interleaved RoPE
-#   reproduces HF's attention scores; `llamanb.gguf_file.unpermute_qk` undoes it with the right head
+#   reproduces HF's attention scores; `llamanb.io.gguf.unpermute_qk` undoes it with the right head
 #   count (9 for Q, 3 for K).
 #
 # **Next:** notebook 03 puts the rotated `q` and `k` into grouped-query attention with the causal mask,

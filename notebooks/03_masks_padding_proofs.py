@@ -190,7 +190,7 @@ np.testing.assert_allclose(attn, naive, rtol=0, atol=1e-6)
 import torch
 from transformers.models.llama.modeling_llama import repeat_kv
 
-from llamanb.hf_reference import load_hf
+from llamanb.check.hf_reference import load_hf
 
 hf = load_hf(model, via="converted")
 hf.set_attn_implementation("eager")
@@ -230,8 +230,8 @@ assert np.array_equal(k_rep_torch[0].permute(1, 0, 2).numpy(), k_rep)    # same 
 
 # %%
 cache = engine.new_cache(64)
-cache.write(0, 0, k, v)                                       # cache.k[0, :, :S] = k as [N_kv, S, d_h]
-attn_llamanb = engine.backend.attention(np.ascontiguousarray(q), cache, layer=0, start=0)
+cache.write(0, 0, 0, k, v)            # layer 0, slot 0, from position 0: cache.k[0, :, :S] = k as [N_kv, S, d_h]
+attn_llamanb = engine.backend.attention(np.ascontiguousarray(q), cache, layer=0, slot=0, start=0)
 print("llamanb attention", attn_llamanb.shape)
 err = np.abs(attn_llamanb - attn).max()
 print("max |llamanb - einsum| < 1e-6:", err < 1e-6)
@@ -337,6 +337,7 @@ assert np.isnan(bad).all()
 
 # %%
 from llamanb.ops import silu_mul
+from llamanb.step import Step
 
 j = S - 4                                                     # the perturbed (later) position
 ids_b = list(ids)
@@ -371,7 +372,8 @@ def layer0_stages(token_ids):
     st["residual add 2"] = st["residual add 1"] + st["down projection"]
     st["final norm + LM head"] = rms_norm(st["residual add 2"], W.final_norm, cfg.rms_eps) @ W.lm_head.T
     # the finished version: llamanb's whole block 0 on the same embeddings (it writes a fresh cache)
-    st["llamanb: block 0"] = engine.backend.block(0, st["embedding"], 0, engine.new_cache(64))
+    step = Step.build([(0, 0, token_ids)])                                     # n rows, positions 0..n-1
+    st["llamanb: block 0"] = engine.backend.block(0, st["embedding"], step, engine.new_cache(64))
     return st
 
 
@@ -541,8 +543,8 @@ from llamanb.backends.numpy_ref import BLOCK_Q, KEY_TILE, NumpyBackend
 print("BLOCK_Q  =", BLOCK_Q, " query rows per attention tile (short blocks are zero-filled)")
 print("KEY_TILE =", KEY_TILE, " keys per tile: key ranges are rounded up and the rest masked")
 backend = engine.backend
-m = backend.prefill_row_multiple
-print("prefill rows padded to a multiple of prefill_row_multiple, 8 or 48 (by BLAS kernel family):",
+m = backend.row_multiple
+print("prefill rows padded to a multiple of row_multiple, 8 or 48 (by BLAS kernel family):",
       m in (8, 48))                                   # which one depends on this machine's CPU
 assert m in (8, 48)
 
@@ -564,8 +566,8 @@ for n, P in [(5, 64), (13, 64), (40, 128)]:
 # - The softmax sums over keys along a non-contiguous axis, where numpy adds strictly in key order:
 #   the masked keys come last and add exact zeros.
 # - The projections and the MLP are ordinary GEMMs, and the engine runs prefill with a row count
-#   that is a multiple of `Backend.prefill_row_multiple` (the extra rows repeat the last token after
-#   the prompt, invisible to it by causality). How many is enough depends on the BLAS kernels, and
+#   that is a multiple of `Backend.row_multiple` (the extra rows are padding rows: computed, but
+#   never written to the cache and never attended to). How many is enough depends on the BLAS kernels, and
 #   was measured by forcing each of OpenBLAS's kernel families with `OPENBLAS_CORETYPE`: with the
 #   AVX-512 kernels (`SkylakeX`, `SapphireRapids`, ...) every row of a GEMM comes out the same for
 #   any row count from 8 up (below that a small-matrix kernel takes over); with the `Haswell`/`Zen`
@@ -737,7 +739,7 @@ print(f"LM head, all 64 rows: {t_all:.2f} ms   one row: {t_one:.2f} ms   ratio {
 # - **Padded prefill is byte-identical** at every real row, every layer, and in the logits —
 #   because of the mask *and* because the backend runs fixed-shape attention tiles (`BLOCK_Q`,
 #   `KEY_TILE`), sums keys in order (`softmax_` over axis -2) and pads prefill to a row count the
-#   BLAS kernels treat uniformly (`prefill_row_multiple`). Seed 001's causal-mask argument alone
+#   BLAS kernels treat uniformly (`row_multiple`). Seed 001's causal-mask argument alone
 #   does not give bit-identity in float32.
 # - **Carry the real length** (`llamanb.engine.pad_to` returns it; `Engine.prefill(ids, cache,
 #   real_len=n)` takes it): a chat prompt contains EOS, and counting non-EOS tokens (seed 001)

@@ -59,7 +59,7 @@ print(f"L = {L} layers, N_h = {N_h} query heads, N_kv = {N_kv} KV heads, d_h = {
 # %% [markdown]
 # ## 1. The cache layout: `[L, N_kv, capacity, d_h]`, twice
 #
-# `llamanb.kv_cache.KVCache` holds two arrays of the same shape, `k` and `v`:
+# `llamanb.kv.contiguous.KVCache` holds two arrays of the same shape, `k` and `v`:
 #
 # * axis 0, **layer** `l`: every block has its own projections, so its own keys and values;
 # * axis 1, **KV head** `j`: with grouped-query attention `N_h / N_kv = 3` query heads share one
@@ -70,9 +70,11 @@ print(f"L = {L} layers, N_h = {N_h} query heads, N_kv = {N_kv} KV heads, d_h = {
 # Position sits next to the last axis on purpose: in decode, head `j` of layer `l` needs the keys
 # `k[l, j, :T]`, a single contiguous `[T, d_h]` block, so one small matrix product (its
 # `N_h / N_kv = 3` query heads against `T` keys) gives that KV head's scores. `length` counts the
-# filled rows. The storage (`capacity`) is rounded up to a multiple of `KVCache.ALIGN = 256`
-# positions, because prefill attention reads keys in tiles of 256 (and masks the ones past the
-# end); only `max_seq` positions may ever be written.
+# filled rows. The storage (`capacity`) is rounded up to the multiple of positions the backend
+# asks for (`engine.backend.kv_position_multiple`: 256 for the numpy backend, whose prefill
+# attention reads keys in tiles of 256 and masks the ones past the end); only `max_seq` positions
+# may ever be written. (A cache can hold several sequences, one per *slot*; `cache.k` and
+# `cache.v` are slot 0's arrays. Chapter 10 fills the other slots.)
 
 # %%
 cache = engine.new_cache(64)                 # room for 64 positions
@@ -80,7 +82,8 @@ print("k:", cache.k.shape, cache.k.dtype, "| v:", cache.v.shape, cache.v.dtype) 
 print("max_seq =", cache.max_seq, "| capacity =", cache.capacity, "| length =", cache.length)
 
 assert cache.k.shape == cache.v.shape == (L, N_kv, 256, d_h)
-assert cache.capacity == -(-64 // KVCache.ALIGN) * KVCache.ALIGN == 256
+tile = engine.backend.kv_position_multiple
+assert cache.capacity == -(-64 // tile) * tile == 256
 assert cache.length == 0 and not cache.k.any() and not cache.v.any()
 assert cache.k[7, 2, :40].flags["C_CONTIGUOUS"]      # one head's keys: one contiguous block
 
@@ -195,10 +198,11 @@ print("\ntext so far:", repr(tok.decode(generated)))
 # but the cache holds only `t` of them. The newest token is written when it is fed back in.
 #
 # An aside on "rows ≥ length are zero". Prefill may run more rows than the prompt has: the numpy
-# backend pads every prefill to a multiple of `prefill_row_multiple` rows (8 or 48, depending on
-# the BLAS kernels; notebook 03 explains why), and those extra rows go through every layer and
-# write keys and values like real ones. `Engine.prefill` zeroes them afterwards
-# (`KVCache.truncate`), so the cache holds exactly the real positions, even for a 2-token prompt:
+# backend pads every prefill to a multiple of `row_multiple` rows (8 or 48, depending on the BLAS
+# kernels; notebook 03 explains why). Those extra rows are *padding rows* of the engine's step:
+# they go through every projection (the row count is what matters to BLAS) but belong to no
+# sequence, so they are never written to the cache and never attended to. The cache holds exactly
+# the real positions, even for a 2-token prompt:
 
 # %%
 short_ids = tok.encode("Hello there", add_special_tokens=False)          # 2 tokens
@@ -208,7 +212,7 @@ kf, _ = filled_rows(scratch)
 print("prompt tokens:", len(short_ids), "| length:", scratch.length,
       "| rows holding data:", int(kf[0, 0].sum()))
 assert scratch.length == len(short_ids) and int(kf[0, 0].sum()) == len(short_ids)
-assert engine.backend.prefill_row_multiple > len(short_ids)       # so padding rows were computed
+assert engine.backend.row_multiple > len(short_ids)       # so padding rows were computed
 
 # %% [markdown]
 # ## 3. Watching the cache fill
@@ -362,7 +366,7 @@ print("max |K_decode - K_full| in rows [S, T):", np.abs(cache.k[:, :, S:T] - red
 # after RoPE. We run the 52 tokens through it once and compare its cache with ours, and its logits
 # with our decode logits.
 #
-# Which weights does transformers get? `llamanb.hf_reference.load_hf(model)` would read the GGUF
+# Which weights does transformers get? `llamanb.check.hf_reference.load_hf(model)` would read the GGUF
 # file with transformers' own loader, but that takes about half a minute on a 2-core machine. The
 # llamanb cache directory is itself an HF checkpoint (`config.json` + `model.safetensors`), and the
 # test suite (`tests/test_gguf.py::test_every_tensor_matches_transformers_gguf_loader`) proves every
@@ -373,7 +377,7 @@ print("max |K_decode - K_full| in rows [S, T):", np.abs(cache.k[:, :, S:T] - red
 # %%
 import torch
 
-from llamanb.hf_reference import load_hf
+from llamanb.check.hf_reference import load_hf
 
 hf = load_hf(model, via="converted")
 with torch.inference_mode():
@@ -691,7 +695,7 @@ plt.show()
 # %% [markdown]
 # ## Summary
 #
-# * The KV cache is two arrays `[L, N_kv, capacity, d_h]` (`llamanb.kv_cache.KVCache`, made by
+# * The KV cache is two arrays `[L, N_kv, capacity, d_h]` (`llamanb.kv.contiguous.KVCache`, made by
 #   `Engine.new_cache`), capacity rounded up to a multiple of 256. `Engine.prefill` fills rows
 #   `[0, S)`, each `Engine.decode` writes row `length` in every layer and KV head and advances
 #   `length`. We checked this row by row on the real model, and recomputed layer 0's rows by hand.

@@ -52,7 +52,7 @@ def fresh_cache(tmp_path, monkeypatch) -> Path:
 @pytest.fixture(scope="session")
 def smollm(llamanb_cache):
     """The embedded SmolLM2-135M-Instruct GGUF, converted once into the session cache."""
-    from llamanb.store import load_model
+    from llamanb.io.store import load_model
 
     return load_model(None)
 
@@ -66,7 +66,7 @@ def smollm_engine(smollm):
 
 @pytest.fixture(scope="session")
 def smollm_gguf_path():
-    from llamanb.store import default_model_path
+    from llamanb.io.store import default_model_path
 
     return default_model_path()
 

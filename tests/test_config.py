@@ -169,7 +169,7 @@ def test_kv_bytes_against_transformers_cache():
 
 def test_llamanb_kv_cache_bytes_match_accounting():
     """llamanb's own cache for a tiny config, with storage exactly max_seq, is 2*L*N_kv*d_h*4 B/token."""
-    from llamanb.kv_cache import KVCache
+    from llamanb.kv.contiguous import KVCache
 
     cfg = SMOLLM2_135M
     cache = KVCache(cfg, 512)

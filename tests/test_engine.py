@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from llamanb.engine import Engine, pad_to
+from llamanb.check.greedy import engine_greedy
 from llamanb.errors import LlamanbError
 
 EOS = 2
@@ -23,15 +24,8 @@ def capital_ids(smollm):
 
 def test_decode_with_cache_equals_full_recompute(smollm_engine, capital_ids):
     eng = smollm_engine
-    seq = list(capital_ids)
-    steps = 6
-    cache = eng.new_cache(len(seq) + steps)
-    step_logits = [eng.prefill(seq, cache)]
-    for _ in range(steps):
-        nxt = int(np.argmax(step_logits[-1]))
-        seq.append(nxt)
-        step_logits.append(eng.decode(nxt, cache))
-    assert cache.length == len(seq)
+    run = engine_greedy(eng, capital_ids, steps=7, keep_logits=True)      # prefill + 6 decodes
+    step_logits, seq = run.logits, list(capital_ids) + run.ids[:-1]
     full = eng.logits_all(seq)                                  # [S, V], no cache reuse
     n0 = len(capital_ids)
     for i, lg in enumerate(step_logits):
@@ -139,7 +133,7 @@ def test_kv_cache_layout(smollm, smollm_engine):
     assert cache.length == 5
     assert cache.k[:, :, :5].any(axis=-1).all() and cache.v[:, :, :5].any(axis=-1).all()
     # prefill ran at least prefill_row_multiple rows; the padding rows were zeroed afterwards
-    assert smollm_engine.backend.prefill_row_multiple > 5
+    assert smollm_engine.backend.row_multiple > 5
     assert not cache.k[:, :, 5:].any() and not cache.v[:, :, 5:].any()
     # V of layer 0 is a plain projection of the normed embeddings (no RoPE): check it closed-form,
     # which pins the axis order [N_kv, position, d_h] of one layer.
@@ -198,7 +192,7 @@ PADDING_UNDER_OTHER_KERNELS = """
 import sys
 import numpy as np
 from llamanb import Engine, load_model, pad_to
-from llamanb.machine import openblas_info
+from llamanb.blas import openblas_info
 core = openblas_info()["core"]
 if core != sys.argv[1]:
     print("SKIP", core)
@@ -215,7 +209,7 @@ for n in (1, 5, 13, 40, 47, 49, 100):
             padded, real_len = pad_to(ids, length, 2)
             if not np.array_equal(eng.prefill(padded, eng.new_cache(160), real_len=real_len), ref):
                 bad.append((n, length))
-print("MULTIPLE", eng.backend.prefill_row_multiple, "BAD", bad)
+print("MULTIPLE", eng.backend.row_multiple, "BAD", bad)
 """
 
 

@@ -173,7 +173,7 @@ def test_budget_capped_by_context(tmp_path):
     from conftest import make_tiny_checkpoint
 
     from llamanb.engine import Engine
-    from llamanb.store import load_model
+    from llamanb.io.store import load_model
 
     make_tiny_checkpoint(tmp_path / "ck", n_heads=4, n_kv_heads=2, tie=True, seed=0, max_position_embeddings=16)
     eng = Engine(load_model(tmp_path / "ck"))

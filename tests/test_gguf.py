@@ -14,9 +14,9 @@ from gguf import GGMLQuantizationType as Q
 
 from llamanb.engine import Engine
 from llamanb.errors import LlamanbError
-from llamanb.gguf_file import permute_qk, unpermute_qk
-from llamanb.quants import dequantize
-from llamanb.store import load_model
+from llamanb.io.gguf import permute_qk, unpermute_qk
+from llamanb.io.quants import dequantize
+from llamanb.io.store import load_model
 
 OWN_TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"]
 

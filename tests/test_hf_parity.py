@@ -7,7 +7,7 @@ import pytest
 from conftest import EOS_ID, TINY_VOCAB, hf_logits, make_tiny_checkpoint
 
 from llamanb.engine import Engine
-from llamanb.store import load_model
+from llamanb.io.store import load_model
 
 ATOL = 1e-4
 DECODE_STEPS = 6

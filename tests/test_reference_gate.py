@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from llamanb.check.greedy import engine_greedy
+
 from conftest import SHARED_REFERENCE
 
 # Both sides run float32 on bit-identical dequantised weights (tests/test_gguf.py), so the only
@@ -57,22 +59,12 @@ def test_tokenizer_reproduces_prompt_ids(smollm, reference_data, name):
 
 
 def greedy_walk(engine, prompt_ids, ref_ids, ref_top5):
-    """Decode greedily for len(ref_ids) steps (or until the first divergence).
+    """Decode greedily for len(ref_ids) steps with the one greedy loop (llamanb.check.greedy).
 
-    Returns (ours, our_top5_per_step, logits_per_step); lists stop at the first divergence."""
-    cache = engine.new_cache(len(prompt_ids) + len(ref_ids))
-    logits = engine.prefill(prompt_ids, cache)
-    ours, tops, kept = [], [], []
-    for i, ref in enumerate(ref_ids):
-        top = [int(t) for t in np.argsort(-logits, kind="stable")[:5]]
-        tok = int(np.argmax(logits))
-        ours.append(tok)
-        tops.append(top)
-        kept.append(logits)
-        if tok != ref or i == len(ref_ids) - 1:
-            break
-        logits = engine.decode(tok, cache)
-    return ours, tops, kept
+    Returns (ours, our_top5_per_step, logits_per_step), cut after the first divergence."""
+    run = engine_greedy(engine, prompt_ids, len(ref_ids), k=5, keep_logits=True)
+    n = next((i + 1 for i, (a, b) in enumerate(zip(run.ids, ref_ids)) if a != b), len(run.ids))
+    return run.ids[:n], run.top_ids[:n], run.logits[:n]
 
 
 @pytest.mark.parametrize("name", _case_names())

@@ -139,7 +139,7 @@ def test_permutations():
 def test_gguf_row_order_is_the_interleaved_permutation(n_heads, n_kv):
     """llama.cpp's converter stores W_q/W_k rows per head in the order Q, so interleaved RoPE on
     x @ W_gguf.T equals HF's half-split RoPE on x @ W_hf.T, up to the same permutation of each head."""
-    from llamanb.gguf_file import permute_qk, unpermute_qk
+    from llamanb.io.gguf import permute_qk, unpermute_qk
 
     rng = np.random.default_rng(4)
     d, hidden, S = 16, 48, 12

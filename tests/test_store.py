@@ -12,7 +12,7 @@ from conftest import TINY_VOCAB, hf_logits, make_tiny_checkpoint
 
 from llamanb.engine import Engine
 from llamanb.errors import LlamanbError
-from llamanb.store import load_model
+from llamanb.io.store import load_model
 
 
 def _reaches_memmap(a: np.ndarray) -> bool:
@@ -82,7 +82,7 @@ def test_fused_views_are_views_of_the_file(tiny_dir, fresh_cache):
 
 
 def test_embedded_model_is_mapped_and_fused(smollm):
-    from llamanb.store import load_model as load
+    from llamanb.io.store import load_model as load
 
     again = load(None)
     assert again.converted is False and again.cache_dir == smollm.cache_dir

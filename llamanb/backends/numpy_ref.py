@@ -14,11 +14,11 @@ Speed notes (2-core x86, OpenBLAS; measured, see README "Benchmark"):
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
-from ..kv_cache import KVCache
+from ..blas import row_multiple
+from ..kv.base import KVStore
+from ..step import Step
 from ..numerics import to_bf16
 from ..ops import rms_norm, silu_mul, softmax_
 from ..rope import cos_sin, rope_for, rope_inplace, rotation_tables
@@ -27,20 +27,6 @@ from .base import Backend
 
 BLOCK_Q = 128       # query rows per prefill attention block
 KEY_TILE = 256      # prefill key ranges are rounded up to this (the KV cache is allocated to match)
-
-# Row counts at which OpenBLAS computes each row of a GEMM identically whatever the row count.
-# Measured with OPENBLAS_CORETYPE on every kernel family below (1-16 threads): these cores give
-# bit-identical rows for any count >= 8 (below that a small-matrix kernel takes over); the Haswell
-# and Zen kernels (most laptops without AVX-512) only for multiples of 48 (edge rows of their
-# 24-row blocks, split over two threads, use other micro-kernels). Unknown BLAS: 48.
-ROW_INVARIANT_CORES = {"SkylakeX", "Cooperlake", "SapphireRapids", "SandyBridge", "Nehalem"}
-
-
-@functools.lru_cache(maxsize=None)
-def blas_row_multiple() -> int:
-    from ..machine import openblas_info
-
-    return 8 if openblas_info().get("core") in ROW_INVARIANT_CORES else 48
 
 
 class NumpyBackend(Backend):
@@ -51,7 +37,8 @@ class NumpyBackend(Backend):
         if dtype not in ("float32", "bf16"):
             raise ValueError(f"dtype must be float32 or bf16, got {dtype!r}")
         self.dtype = dtype
-        self.prefill_row_multiple = blas_row_multiple()
+        self.row_multiple = row_multiple()         # see llamanb.blas: rows computed uniformly
+        self.kv_position_multiple = KEY_TILE        # prefill attention reads whole key tiles
         self.rnd = to_bf16 if dtype == "bf16" else (lambda a: a)
         if dtype == "bf16":
             weights = weights.map_arrays(to_bf16)
@@ -60,10 +47,8 @@ class NumpyBackend(Backend):
         self.freqs = rope_for(c)
         self.scale = np.float32(c.head_dim ** -0.5)
         self._rope_key, self._rope = None, None
-        from ..store import derived_arrays
-
         # [in, out] copies of the matrices OpenBLAS streams faster that way (see module doc)
-        t = derived_arrays(weights, "numpy-layout-v1", {
+        t = weights.derived("numpy-layout-v1", {
             **{f"gate_up_t.{i}": ((c.hidden, 2 * c.ffn), lambda i=i: weights.layers[i].w_gate_up.T)
                for i in range(c.n_layers)},
             "lm_head_t": ((c.hidden, c.vocab), lambda: weights.lm_head.T)})
@@ -73,28 +58,38 @@ class NumpyBackend(Backend):
     def embed(self, ids: np.ndarray) -> np.ndarray:
         return self.rnd(super().embed(ids))
 
-    def rope_tables(self, start: int, S: int) -> tuple[np.ndarray, np.ndarray]:
-        """Rotation tables [S, d] for positions start..start+S-1, made once per forward pass."""
-        if self._rope_key != (start, S):
-            self._rope = rotation_tables(*cos_sin(np.arange(start, start + S), self.freqs))
-            self._rope_key = (start, S)
+    def rope_tables(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rotation tables [R, d] for the step's positions, made once per step (not per layer)."""
+        key = positions.tobytes()
+        if self._rope_key != key:
+            self._rope = rotation_tables(*cos_sin(positions, self.freqs))
+            self._rope_key = key
         return self._rope
 
-    def block(self, layer: int, x: np.ndarray, start: int, cache: KVCache) -> np.ndarray:
+    def block(self, layer: int, x: np.ndarray, step: Step, cache: KVStore) -> np.ndarray:
         c, w, rnd = self.config, self.weights.layers[layer], self.rnd
-        S, Nh, Nkv, d, F = x.shape[0], c.n_heads, c.n_kv_heads, c.head_dim, c.ffn
+        R, Nh, Nkv, d, F = x.shape[0], c.n_heads, c.n_kv_heads, c.head_dim, c.ffn
 
         # --- attention sub-block -------------------------------------------------------------
-        h = rnd(rms_norm(x, w.attn_norm, c.rms_eps))                      # [S, H]
-        qkv = rnd(h @ w.wqkv.T)                                           # [S, (Nh + 2 Nkv) d]
-        qk = qkv[:, :(Nh + Nkv) * d].reshape(S, Nh + Nkv, d)              # [S, Nh + Nkv, d]
-        rope_inplace(qk, *self.rope_tables(start, S))                    # q and k, one pass
+        h = rnd(rms_norm(x, w.attn_norm, c.rms_eps))                      # [R, H]
+        qkv = rnd(h @ w.wqkv.T)                                           # [R, (Nh + 2 Nkv) d]
+        qk = qkv[:, :(Nh + Nkv) * d].reshape(R, Nh + Nkv, d)              # [R, Nh + Nkv, d]
+        rope_inplace(qk, *self.rope_tables(step.positions))              # q and k, one pass
         qk = rnd(qk)
-        q, k = qk[:, :Nh], qk[:, Nh:]                                     # [S, Nh, d], [S, Nkv, d]
-        v = qkv[:, (Nh + Nkv) * d:].reshape(S, Nkv, d)                    # [S, Nkv, d]
-        cache.write(layer, start, k, v)
-        attn = rnd(self.attention(q, cache, layer, start))               # [S, Nh d]
-        x = rnd(x + rnd(attn @ w.wo.T))                                   # [S, H]
+        q, k = qk[:, :Nh], qk[:, Nh:]                                     # [R, Nh, d], [R, Nkv, d]
+        v = qkv[:, (Nh + Nkv) * d:].reshape(R, Nkv, d)                    # [R, Nkv, d]
+        if len(step.segments) == 1 and step.segments[0].n == R:           # one sequence, no padding
+            seg = step.segments[0]
+            cache.write(layer, seg.slot, seg.start, k, v)
+            attn = self.attention(q, cache, layer, seg.slot, seg.start)   # [R, Nh d]
+        else:
+            attn = np.zeros((R, Nh * d), dtype=np.float32)                # padding rows stay 0
+            for seg in step.segments:                                     # each sequence its own keys
+                r = seg.rows
+                cache.write(layer, seg.slot, seg.start, k[r], v[r])
+                attn[r] = self.attention(q[r], cache, layer, seg.slot, seg.start)
+        attn = rnd(attn)
+        x = rnd(x + rnd(attn @ w.wo.T))                                   # [R, H]
 
         # --- FFN sub-block (SwiGLU) ----------------------------------------------------------
         h = rnd(rms_norm(x, w.ffn_norm, c.rms_eps))                       # [S, H]
@@ -102,9 +97,9 @@ class NumpyBackend(Backend):
         a = rnd(silu_mul(gu[:, :F], gu[:, F:]))                           # [S, D_ff]
         return rnd(x + rnd(a @ w.w_down.T))                               # [S, H]
 
-    def attention(self, q: np.ndarray, cache: KVCache, layer: int, start: int) -> np.ndarray:
-        """Causal grouped-query attention for q [S, Nh, d] at positions start..start+S-1 over the
-        cached keys/values [Nkv, T, d]. Returns [S, Nh*d].
+    def attention(self, q: np.ndarray, cache: KVStore, layer: int, slot: int, start: int) -> np.ndarray:
+        """Causal grouped-query attention for q [S, Nh, d] at positions start..start+S-1 of the
+        sequence in cache slot `slot`, over its cached keys/values [Nkv, T, d]. Returns [S, Nh*d].
 
         The G query heads that share a K/V head are laid side by side, so each K/V head needs one
         GEMM for its scores and one for its output; K and V are never repeated. Scores are laid
@@ -120,10 +115,10 @@ class NumpyBackend(Backend):
         qg = q.reshape(S, Nkv, G, d)                                      # [S, Nkv, G, d]
         if S == 1:         # decode: one query row, no padding to be invariant to: keys contiguous
             T = start + 1
-            scores = qg[0] @ cache.keys(layer, T).swapaxes(-1, -2)       # [Nkv, G, T]
+            scores = qg[0] @ cache.keys(layer, slot, T).swapaxes(-1, -2)       # [Nkv, G, T]
             scores *= self.scale
             p = self.rnd(softmax_(scores, axis=-1))
-            out = p @ cache.values(layer, T)                             # [Nkv, G, d]
+            out = p @ cache.values(layer, slot, T)                             # [Nkv, G, d]
             return out.reshape(1, c.n_heads * d)
         B = BLOCK_Q
         out = np.empty((S, Nkv, G, d), dtype=np.float32)
@@ -133,14 +128,14 @@ class NumpyBackend(Backend):
             Tp = -(-(start + r1) // KEY_TILE) * KEY_TILE                  # keys, rounded up
             qt[..., :r1 - r0] = qg[r0:r1].transpose(1, 3, 2, 0)           # [Nkv, d, G, s]
             qt[..., r1 - r0:] = 0.0
-            scores = cache.keys(layer, Tp) @ qt.reshape(Nkv, d, G * B)    # [Nkv, Tp, G B]
+            scores = cache.keys(layer, slot, Tp) @ qt.reshape(Nkv, d, G * B)    # [Nkv, Tp, G B]
             scores *= self.scale
             # query row j (position start+r0+j) sees keys 0 .. start+r0+j
             hidden = np.arange(Tp)[:, None] > (start + r0 + np.arange(B))[None, :]    # [Tp, B]
             scores.reshape(Nkv, Tp, G, B)[...] += np.where(hidden, -np.inf, 0.0).astype(
                 np.float32)[:, None, :]
             p = self.rnd(softmax_(scores, axis=-2))                       # [Nkv, Tp, G B]
-            ob = p.swapaxes(-1, -2) @ cache.values(layer, Tp)             # [Nkv, G B, d]
+            ob = p.swapaxes(-1, -2) @ cache.values(layer, slot, Tp)             # [Nkv, G B, d]
             out[r0:r1] = ob.reshape(Nkv, G, B, d)[:, :, :r1 - r0].transpose(2, 0, 1, 3)
         return out.reshape(S, c.n_heads * d)                              # [S, Nh d]
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import LlamaConfig
-from .errors import LlamanbError
+from ..config import LlamaConfig
+from ..errors import LlamanbError
 from .quants import dequantize
-from .rope_tables import half_split_to_interleaved, interleaved_to_half_split
+from ..rope_tables import half_split_to_interleaved, interleaved_to_half_split
 
 # GGUF name -> HF name (per layer names carry '{i}')
 _LAYER_MAP = {
@@ -114,7 +114,7 @@ class GGUFSource:
         return None
 
     def _check_tensors(self) -> None:
-        from .weights import check_shapes
+        from ..weights import check_shapes
 
         self.by_hf = {}
         for name, t in self.tensors.items():
@@ -145,7 +145,7 @@ class GGUFSource:
         """file name -> text, written next to the converted weights."""
         import json
 
-        from .tokenizer import tokenizer_config_from_gguf, tokenizer_json_from_gguf
+        from ..tokenizer import tokenizer_config_from_gguf, tokenizer_json_from_gguf
 
         return {"tokenizer.json": tokenizer_json_from_gguf(self.meta),
                 "tokenizer_config.json": json.dumps(tokenizer_config_from_gguf(self.meta), indent=1)}

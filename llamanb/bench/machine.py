@@ -13,9 +13,10 @@ import statistics
 import threading
 import time
 from importlib import metadata
-from pathlib import Path
 
 import numpy as np
+
+from ..blas import openblas_info
 
 BANDWIDTH_BYTES = 1 << 30                # 1 GiB: far larger than any cache
 BANDWIDTH_REPEATS = 7
@@ -66,28 +67,6 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def openblas_info() -> dict:
-    """Thread count and kernel family of the OpenBLAS that numpy loaded (via its C API)."""
-    paths = set()
-    try:
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "openblas" in line.lower() and "/" in line}
-    except OSError:
-        pass
-    for path in sorted(paths):
-        lib = ctypes.CDLL(path)
-        for prefix, suffix in (("scipy_openblas_", "64_"), ("openblas_", "64_"), ("openblas_", "")):
-            try:
-                threads = getattr(lib, f"{prefix}get_num_threads{suffix}")
-                corename = getattr(lib, f"{prefix}get_corename{suffix}")
-            except AttributeError:
-                continue
-            corename.restype = ctypes.c_char_p
-            return {"library": Path(path).name, "threads": int(threads()),
-                    "core": corename().decode()}
-    return {"library": None, "threads": None, "core": None}
 
 
 def machine_info() -> dict:

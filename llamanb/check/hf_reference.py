@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import LlamanbError
-from .store import Model
+from ..errors import LlamanbError
+from ..io.store import Model
+from .greedy import greedy
 
 
 def _import_torch():
@@ -64,22 +65,25 @@ def load_hf(model: Model, dtype: str = "float32", via: str = "source"):
     return hf.eval()
 
 
-def greedy_with_top5(hf, prompt_ids: list[int], steps: int, stop_ids=()) -> tuple[list[int], list[dict]]:
-    """HF greedy decoding with a KV cache: ids and each step's top-5 (ids, logits)."""
+def hf_steps(hf, prompt_ids: list[int]):
+    """(first logits, advance) for a transformers model with its KV cache, for check.greedy."""
     torch = _import_torch()
-    ids, top5 = [], []
-    with torch.inference_mode():
-        out = hf(torch.tensor([prompt_ids]), use_cache=True)
-        for _ in range(steps):
-            logits = out.logits[0, -1].float()
-            v, i = torch.topk(logits, 5)
-            top5.append({"ids": i.tolist(), "logits": v.tolist()})
-            nxt = int(i[0])
-            ids.append(nxt)
-            if nxt in stop_ids:
-                break
-            out = hf(torch.tensor([[nxt]]), past_key_values=out.past_key_values, use_cache=True)
-    return ids, top5
+    state = {}
+
+    def run(ids, past=None):
+        with torch.inference_mode():
+            out = hf(torch.tensor([ids]), past_key_values=past, use_cache=True)
+        state["past"] = out.past_key_values
+        return out.logits[0, -1].float().numpy()
+
+    return run(list(prompt_ids)), (lambda tok: run([tok], state["past"]))
+
+
+def greedy_with_top5(hf, prompt_ids: list[int], steps: int, stop_ids=()) -> tuple[list[int], list[dict]]:
+    """HF greedy decoding with a KV cache: ids and each step's top-5 (ids, logits), in the
+    shared reference file's schema."""
+    run = greedy(*hf_steps(hf, prompt_ids), steps, stop_ids, k=5)
+    return run.ids, run.tops()
 
 
 def hidden_states(hf, ids: list[int]) -> list[np.ndarray]:

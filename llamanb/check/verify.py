@@ -14,9 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .engine import Engine
-from .errors import LlamanbError
-from .store import Model, load_model
+from ..engine import Engine
+from ..errors import LlamanbError
+from ..io.store import Model, load_model
+from .greedy import GreedyRun, engine_greedy
 
 REFERENCE_NAME = "hf_smollm2_reference.json"
 
@@ -62,30 +63,20 @@ class CaseResult:
     max_logit_diff: float        # max |ours - ref| over the reference top-5 logits, identical prefix
 
 
-def greedy_with_top5(engine: Engine, prompt_ids, steps: int, stop_ids=()) -> tuple[list[int], list[dict]]:
-    """llamanb greedy decoding: ids and each step's top-5 ids and the full logits row."""
-    cache = engine.new_cache(len(prompt_ids) + steps)
-    logits = engine.prefill(prompt_ids, cache)
-    ids, tops = [], []
-    for step in range(steps):
-        order = np.argsort(-logits, kind="stable")[:5]
-        tops.append({"ids": [int(i) for i in order], "logits": logits})
-        ids.append(int(order[0]))
-        if ids[-1] in stop_ids or step == steps - 1:
-            break
-        logits = engine.decode(ids[-1], cache)
-    return ids, tops
+def greedy_with_top5(engine: Engine, prompt_ids, steps: int, stop_ids=()) -> GreedyRun:
+    """llamanb greedy decoding, keeping each step's top-5 and full logits row."""
+    return engine_greedy(engine, prompt_ids, steps, stop_ids, k=5, keep_logits=True)
 
 
-def compare(name: str, ours: list[int], our_top: list[dict], ref: list[int], ref_top: list[dict],
-            decode) -> CaseResult:
+def compare(name: str, run: GreedyRun, ref: list[int], ref_top: list[dict], decode) -> CaseResult:
+    ours = run.ids
     n = min(len(ours), len(ref))
     max_diff = 0.0
     for i in range(n):
         r_ids, r_logits = ref_top[i]["ids"], ref_top[i]["logits"]
-        max_diff = max(max_diff, float(np.max(np.abs(our_top[i]["logits"][r_ids] - np.asarray(r_logits)))))
+        max_diff = max(max_diff, float(np.max(np.abs(run.logits[i][r_ids] - np.asarray(r_logits)))))
         if ours[i] != ref[i]:
-            ok = ours[i] in r_ids and ref[i] in our_top[i]["ids"]
+            ok = ours[i] in r_ids and ref[i] in run.top_ids[i]
             why = (f"diverged at step {i}: ours {ours[i]} {decode(ours[i])!r}, ref {ref[i]} "
                    f"{decode(ref[i])!r}; " + ("each in the other's top-5" if ok else
                                              "NOT in each other's top-5"))
@@ -102,9 +93,9 @@ def run_reference(model: Model, ref: dict, engine: Engine | None = None, out=sys
     dec = lambda t: model.tokenizer.decode([t])  # noqa: E731
     for n, c in enumerate(ref["cases"]):
         name = c.get("name", f"case{n}")
-        ours, tops = greedy_with_top5(engine, c["prompt_ids"], len(c["greedy_ids"]),
-                                      stop_ids=model.config.eos_ids)
-        r = compare(name, ours, tops, c["greedy_ids"], c["top5"], dec)
+        run = greedy_with_top5(engine, c["prompt_ids"], len(c["greedy_ids"]),
+                               stop_ids=model.config.eos_ids)
+        r = compare(name, run, c["greedy_ids"], c["top5"], dec)
         results.append(r)
         print(f"{'PASS' if r.passed else 'FAIL'} {name:<16} {r.detail}; "
               f"max |dlogit| on ref top-5 = {r.max_logit_diff:.2e}", file=out, flush=True)
@@ -166,7 +157,7 @@ def diagnose(model: Model, ids: list[int]) -> list[tuple[str, float, float, floa
     """Per-layer (label, cosine similarity, max |diff|, max |diff| / max |ref|) of hidden states, llamanb vs transformers,
     over all positions of ids."""
     from . import hf_reference
-    from .ops import rms_norm
+    from ..ops import rms_norm
 
     engine = Engine(model)
     ours: list[np.ndarray] = []

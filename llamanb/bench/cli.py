@@ -1,0 +1,92 @@
+"""`python -m llamanb bench`: llamanb against HF transformers (fp32 and bf16) on this CPU.
+How it measures: see the package docstring (llamanb/bench/__init__.py)."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from ..errors import LlamanbError
+from .child import PEAK_RSS_METHOD, SCHEDULE, measure_engines
+from .machine import (BANDWIDTH_BYTES, CpuShare, machine_info, memory_read_bandwidth,
+                      release_memory)
+from .report import ratios, report, write_json
+from .runners import DECODE_CONTEXT, PREFILL_LENS, prompt_ids
+
+def main(args) -> int:
+    from importlib.util import find_spec
+
+    from ..io.store import load_model
+
+    t_start, cpu = time.perf_counter(), CpuShare()
+    engines = ["llamanb"]
+    if not args.no_transformers:
+        missing = [m for m in ("torch", "transformers") if find_spec(m) is None]
+        if missing:
+            raise LlamanbError(f"bench needs {' and '.join(missing)}: install the test deps "
+                               "(`make test`) or pass --no-transformers")
+        engines += ["transformers_fp32"] + ([] if args.no_bf16 else ["transformers_bf16"])
+    if args.json:
+        parent = Path(args.json).expanduser().parent
+        if not parent.is_dir():
+            raise LlamanbError(f"--json {args.json}: directory {parent} does not exist")
+        if Path(args.json).expanduser().is_dir():
+            raise LlamanbError(f"--json {args.json} is a directory; give a file name")
+
+    def progress(msg):
+        print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+    model = load_model(args.model)                 # weights are memory-mapped, not read yet
+    cfg = model.config
+    ids = prompt_ids(model.tokenizer, max(PREFILL_LENS), cfg.vocab)
+    model_info = {"name": cfg.name, "n_params": cfg.n_params(),
+                  "weights_bytes": model.weights.nbytes(), "source": str(model.source),
+                  "cache_dir": str(model.cache_dir)}
+    if cfg.max_seq < max(max(PREFILL_LENS), DECODE_CONTEXT + args.decode_tokens):
+        raise LlamanbError(f"{cfg.name}: context {cfg.max_seq} is too short for the benchmark")
+    del model
+
+    machine = machine_info()
+    progress(f"{machine['cpu']}, {machine['cores']} cores; numpy OpenBLAS threads "
+             f"{machine['openblas']['threads']}; one child process per engine")
+    progress(f"measuring memory-read bandwidth ({BANDWIDTH_BYTES >> 20} MiB float32 array)")
+    bw = memory_read_bandwidth()
+    release_memory()
+    roofline = bw["gb_s"] * 1e9 / model_info["weights_bytes"]
+    progress(f"  {bw['gb_s']:.2f} GB/s ({bw['best']}) -> decode roofline {roofline:.2f} tok/s")
+
+    results, orders = measure_engines(engines, args.model, model_info["cache_dir"], ids,
+                                      args.runs, args.decode_tokens, progress)
+
+    agreement = None
+    if "transformers_fp32" in results:
+        a, b = results["llamanb"]["greedy_tokens"], results["transformers_fp32"]["greedy_tokens"]
+        same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        agreement = {"same_prefix": same, "of": len(a)}
+
+    res = {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "machine": machine,
+        "model": model_info,
+        "settings": {"runs": args.runs, "warmup_runs": 1, "decode_tokens": args.decode_tokens,
+                     "decode_context": DECODE_CONTEXT, "prefill_lens": list(PREFILL_LENS),
+                     "prompt_ids": ids, "transformers_logits_to_keep": 1,
+                     "transformers_decode": "manual past_key_values loop, greedy, inference_mode",
+                     "schedule": SCHEDULE, "round_orders": orders},
+        "peak_rss_method": PEAK_RSS_METHOD,
+        "isolation": "process",
+        "memory_read_gb_s": bw["gb_s"],
+        "memory_read": bw,
+        "decode_roofline_tok_s": roofline,
+        "engines": results,
+        "ratios": ratios(results, roofline),
+        "greedy_agreement": agreement,
+    }
+    res["cpu_taken_by_others_pct"] = cpu.pct()      # children count as ours: all reaped by now
+    res["total_s"] = time.perf_counter() - t_start
+    print(report(res))
+    if args.json:
+        write_json(args.json, res)
+        progress(f"wrote {args.json}")
+    progress(f"done in {res['total_s']:.0f} s")
+    return 0

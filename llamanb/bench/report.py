@@ -1,0 +1,96 @@
+"""The benchmark's table, its ratios against the targets, and its JSON file."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from .runners import DECODE_CONTEXT, LABELS, PREFILL_LENS
+
+def ratios(engines: dict, roofline: float) -> list[dict]:
+    lb, hf = engines["llamanb"], engines.get("transformers_fp32")
+    rows = [
+        ("llamanb decode / transformers fp32 decode", "x", 1.5,
+         hf and lb["decode_tok_s"] / hf["decode_tok_s"]),
+        ("llamanb decode / decode roofline", "%", 0.85, lb["decode_tok_s"] / roofline),
+        ("llamanb prefill_512 / transformers fp32 prefill_512", "x", 1.2,
+         hf and lb["prefill_512_tok_s"] / hf["prefill_512_tok_s"]),
+    ]
+    return [{"name": n, "unit": u, "target": t, "value": v, "pass": None if v is None else v >= t}
+            for n, u, t, v in rows]
+
+
+def _fmt_ratio(v, unit) -> str:
+    return f"{100 * v:.1f} %" if unit == "%" else f"{v:.2f}x"
+
+
+def report(res: dict) -> str:
+    m, mi, bw = res["machine"], res["model"], res["memory_read"]
+    ob = m["openblas"]
+    lines = [
+        f"machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB | python {m['python']}, "
+        f"numpy {m['numpy']} (OpenBLAS {ob['core']}, {ob['threads']} threads), "
+        f"torch {m['torch']}, transformers {m['transformers']}",
+        f"model: {mi['name']}, {mi['n_params'] / 1e6:.1f} M params, llamanb weights "
+        f"{mi['weights_bytes'] / 1e6:.1f} MB (fp32)",
+        f"prompts: {' and '.join(map(str, PREFILL_LENS))} tokens of a fixed English text, same ids "
+        f"for every engine; decode: {res['settings']['decode_tokens']} greedy steps after a "
+        f"{DECODE_CONTEXT}-token prefill; 1 warm-up + median of {res['settings']['runs']} runs",
+        "transformers: forward under inference_mode, prefill with logits_to_keep=1 (last row only, "
+        "like llamanb); decode is a manual past_key_values loop (no generate() overhead)",
+        f"runs: {res['settings']['schedule']}",
+        f"peak RSS: {res['peak_rss_method']}",
+        "",
+    ]
+    for name, e in res["engines"].items():
+        lines.append(f"  {LABELS[name]:<22} {e['backend']} | threads: {e['threads']} | "
+                     f"load {e['load_s']:.2f} s")
+    head = (f"{'engine':<22} {'prefill_128':>12} {'prefill_512':>12} {'decode':>10} "
+            f"{'peak RSS':>10}")
+    lines += ["", head, f"{'(medians)':<22} {'tok/s':>12} {'tok/s':>12} {'tok/s':>10} {'MB':>10}",
+              "-" * len(head)]
+    for name, e in res["engines"].items():
+        lines.append(f"{LABELS[name]:<22} {e['prefill_128_tok_s']:>12.1f} "
+                     f"{e['prefill_512_tok_s']:>12.1f} {e['decode_tok_s']:>10.2f} "
+                     f"{e['peak_rss_mb']:>10.0f}")
+    lines += ["", f"memory read bandwidth: {res['memory_read_gb_s']:.2f} GB/s (best of: "
+              + "; ".join(f"{k} {v['median_gb_s']:.2f}" for k, v in bw["methods"].items())
+              + f"; {bw['array_mib']:.0f} MiB array, medians of {bw['repeats']})",
+              f"decode roofline: {res['memory_read_gb_s']:.2f} GB/s / "
+              f"{mi['weights_bytes'] / 1e6:.1f} MB per token = "
+              f"{res['decode_roofline_tok_s']:.2f} tok/s", ""]
+    for r in res["ratios"]:
+        target = _fmt_ratio(r["target"], r["unit"])
+        if r["value"] is None:
+            lines.append(f"{r['name']:<52} {'n/a':>8}  (target >= {target}; --no-transformers)")
+        else:
+            lines.append(f"{r['name']:<52} {_fmt_ratio(r['value'], r['unit']):>8}  target >= "
+                         f"{target:<7} {'PASS' if r['pass'] else 'MISS'}")
+    if res.get("greedy_agreement"):
+        g = res["greedy_agreement"]
+        lines.append(f"greedy tokens, llamanb vs transformers fp32: first {g['same_prefix']} of "
+                     f"{g['of']} identical")
+    cpu = res.get("cpu_taken_by_others_pct")
+    if cpu is not None:
+        taken = cpu["other_processes"] + cpu["steal"]
+        lines.append(f"CPU taken by other processes during the run: {cpu['other_processes']:.0f} %"
+                     f" (+ {cpu['steal']:.0f} % hypervisor steal)"
+                     + (" -- WARNING: timings are skewed, rerun on a quiet machine" if taken > 10
+                        else ""))
+    return "\n".join(lines)
+
+
+def write_json(path: str, data: dict) -> None:
+    dest = Path(path).expanduser()
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,114 @@
+"""The engines the benchmark times, behind one interface: load, prefill(ids) -> seconds,
+decode(ids, steps) -> (seconds, greedy tokens). Each lives in its own child process (bench.child)."""
+from __future__ import annotations
+
+import os
+import time
+
+from ..check.greedy import engine_steps, greedy
+from ..errors import LlamanbError
+from .machine import openblas_info
+
+PREFILL_LENS = (128, 512)
+DECODE_CONTEXT = 128                     # prompt length before the decode steps
+LABELS = {"llamanb": "llamanb (numpy fp32)", "transformers_fp32": "transformers fp32",
+          "transformers_bf16": "transformers bf16"}
+
+# A fixed English text; its token ids, repeated and truncated, are every engine's prompt.
+PROMPT_TEXT = (
+    "The old lighthouse stood at the end of a narrow spit of rock, where the harbour met the open "
+    "sea. For more than a century its keepers climbed the spiral stairs each evening to trim the "
+    "wick, polish the great lens and wind the clockwork that turned it. Fishermen coming home in "
+    "the dark counted the flashes, three short and one long, and knew exactly where they were. "
+    "When the light was finally automated, the last keeper moved into the village and spent his "
+    "afternoons teaching children how to read the tides, tie a bowline and tell a cormorant from "
+    "a shag. People say that on stormy nights he still walked to the end of the pier, just to "
+    "make sure the beam was turning. "
+)
+
+
+# --- process memory --------------------------------------------------------------------------
+
+class LlamanbRunner:
+    def __init__(self, model_spec):
+        from ..engine import Engine
+        from ..io.store import load_model
+
+        self.model = load_model(model_spec)
+        self.engine = Engine(self.model)
+        self.info = {"backend": self.engine.backend.description, "dtype": "float32",
+                     "threads": f"numpy/OpenBLAS {openblas_info()['threads']}"}
+
+    def prefill(self, ids) -> float:
+        cache = self.engine.new_cache(len(ids))
+        t0 = time.perf_counter()
+        self.engine.prefill(ids, cache)
+        return time.perf_counter() - t0
+
+    def decode(self, ids, steps: int) -> tuple[float, list[int]]:
+        first, advance = engine_steps(self.engine, ids, steps + 1)
+        t0 = time.perf_counter()
+        run = greedy(first, advance, steps + 1, k=1)          # steps decode calls after the first
+        return time.perf_counter() - t0, run.ids
+
+
+class TransformersRunner:
+    def __init__(self, cache_dir, dtype: str):
+        import torch
+        import transformers
+        from transformers import LlamaForCausalLM
+
+        transformers.utils.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()
+        torch.set_num_threads(os.cpu_count() or 1)
+        self.torch = torch
+        self.model = LlamaForCausalLM.from_pretrained(
+            str(cache_dir), dtype={"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]).eval()
+        self.info = {"backend": f"transformers {transformers.__version__} LlamaForCausalLM, "
+                                f"attention {self.model.config._attn_implementation}",
+                     "dtype": dtype,
+                     "threads": f"torch intra-op {torch.get_num_threads()}, "
+                                f"inter-op {torch.get_num_interop_threads()}"}
+
+    def prefill(self, ids) -> float:
+        x = self.torch.tensor([ids], dtype=self.torch.long)
+        with self.torch.inference_mode():
+            t0 = time.perf_counter()
+            self.model(input_ids=x, use_cache=True, logits_to_keep=1)
+            return time.perf_counter() - t0
+
+    def decode(self, ids, steps: int) -> tuple[float, list[int]]:
+        from ..check.hf_reference import hf_steps
+
+        first, advance = hf_steps(self.model, ids)
+        t0 = time.perf_counter()
+        run = greedy(first, advance, steps + 1, k=1)          # steps decode calls after the first
+        return time.perf_counter() - t0, run.ids
+
+
+def make_runner(engine: str, model_spec, cache_dir):
+    if engine == "llamanb":
+        return LlamanbRunner(model_spec)
+    return TransformersRunner(cache_dir, engine.rsplit("_", 1)[1])
+
+
+def run_round(runner, ids: list[int], steps: int) -> tuple[dict, list[int]]:
+    """One round of one engine: tok/s of prefill 128, prefill 512 and decode, and decode's greedy
+    tokens."""
+    row = {f"prefill_{n}": n / runner.prefill(ids[:n]) for n in PREFILL_LENS}
+    dt, tokens = runner.decode(ids[:DECODE_CONTEXT], steps)
+    row["decode"] = steps / dt
+    return row, tokens
+
+
+# --- one child process per engine ------------------------------------------------------------
+
+
+def prompt_ids(tokenizer, n: int, vocab: int) -> list[int]:
+    unit = tokenizer.encode(PROMPT_TEXT, add_special_tokens=False)
+    if not unit:
+        raise LlamanbError("the tokenizer turned the benchmark text into no tokens")
+    ids = (unit * (n // len(unit) + 1))[:n]
+    if max(ids) >= vocab:
+        raise LlamanbError(f"tokenizer ids exceed the model's vocabulary ({vocab})")
+    return ids

@@ -1,0 +1,65 @@
+"""The one greedy decoding loop every check uses, whatever produces the logits.
+
+    first logits --argmax--> token --advance(token)--> logits --argmax--> ... (until a stop id)
+
+A check needs the chosen ids and, at every step, the top-k ids and logits the choice came from
+(the shared reference stores transformers' top-5 per step). The loop does not care whose model
+it drives: `engine_steps` adapts the llamanb engine, `check.hf_reference.hf_steps` transformers;
+the benchmark times the same loop with k = 1.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass
+class GreedyRun:
+    ids: list[int]                   # chosen tokens (a stop token included, if one was hit)
+    top_ids: list[list[int]]         # per step: the k most likely ids, most likely first
+    top_logits: list[list[float]]    # per step: their logits
+    logits: list[np.ndarray] = field(default_factory=list, repr=False)   # per step, if kept
+
+    def tops(self) -> list[dict]:
+        """Per step {"ids", "logits"}: the shared reference file's `top5` schema."""
+        return [{"ids": i, "logits": v} for i, v in zip(self.top_ids, self.top_logits)]
+
+
+def top_k(logits: np.ndarray, k: int) -> np.ndarray:
+    """The k largest logits' ids, largest first; ties go to the lower id (a stable order)."""
+    if k == 1:
+        return np.array([int(np.argmax(logits))])
+    return np.argsort(-np.asarray(logits), kind="stable")[:k]
+
+
+def greedy(first: np.ndarray, advance: Callable[[int], np.ndarray], steps: int, stop_ids=(),
+           k: int = 5, keep_logits: bool = False) -> GreedyRun:
+    """Up to `steps` greedy tokens starting from the logits `first`; advance(token) feeds the
+    chosen token to the model and returns the next logits. Stops after a token in stop_ids."""
+    run = GreedyRun([], [], [])
+    logits = first
+    for step in range(steps):
+        order = top_k(logits, k)
+        run.top_ids.append([int(i) for i in order])
+        run.top_logits.append([float(logits[i]) for i in order])
+        if keep_logits:
+            run.logits.append(np.asarray(logits))
+        run.ids.append(int(order[0]))
+        if run.ids[-1] in stop_ids or step == steps - 1:
+            break
+        logits = advance(run.ids[-1])
+    return run
+
+
+def engine_steps(engine, prompt_ids, steps: int):
+    """(first logits, advance) for the llamanb engine: prefill, then one decode per token."""
+    cache = engine.new_cache(len(prompt_ids) + steps)
+    first = engine.prefill(prompt_ids, cache)
+    return first, (lambda tok: engine.decode(tok, cache))
+
+
+def engine_greedy(engine, prompt_ids, steps: int, stop_ids=(), k: int = 5,
+                  keep_logits: bool = False) -> GreedyRun:
+    return greedy(*engine_steps(engine, prompt_ids, steps), steps, stop_ids, k, keep_logits)
