@@ -56,13 +56,21 @@ class Engine:
                                f"multiples of its row multiple {b.row_multiple}")
 
     # --- caches ----------------------------------------------------------------------------------
-    def new_cache(self, max_seq: int | None = None, slots: int = 1) -> KVStore:
-        """A contiguous KV cache laid out for this backend: `slots` sequences of up to max_seq
-        positions (default and cap: the model's context)."""
+    def new_cache(self, max_seq: int | None = None, slots: int = 1, block: int | None = None,
+                  n_blocks: int | None = None) -> KVStore:
+        """A KV cache laid out for this backend: `slots` sequences of up to max_seq positions
+        (default and cap: the model's context). Contiguous, or paged when `block` (positions per
+        block) and `n_blocks` (the pool) are given."""
         max_seq = self.config.max_seq if max_seq is None else _count("max_seq", max_seq)
-        return KVCache(self.config, min(max_seq, self.config.max_seq), dtype=self.backend.kv_dtype,
-                       slots=_count("slots", slots),
-                       position_multiple=self.backend.kv_position_multiple)
+        kw = dict(dtype=self.backend.kv_dtype, slots=_count("slots", slots),
+                  position_multiple=self.backend.kv_position_multiple)
+        max_seq = min(max_seq, self.config.max_seq)
+        if block is None and n_blocks is None:
+            return KVCache(self.config, max_seq, **kw)
+        from .kv.paged import PagedKVCache
+
+        return PagedKVCache(self.config, max_seq, n_blocks=_count("n_blocks", n_blocks),
+                            block=_count("block", block), **kw)
 
     # --- the one call ----------------------------------------------------------------------------
     def _check_ids(self, ids) -> np.ndarray:
@@ -108,7 +116,7 @@ class Engine:
             if seg.start != cache.lengths[seg.slot]:
                 raise LlamanbError(f"slot {seg.slot} holds {cache.lengths[seg.slot]} positions; "
                                    f"the step continues it at {seg.start}")
-            cache.check_room(seg.slot, seg.end)
+        cache.reserve({seg.slot: seg.end for seg in step.segments})     # all or nothing
         if step.ids.min() < 0 or step.ids.max() >= self.config.vocab:
             raise LlamanbError(f"token id out of range [0, {self.config.vocab})")
         run = step.padded(self._rows_for(step), self.pad_id)

@@ -4,6 +4,7 @@
     keys(layer, slot, n)   -> [N_kv, n, d_h] float32   positions 0 .. n-1 of slot
     values(layer, slot, n) -> [N_kv, n, d_h] float32
     free(slot)                        the sequence is done: its positions may be reused
+    reserve({slot: end})              room for a whole step, all or nothing, before it runs
     lengths[slot]                     positions filled (kept by the engine after each step)
 
 `keys`/`values` may be asked for more positions than a sequence holds, up to `capacity` (a backend
@@ -65,6 +66,12 @@ class KVStore(ABC):
         if end > self.max_seq:
             raise LlamanbError(f"sequence of {end} tokens exceeds the cache/context of "
                                f"{self.max_seq} (slot {slot})")
+
+    def reserve(self, ends: dict[int, int]) -> None:
+        """Make room for each slot to reach position end-1 -- all or nothing, before a step
+        writes anything. (A store that allocates on demand overrides this.)"""
+        for slot, end in ends.items():
+            self.check_room(slot, end)
 
     def reset(self) -> None:
         """Forget every sequence."""
