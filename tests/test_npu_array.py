@@ -177,3 +177,52 @@ def test_unreadable_modules_rejected():
     bad = module(("l", [("h", [1, 1], [(4,)])])).replace("memref<4xbf16", "memref<?xbf16")
     with pytest.raises(LlamanbError, match="cannot size"):
         read_launches(bad)
+
+
+# ---- the tile-usage figure and widget --------------------------------------------------------
+def lit_tiles(ax) -> list[tuple[int, int]]:
+    """(column, row) of every tile drawn in a herd color."""
+    from matplotlib.colors import to_hex
+
+    from llamanb.npu.tileview import COLORS
+
+    return sorted((int(p.get_x()), int(p.get_y())) for p in ax.patches
+                  if to_hex(p.get_facecolor()) in COLORS)
+
+
+def test_figure_lights_exactly_the_herd_tiles(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from llamanb.npu import tileview
+
+    (use,) = array.usage(module(("mix", [("small", [4, 1]), ("square", [2, 2]),
+                                         ("big", [8, 2])])))
+    fig = tileview.figure(use, "mix")
+    ax = fig.axes[0]
+    expect = [(c, r) for c in range(8) for r in (2, 3)] + [(c, 4) for c in range(4)] + \
+             [(c, r) for c in (4, 5) for r in (4, 5)]
+    assert lit_tiles(ax) == sorted(expect)
+    assert "24/32 tiles" in ax.get_title()
+    assert "emulated" in fig._suptitle.get_text()
+    fig.savefig(tmp_path / "tiles.png")
+    assert (tmp_path / "tiles.png").stat().st_size > 10_000
+
+
+def test_overview_and_widget_cover_every_launch():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    pytest.importorskip("ipywidgets")
+    from llamanb.npu import tileview
+
+    kernels = {"gemm": module(("g", [("mm", [8, 4])])),
+               "stitched": module(("a", [("q", [8, 1])]), ("b", [("r", [1, 1])]))}
+    fig = tileview.overview(kernels, ncols=2)
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert [len(lit_tiles(ax)) for ax in shown] == [32, 8, 1]
+    w = tileview.widget(kernels)
+    pick = w.children[0]
+    assert [label for label, _ in pick.options] == [
+        "gemm", "stitched / launch 1 of 2: a", "stitched / launch 2 of 2: b"]
+    pick.value = 2                                      # redraws without error
