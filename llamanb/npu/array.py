@@ -151,6 +151,8 @@ def launch_use(launch: Launch, spec: ArraySpec = NPU2) -> LaunchUse:
     return LaunchUse(launch, place(launch.herds, spec), spec)
 
 
-def usage(text: str, spec: ArraySpec = NPU2) -> list[LaunchUse]:
-    """Every launch of a module's text, placed and checked (LlamanbError when one cannot be)."""
+def usage(module, spec: ArraySpec = NPU2) -> list[LaunchUse]:
+    """Every launch of a module (its text, or a KernelSpec with `.text`), placed and checked
+    (LlamanbError when one cannot be)."""
+    text = module if isinstance(module, str) else module.text
     return [launch_use(lau, spec) for lau in read_launches(text)]

@@ -23,7 +23,7 @@ def _launches(kernels) -> list[tuple[str, LaunchUse]]:
     """[(label, LaunchUse)] for every launch of every kernel, in order."""
     out = []
     for name, k in kernels.items():
-        uses = usage(k if isinstance(k, str) else k.text) if not isinstance(k, list) else k
+        uses = k if isinstance(k, list) else usage(k)
         for i, u in enumerate(uses):
             label = name if len(uses) == 1 else f"{name} / launch {i + 1} of {len(uses)}: {u.launch.name}"
             out.append((label, u))
