@@ -11,8 +11,10 @@ kernel, linalg bodies run vectorised (see interp_ops). So a wrong DMA offset or 
 in a stitched module changes the numbers, exactly as it would on the device.
 
 External kernels run the g++ host build of the C++ source when one is available
-(`llamanb.npu.extern.host_kernel`), else its numpy model (`llamanb.npu.extern.model`); the report
-says which. Callers (tests) may pass `externs={symbol: function}` to supply their own.
+(`llamanb.npu.extern.kernel`), else its numpy model; the report says which. A declaration may
+carry `llamanb.impl = "matvec_bf16"` when it names the same C kernel compiled under another symbol
+(upstream's mv_k8192.o trick). Callers (tests) may pass `externs={symbol: function}` with the numpy
+signature of llamanb.npu.extern (inputs -> output) to supply their own.
 """
 from __future__ import annotations
 
@@ -51,17 +53,40 @@ class EmulatedRun:
                 f"external kernels: {ks}")
 
 
+# How each external kernel's C arguments (buffers, then int32 sizes) map onto its numpy signature
+# in llamanb.npu.extern (inputs -> output): the sizes in the call decide how much of each L1
+# buffer the kernel reads and writes, as they would for the C++.
+def _abi_rope(fn, x, lut, y, rows, dim):
+    n = rows * dim
+    y.reshape(-1)[:n] = fn(x.reshape(-1)[:n].reshape(rows, dim),
+                           lut.reshape(-1)[:n].reshape(rows, dim)).reshape(-1)
+
+
+def _abi_silu(fn, gate, up, out, n):
+    out.reshape(-1)[:n] = fn(gate.reshape(-1)[:n], up.reshape(-1)[:n])
+
+
+def _abi_matvec(fn, a, x, y, m, k):
+    y.reshape(-1)[:m] = fn(a.reshape(-1)[:m * k].reshape(m, k), x.reshape(-1)[:k])
+
+
+C_ABI = {"rope_halfsplit_bf16": _abi_rope, "silu_and_mul_bf16": _abi_silu,
+         "matvec_bf16": _abi_matvec}
+
+
 def extern_impl(symbol: str):
-    """(callable, 'host build' | 'numpy model') for an external kernel symbol."""
+    """(callable taking the C arguments, how) for an external kernel symbol (or its `impl`)."""
+    if symbol not in C_ABI:
+        raise LlamanbError(f"emulator: no C interface known for external kernel @{symbol}; "
+                           f"known: {', '.join(C_ABI)}")
     try:
         from . import extern
     except ImportError:
         raise LlamanbError(f"no implementation of external kernel @{symbol}: "
                            f"llamanb.npu.extern (host builds and numpy models) is not available")
-    fn = extern.host_kernel(symbol)
-    if fn is not None:
-        return fn, "host build"
-    return extern.model(symbol), "numpy model"
+    k = extern.kernel(symbol)
+    how = "host build" if k.how.startswith("host build") else "numpy model"
+    return (lambda *args: C_ABI[symbol](k.fn, *args)), how
 
 
 class _Machine:
@@ -177,10 +202,12 @@ class _Machine:
         if sym not in self.mod.externs:
             raise LlamanbError(f"emulator: call to undeclared @{sym} (line {op.line})")
         if sym not in self.impls:
-            if sym in self.override:
-                self.impls[sym] = (self.override[sym], "caller")
+            impl = str(self.mod.externs[sym].attrs.get("llamanb.impl", sym))
+            if impl in self.override:
+                fn = self.override[impl]
+                self.impls[sym] = (lambda *a, fn=fn, impl=impl: C_ABI[impl](fn, *a), "caller")
             else:
-                self.impls[sym] = extern_impl(sym)
+                self.impls[sym] = extern_impl(impl)
             self.report.kernels[sym] = self.impls[sym][1]
         self.impls[sym][0](*[env[o] for o in op.operands])
         self.report.calls += 1

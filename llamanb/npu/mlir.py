@@ -98,10 +98,13 @@ class Extern:
     symbol: str
     link_with: str
     arg_types: tuple[str, ...]
+    impl: str = ""           # the C kernel it is, when compiled under another symbol
 
     def decl(self) -> str:
+        impl = f", llamanb.impl = {quote(self.impl)}" if self.impl and self.impl != self.symbol \
+            else ""
         return (f"func.func private @{self.symbol}({', '.join(self.arg_types)}) attributes "
-                f"{{link_with = {quote(self.link_with)}, llvm.emit_c_interface}}")
+                f"{{link_with = {quote(self.link_with)}, llvm.emit_c_interface{impl}}}")
 
 
 class Body:
