@@ -194,6 +194,11 @@ class _Machine:
             local[iv] = i
             self.block(op.body, local)
 
+    def _scf_if(self, op, env):
+        region = op.regions[0] if bool(env[op.operands[0]]) else op.regions[1]
+        for blk in region:
+            self.block(blk, dict(env))
+
     def _linalg_generic(self, op, env):
         run_generic(op, env, self.op)
 

@@ -168,7 +168,8 @@ class Body:
         """An op with one single-block region. block_args: [(hint, type)]; yields their names."""
         self.line(_generic(name, operands, props) + " ({")
         names = [self.name(h) for h, _ in block_args]
-        self.line("^bb0(" + ", ".join(f"{n}: {t}" for n, (_, t) in zip(names, block_args)) + "):")
+        sig = ", ".join(f"{n}: {t}" for n, (_, t) in zip(names, block_args))
+        self.line(f"^bb0({sig}):" if sig else "^bb0:")
         self._indent += 2
         self._scopes.append({"__isolated__": True} if isolated else {})
         yield names
@@ -215,6 +216,20 @@ class Body:
         with self.region_op("scf.for", [lb, ub, step], ["index"] * 3, [(hint, "index")],
                             terminator="scf.yield") as (iv,):
             yield iv
+
+    @contextlib.contextmanager
+    def if_(self, cond: str):
+        """scf.if %cond { ... } with an empty else region."""
+        self.line(f'"scf.if"({cond}) ({{')
+        self.line("^bb0:")
+        self._indent += 2
+        self._scopes.append({})
+        yield
+        self.line('"scf.yield"() : () -> ()')
+        self._scopes.pop()
+        self._indent -= 2
+        self.line("}, {")
+        self.line("}) : (i1) -> ()")
 
     def text(self) -> str:
         return "\n".join(self.lines)

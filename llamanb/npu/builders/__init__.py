@@ -13,6 +13,11 @@ Verify a module with llamanb.npu.verify, read its launch plan with llamanb.npu.p
 emulated NPU2 with llamanb.npu.emulator.
 """
 from .add import add
+from .flash_attn import flash_attn
+from .gemm import gemm
+from .gemv import gemv
 from .rmsnorm import rmsnorm
+from .rope import rope, rope_lut
+from .swiglu import silu_and_mul
 
-__all__ = ["add", "rmsnorm"]
+__all__ = ["add", "flash_attn", "gemm", "gemv", "rmsnorm", "rope", "rope_lut", "silu_and_mul"]
