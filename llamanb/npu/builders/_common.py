@@ -22,6 +22,16 @@ def divides(what: str, n: int, d: int, hint: str = "") -> None:
         raise LlamanbError(f"{what}: {d} does not divide {n}{more}")
 
 
+def fits(spec):
+    """The spec, once the emulated NPU2 array model (llamanb.npu.array) has placed every launch's
+    herds and checked their L1 and L2 buffers: a tile configuration that would not fit is
+    rejected here, at build time, as the real compiler would reject it."""
+    from ..array import usage
+
+    usage(spec.text)
+    return spec
+
+
 def herd_shape(herd) -> tuple[int, int]:
     try:
         hx, hy = (int(v) for v in herd)

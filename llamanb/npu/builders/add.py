@@ -15,7 +15,7 @@ from ...errors import LlamanbError
 from ...numerics import to_bf16
 from ..mlir import Body, memref, module_text
 from ..spec import Arg, KernelSpec
-from ._common import chunk_loop, ddr_type, divides, flatten, generic, herd, herd_shape, \
+from ._common import fits, chunk_loop, ddr_type, divides, flatten, generic, herd, herd_shape, \
     pick_tile, positive, tile_id
 
 L1_CHUNK = 2048          # default elements per L1 chunk: 3 buffers x 4 KB
@@ -65,5 +65,5 @@ def add(rows: int, cols: int, herd_xy=(8, 1), tile: int | None = None,
     args = (Arg("a", shapes[0], "input", "first addend (e.g. the O projection's output)"),
             Arg("b", shapes[1], "input", "second addend (e.g. the residual stream)"),
             Arg("out", shapes[2], "output", "a + b"))
-    return KernelSpec(name=name, args=args, text=module_text(name, types, b), model=model,
-                      herd=(hx, hy), tiles={"tile": tile})
+    return fits(KernelSpec(name=name, args=args, text=module_text(name, types, b), model=model,
+                      herd=(hx, hy), tiles={"tile": tile}))

@@ -26,7 +26,7 @@ from ...numerics import to_bf16
 from ...ops import softmax_
 from ..mlir import Body, memref, module_text, quote
 from ..spec import Arg, KernelSpec
-from ._common import divides, generic, herd, launch, pick_tile, positive, segment
+from ._common import fits, divides, generic, herd, launch, pick_tile, positive, segment
 
 CHANNEL = "fa_cascade"
 F32 = ["f32", "f32"]
@@ -51,9 +51,10 @@ def flash_attn(seq: int, n_heads: int, n_kv_heads: int, head_dim: int, lq: int =
     divides(f"{name}: num_q_tiles * lq over seq", seq, num_q_tiles * lq)
     divides(f"{name}: lk over seq", seq, lk)
     nq, ns, d, group = num_q_tiles, num_cascade_stages, head_dim, n_heads // n_kv_heads
-    if nq * ns * hpu > 32:
+    from ..array import NPU2
+    if nq * ns * hpu > NPU2.compute_tiles:              # the unrolled segments run side by side
         raise LlamanbError(f"{name}: {hpu} segments x herd {nq}x{ns} need {nq * ns * hpu} compute "
-                           f"tiles; NPU2 has 32")
+                           f"tiles; {NPU2.name} has {NPU2.compute_tiles}")
     t_q, t_kv = memref((seq, n_heads * d)), memref((seq, n_kv_heads * d))
     types = [t_q, t_kv, t_kv, t_q]
     bf = lambda *s: memref(s, "bf16", 2)          # noqa: E731
@@ -130,11 +131,11 @@ def flash_attn(seq: int, n_heads: int, n_kv_heads: int, head_dim: int, lq: int =
             Arg("k", (seq, n_kv_heads * d), "input", f"keys after RoPE, {n_kv_heads} KV heads"),
             Arg("v", (seq, n_kv_heads * d), "input", "values"),
             Arg("out", (seq, n_heads * d), "output", "attention output per head"))
-    return KernelSpec(name=name, args=args, text=module_text(name, types, b, channels=channels),
+    return fits(KernelSpec(name=name, args=args, text=module_text(name, types, b, channels=channels),
                       model=model, herd=(nq, ns),
                       tiles={"lq": lq, "lk": lk, "num_q_tiles": nq, "num_cascade_stages": ns,
                              "heads_per_unroll": hpu},
-                      params={"causal": causal, "scale": 1.0 / np.sqrt(d)})
+                      params={"causal": causal, "scale": 1.0 / np.sqrt(d)}))
 
 
 def _kv_step(b, j, kvh, k, v, kl, vl, s, m, l_, mn, al, acc, q0, ql, c):

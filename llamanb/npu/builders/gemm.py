@@ -19,7 +19,7 @@ import numpy as np
 from ...numerics import to_bf16
 from ..mlir import Body, memref, module_text
 from ..spec import Arg, KernelSpec
-from ._common import divides, generic, herd, herd_shape, launch, pick_tile, positive, segment
+from ._common import fits, divides, generic, herd, herd_shape, launch, pick_tile, positive, segment
 
 TILE = 64         # default cap per tile dimension: L1 40 KB at 64 x 64 x 64
 
@@ -102,5 +102,5 @@ def gemm(m: int, k: int, n: int, tile_m: int | None = None, tile_k: int | None =
     args = (Arg("a", (m, k), "input", "activation rows (normalised hidden states)"),
             Arg("b", (k, n), "weight", "projection weight [in, out] (HF's W transposed)"),
             Arg("c", (m, n), "output", "a @ b"))
-    return KernelSpec(name=name, args=args, text=module_text(name, types, b), model=model,
-                      herd=(hm, hn), tiles={"tile_m": tm, "tile_k": tk, "tile_n": tn})
+    return fits(KernelSpec(name=name, args=args, text=module_text(name, types, b), model=model,
+                      herd=(hm, hn), tiles={"tile_m": tm, "tile_k": tk, "tile_n": tn}))

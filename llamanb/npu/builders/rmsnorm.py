@@ -18,7 +18,7 @@ from ...numerics import to_bf16
 from ...ops import rms_norm
 from ..mlir import Body, f32_attr, memref, module_text
 from ..spec import Arg, KernelSpec
-from ._common import chunk_loop, ddr_type, divides, flatten, generic, herd, herd_shape, \
+from ._common import fits, chunk_loop, ddr_type, divides, flatten, generic, herd, herd_shape, \
     pick_tile, positive, tile_id
 
 L1_ROW_BYTES = 16 * 1024     # default: x and y tiles of at most 16 KB each
@@ -93,5 +93,5 @@ def rmsnorm(rows: int, hidden: int, eps: float, herd_xy=(8, 1), tile_rows: int |
                 "activation rows (the residual stream)"),
             Arg("w", (hidden,), "weight", "RMSNorm scale gamma"),
             Arg("y", (rows * hidden,) if flat_out else (rows, hidden), "output", "normalised rows"))
-    return KernelSpec(name=name, args=args, text=module_text(name, [t_x, t_w, t_y], b),
-                      model=model, herd=(hx, hy), tiles={"tile_rows": tr}, params={"eps": eps})
+    return fits(KernelSpec(name=name, args=args, text=module_text(name, [t_x, t_w, t_y], b),
+                      model=model, herd=(hx, hy), tiles={"tile_rows": tr}, params={"eps": eps}))

@@ -17,7 +17,7 @@ from ...numerics import to_bf16
 from ...rope import cos_sin
 from ..mlir import Body, Extern, memref, module_text
 from ..spec import Arg, KernelSpec
-from ._common import chunk_loop, ddr_type, divides, flatten, herd, herd_shape, launch, \
+from ._common import fits, chunk_loop, ddr_type, divides, flatten, herd, herd_shape, launch, \
     pick_tile, positive, segment, tile_id
 from ._extern import extern_model
 
@@ -81,6 +81,6 @@ def rope(rows: int, n_heads: int, head_dim: int, herd_xy=(8, 1), tile_rows: int 
     args = (Arg("x", shape, "input", f"Q or K rows, {n_heads} heads x {head_dim}"),
             Arg("lut", shape, "weight", "cos | sin of each position's angles, per head"),
             Arg("y", shape, "output", "rotated rows"))
-    return KernelSpec(name=name, args=args, text=module_text(name, [t] * 3, b, [ext]),
+    return fits(KernelSpec(name=name, args=args, text=module_text(name, [t] * 3, b, [ext]),
                       model=model, herd=(hx, hy), tiles={"tile_rows": tr}, links=(OBJECT,),
-                      externs=(SYMBOL,))
+                      externs=(SYMBOL,)))

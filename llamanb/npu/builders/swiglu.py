@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..mlir import Body, Extern, memref, module_text
 from ..spec import Arg, KernelSpec
-from ._common import chunk_loop, ddr_type, divides, flatten, herd, herd_shape, launch, \
+from ._common import fits, chunk_loop, ddr_type, divides, flatten, herd, herd_shape, launch, \
     pick_tile, positive, segment, tile_id
 from ._extern import extern_model
 
@@ -59,6 +59,6 @@ def silu_and_mul(rows: int, ffn: int, herd_xy=(8, 1), tile: int | None = None,
     args = (Arg("gate", shape, "input", "x @ W_gate (pre-activation)"),
             Arg("up", shape, "input", "x @ W_up"),
             Arg("out", shape, "output", "silu(gate) * up"))
-    return KernelSpec(name=name, args=args, text=module_text(name, [t] * 3, b, [ext]),
+    return fits(KernelSpec(name=name, args=args, text=module_text(name, [t] * 3, b, [ext]),
                       model=model, herd=(hx, hy), tiles={"tile": tile}, links=(OBJECT,),
-                      externs=(SYMBOL,))
+                      externs=(SYMBOL,)))
