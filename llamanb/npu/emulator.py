@@ -42,10 +42,6 @@ class EmulatedRun:
     kernels: dict = field(default_factory=dict)        # extern symbol -> "host build" | "numpy model" | "caller"
     calls: int = 0
 
-    @property
-    def tiles(self) -> int:
-        return max((x * y for _, (x, y), _ in self.herds), default=0)
-
     def __str__(self) -> str:
         ks = ", ".join(f"@{k}: {v}" for k, v in self.kernels.items()) or "none"
         hs = ", ".join(f"{s} {x}x{y}" for s, (x, y), _ in self.herds)
