@@ -101,6 +101,7 @@ class _Reader:
     def __init__(self, text: str):
         self.s, self.i = text, 0
         self.aliases: dict[str, object] = {}
+        self._at = (0, 1)                        # (offset, line) last counted: lines grow forward
 
     # ---- low level
     def ws(self):
@@ -136,7 +137,12 @@ class _Reader:
         return m.group(0)
 
     def line(self) -> int:
-        return self.s.count("\n", 0, self.i) + 1
+        at, n = self._at
+        if self.i < at:
+            at, n = 0, 1
+        n += self.s.count("\n", at, self.i)
+        self._at = (self.i, n)
+        return n
 
     def fail(self, msg: str):
         near = self.s[self.i:self.i + 40].split("\n")[0]

@@ -80,7 +80,7 @@ def check_air(mod: Module) -> None:
             if not isinstance(segs, list) or len(segs) != 3 or sum(segs) != len(op.operands):
                 raise LlamanbError(f"{where}: operandSegmentSizes {segs} does not split its "
                                    f"{len(op.operands)} operands into (deps, sizes, operands)")
-            n_sizes, n_opds = segs[1], segs[2]
+            n_sizes = segs[1]
             if op.name == "air.herd" and n_sizes != 2:
                 raise LlamanbError(f"{where}: a herd has 2 sizes (columns, rows), got {n_sizes}")
             if len(op.regions) != 1 or len(op.regions[0]) != 1:

@@ -9,8 +9,6 @@ variant whose output the next layer's RMSNorm reads as one flat buffer.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ...errors import LlamanbError
 from ...numerics import to_bf16
 from ..mlir import Body, memref, module_text

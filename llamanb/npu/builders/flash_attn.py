@@ -15,7 +15,7 @@ reads KV head h // (Hq/Hkv). The nest follows upstream's attn_npu2_seqfirst stru
 Upstream runs the tile primitives in C++ (attn_npu2.cc); here every step is a linalg.generic on L1
 tiles (scores, mask, max, exp, sums, P @ V), so the emulator executes the same algorithm. Scores
 and accumulators stay float32 in L1, so the default Q tile is 32 rows (upstream's C++ uses 64 with
-bf16 tiles): with 64 the tile would need about 90 KB of its 64 KB L1, which the array model rejects. Rows start
+bf16 tiles): with 64 a tile would need 82 KiB of its 64 KiB L1, which the array model rejects. Rows start
 at m = -1e30 (finite) and masked scores are -inf, so a stage that saw no key of a row contributes
 e^(-inf) = 0 and merging two such rows stays finite.
 """
