@@ -1,0 +1,9 @@
+"""Calling an external kernel's numpy semantics from a builder's model, lazily."""
+from __future__ import annotations
+
+
+def extern_model(symbol: str):
+    """The numpy model of an external C++ kernel (llamanb.npu.extern), imported on first use."""
+    from .. import extern
+
+    return extern.model(symbol)

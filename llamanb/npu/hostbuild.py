@@ -1,0 +1,132 @@
+"""Building the external C++ kernels (kernels/*.cc) for this machine, once, into the cache.
+
+    kernels/*.cc, *.h --g++ -shared--> $LLAMANB_CACHE/npu-host/host-kernels-<key>.so --ctypes--> calls
+    key = sha256(every source and header, the flags, `g++ --version`)
+
+The emulated NPU2 runs the same C++ the NPU would (through Peano, see llamanb.npu.peano), built by
+the host compiler. A build is written to a temporary file in the cache directory and renamed into
+place, so two processes building at once each finish with a complete library and an interrupted
+build leaves nothing that looks finished. No compiler means no host build: `build()` returns None
+and `reason()` says why; callers then use the numpy models (llamanb.npu.extern) and say so.
+
+    LLAMANB_CXX   the compiler to use (default g++); "none" turns host builds off.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..store import cache_root
+
+KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
+FORMAT = "llamanb-host-kernels-v1"
+# -ffp-contract=off: no fused multiply-add, so every float32 operation rounds as the numpy model's
+# does (the headers also turn contraction off for clang). -ffreestanding-style rules (no libm, no
+# libstdc++, no exceptions) are kept by the sources themselves; -fno-exceptions/-fno-rtti hold
+# them to it.
+FLAGS = ("-std=c++20", "-O2", "-shared", "-fPIC", "-ffp-contract=off", "-fno-exceptions",
+         "-fno-rtti", "-Wall", "-Wextra")
+_VERSIONS: dict[str, str] = {}          # compiler path -> `--version` text
+_LOADED: dict[Path, ctypes.CDLL] = {}
+_FAILED: dict[str, str] = {}            # build key -> the compiler's complaint
+
+
+@dataclass(frozen=True)
+class HostBuild:
+    path: Path          # the shared library
+    key: str            # sha256 hex of sources + flags + compiler version
+    cache_hit: bool     # True when an earlier build was reused
+    compiler: str       # first line of `--version`
+
+
+def compiler() -> tuple[str | None, str]:
+    """(absolute path of the C++ compiler, "") or (None, why there is none)."""
+    name = os.environ.get("LLAMANB_CXX", "").strip() or "g++"
+    if name.lower() == "none":
+        return None, "host C++ builds are turned off (LLAMANB_CXX=none)"
+    path = shutil.which(name)
+    if path is None:
+        return None, f"no C++ compiler: {name!r} is not on PATH"
+    if path not in _VERSIONS:
+        try:
+            out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+        except OSError as e:
+            return None, f"C++ compiler {path} does not run: {e}"
+        if out.returncode != 0:
+            return None, f"C++ compiler {path} does not run (`--version` exit {out.returncode})"
+        _VERSIONS[path] = out.stdout
+    return path, ""
+
+
+def sources(kernels_dir: Path = KERNELS_DIR) -> list[Path]:
+    """The files a build depends on: every .cc and .h, sorted by name."""
+    return sorted(p for p in Path(kernels_dir).iterdir() if p.suffix in (".cc", ".h"))
+
+
+def build_key(cxx: str, kernels_dir: Path = KERNELS_DIR) -> str:
+    h = hashlib.sha256(FORMAT.encode())
+    h.update(_VERSIONS[cxx].encode())
+    h.update("\0".join(FLAGS).encode())
+    for p in sources(kernels_dir):
+        h.update(b"\0" + p.name.encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+def build(kernels_dir: Path = KERNELS_DIR, cache_dir: Path | None = None) -> HostBuild | None:
+    """The host build of kernels_dir's sources, compiled now or found in the cache; None when
+    there is no compiler, no sources, or the compiler rejects them (an old g++ without C++20):
+    `reason` then says which, quoting the compiler's first error lines."""
+    cxx, _ = compiler()
+    kernels_dir = Path(kernels_dir)
+    if cxx is None or not kernels_dir.is_dir() or not any(kernels_dir.glob("*.cc")):
+        return None
+    key = build_key(cxx, kernels_dir)
+    cache_dir = Path(cache_dir) if cache_dir is not None else cache_root() / "npu-host"
+    lib = cache_dir / f"host-kernels-{key[:24]}.so"
+    version = _VERSIONS[cxx].splitlines()[0] if _VERSIONS[cxx] else cxx
+    if lib.is_file():
+        return HostBuild(lib, key, True, version)
+    if key in _FAILED:
+        return None
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=lib.name + ".", suffix=".tmp")
+    os.close(fd)
+    cc_files = [str(p) for p in sources(kernels_dir) if p.suffix == ".cc"]
+    try:
+        out = subprocess.run([cxx, *FLAGS, "-o", tmp, *cc_files], capture_output=True, text=True,
+                             timeout=300)
+        if out.returncode != 0:
+            errors = [ln for ln in out.stderr.splitlines() if "error" in ln][:2]
+            _FAILED[key] = f"{cxx} could not build {kernels_dir}: " + " | ".join(errors)
+            return None
+        os.replace(tmp, lib)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return HostBuild(lib, key, False, version)
+
+
+def reason(kernels_dir: Path = KERNELS_DIR) -> str:
+    """Why there is no host build ("" when there is one or can be one)."""
+    cxx, why = compiler()
+    if cxx is None:
+        return why
+    if not Path(kernels_dir).is_dir() or not any(Path(kernels_dir).glob("*.cc")):
+        return f"kernel sources not found in {kernels_dir}"
+    return _FAILED.get(build_key(cxx, kernels_dir), "")
+
+
+def load(kernels_dir: Path = KERNELS_DIR) -> ctypes.CDLL | None:
+    """The host build loaded with ctypes (built first if needed), or None (see `reason`)."""
+    built = build(kernels_dir)
+    if built is None:
+        return None
+    if built.path not in _LOADED:
+        _LOADED[built.path] = ctypes.CDLL(str(built.path))
+    return _LOADED[built.path]

@@ -1,0 +1,73 @@
+"""Compiling the external kernels for the NPU itself: Peano, AMD's LLVM for the AIE cores.
+
+    $PEANO_INSTALL_DIR/bin/clang++ <PEANO_FLAGS> -c kernels/rope_halfsplit.cc -o rope.o
+                                                 -c kernels/silu_and_mul.cc   -o silu_and_mul.o
+                                                 -c kernels/mv.cc             -o mv.o
+
+The flags are the ones the MLIR-AIR Llama example compiles its kernels with (Xilinx/mlir-air,
+programming_examples/llms/shared/infra/external_kernels.py): AIE2P target, -O2, C++20, NDEBUG and
+four warnings silenced. Upstream also passes `-I<mlir-aie include>` and
+`-D__AIE_API_AIE_ADF_HPP__`, both for the AIE API headers (aie_api/aie.hpp); our kernels are
+plain C++ over <stdint.h> and include none of them. aiecc links each .o into the tile programs
+through the `link_with` attribute of the kernel's MLIR declaration (llamanb.npu.extern.OBJECTS).
+Nothing here runs unless PEANO_INSTALL_DIR names a Peano install (the llvm-aie wheel).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..errors import LlamanbError
+from .extern import OBJECTS, SOURCES
+from .hostbuild import KERNELS_DIR
+
+PEANO_FLAGS = ("-O2", "-std=c++20", "--target=aie2p-none-unknown-elf", "-DNDEBUG",
+               "-Wno-parentheses", "-Wno-attributes", "-Wno-macro-redefined", "-Wno-empty-body")
+
+
+def peano_clang(peano_dir: str | os.PathLike | None = None) -> Path:
+    """$PEANO_INSTALL_DIR/bin/clang++, or LlamanbError saying what is missing."""
+    root = peano_dir if peano_dir is not None else os.environ.get("PEANO_INSTALL_DIR", "")
+    if not root:
+        raise LlamanbError("PEANO_INSTALL_DIR is not set: the AIE2P objects need Peano "
+                           "(the llvm-aie compiler); the emulated NPU2 uses host builds instead")
+    clang = Path(root) / "bin" / "clang++"
+    if not clang.is_file():
+        raise LlamanbError(f"Peano's clang++ not found at {clang} (check PEANO_INSTALL_DIR)")
+    return clang
+
+
+def commands(out_dir: str | os.PathLike, peano_dir: str | os.PathLike | None = None,
+             kernels_dir: Path = KERNELS_DIR) -> dict[str, list[str]]:
+    """{object name: argv} for every external kernel, writing into out_dir."""
+    clang = peano_clang(peano_dir)
+    return {obj: [str(clang), *PEANO_FLAGS, "-c", str(Path(kernels_dir) / SOURCES[sym]),
+                  "-o", str(Path(out_dir) / obj)]
+            for sym, obj in OBJECTS.items()}
+
+
+def compile_objects(out_dir: str | os.PathLike, peano_dir: str | os.PathLike | None = None,
+                    kernels_dir: Path = KERNELS_DIR) -> dict[str, Path]:
+    """Compile rope.o, silu_and_mul.o and mv.o into out_dir; {object name: path}.
+
+    Each object is compiled to a temporary name and renamed, so out_dir never holds half an
+    object. A compiler error raises LlamanbError with its first error lines."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    done = {}
+    for obj, argv in commands(out_dir, peano_dir, kernels_dir).items():
+        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=obj + ".", suffix=".tmp")
+        os.close(fd)
+        try:
+            run = subprocess.run(argv[:-1] + [tmp], capture_output=True, text=True, timeout=600)
+            if run.returncode != 0:
+                errors = [ln for ln in run.stderr.splitlines() if "error" in ln.lower()][:3]
+                raise LlamanbError(f"Peano failed on {argv[-3]}: " + " | ".join(errors))
+            os.replace(tmp, out_dir / obj)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        done[obj] = out_dir / obj
+    return done
