@@ -12,13 +12,14 @@
 
 The geometry is mlir-aie's device model for `npu2` (Xilinx/mlir-aie, AIETargetModel.h: the full
 Strix NPU, 8 columns; row 0 shim, row 1 mem tiles, rows 2-5 cores; AIE2 local memory 0x10000
-bytes, mem tile 0x80000 bytes) and AMD's AIE-ML architecture manual (AM020), whose tile memories
-XDNA 2 keeps. Each core's stack (1024 bytes unless `aie.core` says otherwise, AIEOps.td) lives in
+bytes, mem tile 0x80000 bytes, which the npu2 model inherits from AIE2 -- the sizes AMD's AIE-ML
+architecture manual, AM020, gives for AIE-ML tiles). Each core's stack (1024 bytes unless `aie.core` says otherwise, AIEOps.td) lives in
 its own L1, next to the herd's buffers.
 
 A herd of size [x, y] takes x columns and y rows (air-place-herds: size x is the herd's column
-count); a herd inside an unrolled segment (FlashAttention's) is placed once per segment instance. The MLIR-AIR Llama guide calls its [8, 1] herds "one column of 8 tiles"; they are one
-row across all 8 columns -- a column has only 4 compute tiles. Herds of one launch run together
+count); a herd inside an unrolled segment (FlashAttention's) is placed once per segment instance.
+The MLIR-AIR Llama guide calls its [8, 1] herds "one column of 8 tiles"; they are one row across
+all 8 columns -- a column has only 4 compute tiles. Herds of one launch run together
 and are placed as air-place-herds' naive placement does: largest first, each at the first free
 position scanning a row left to right, then the next row up. Launches run one after another, each
 with the whole array. A herd too large for the array, herds that cannot all be placed, buffers
