@@ -7,13 +7,10 @@ installed, each text is also parsed and verified by them, so the tests read real
 """
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from llamanb.errors import LlamanbError
 from llamanb.npu import array
-from llamanb.npu.airtext import read_launches
 
 KIB = 1024
 
@@ -24,7 +21,8 @@ def memref(shape, space=None) -> str:
 
 
 class Writer:
-    """Generic-form AIR text: launch { segment { herds } } or bare herds in one function."""
+    """Generic-form AIR text in the package's module form: launch { segment { herds } } or bare
+    herds in one function, sizes from index constants, buffers from memref.alloc."""
 
     def __init__(self):
         self.lines, self.n = [], 0
@@ -33,37 +31,39 @@ class Writer:
         self.n += 1
         return f"%{stem}{self.n}"
 
-    def const(self, v: int) -> str:
+    def const(self, v: int, indent: str) -> str:
         name = self.fresh("c")
-        self.lines.append(f"    {name} = arith.constant {v} : index")
+        self.lines.append(f'{indent}{name} = "arith.constant"() <{{value = {v} : index}}> : () -> index')
         return name
 
-    def herd(self, name, sizes, l1=(), op="gemm", indent="    "):
-        size_vals = [self.const(s) for s in sizes]
-        block = ", ".join(f"{self.fresh('t')}: index" for _ in range(2 * len(sizes)))
-        self.lines.append(f'{indent}"air.herd"({", ".join(size_vals)}) <{{operandSegmentSizes = '
-                          f'array<i32: 0, {len(sizes)}, 0>}}> ({{')
-        self.lines.append(f"{indent}^bb0({block}):")
-        for shape in l1:
-            self.lines.append(f"{indent}  {self.fresh('buf')} = memref.alloc() : {memref(shape, 2)}")
-        self.lines.append(f'{indent}  "air.herd_terminator"() : () -> ()')
-        self.lines.append(f'{indent}}}) {{sym_name = "{name}", llamanb.op = "{op}"}} : '
-                          f'({", ".join(["index"] * len(sizes))}) -> ()')
+    def alloc(self, shape, space: int, indent: str) -> None:
+        self.lines.append(f'{indent}{self.fresh("buf")} = "memref.alloc"() <{{operandSegmentSizes = '
+                          f'array<i32: 0, 0>}}> : () -> {memref(shape, space)}')
 
-    def launch(self, name, herds, l2=()):
-        one = self.const(1)
-        self.lines.append(f'    "air.launch"({one}, {one}) <{{operandSegmentSizes = '
-                          f'array<i32: 0, 2, 0>}}> ({{')
-        self.lines.append(f"    ^bb0({', '.join(f'{self.fresh(chr(97))}: index' for _ in range(4))}):")
-        self.lines.append('      "air.segment"() <{operandSegmentSizes = array<i32: 0, 0, 0>}> ({')
-        for shape in l2:
-            self.lines.append(f"        {self.fresh('l2_')} = memref.alloc() : {memref(shape, 1)}")
-        for h in herds:
-            self.herd(*h, indent="        ")
-        self.lines.append('        "air.segment_terminator"() : () -> ()')
-        self.lines.append(f'      }}) {{sym_name = "{name}_seg"}} : () -> ()')
-        self.lines.append('      "air.launch_terminator"() : () -> ()')
-        self.lines.append(f'    }}) {{sym_name = "{name}"}} : (index, index) -> ()')
+    def op(self, name, sizes, sym, indent, body, attrs=""):
+        """"air.<name>"(sizes) with a region; body(indent) writes the region's ops."""
+        size_vals = [self.const(s, indent) for s in sizes]
+        block = ", ".join(f"{self.fresh('t')}: index" for _ in range(2 * len(sizes)))
+        self.lines.append(f'{indent}"air.{name}"({", ".join(size_vals)}) <{{operandSegmentSizes = '
+                          f'array<i32: 0, {len(sizes)}, 0>, sym_name = "{sym}"}}> ({{')
+        self.lines.append(f"{indent}^bb0({block}):")
+        body(indent + "  ")
+        self.lines.append(f'{indent}  "air.{name}_terminator"() : () -> ()')
+        self.lines.append(f"{indent}}}){attrs} : ({', '.join(['index'] * len(sizes))}) -> ()")
+
+    def herd(self, name, sizes, l1=(), op="gemm", indent="    "):
+        self.op("herd", sizes, name, indent, lambda ind: [self.alloc(s, 2, ind) for s in l1],
+                f' {{llamanb.op = "{op}"}}')
+
+    def launch(self, name, herds, l2=(), unroll=()):
+        def segment(ind):
+            for shape in l2:
+                self.alloc(shape, 1, ind)
+            for h in herds:
+                self.herd(*h, indent=ind)
+
+        self.op("launch", [1, 1], name, "    ",
+                lambda ind: self.op("segment", list(unroll), f"{name}_seg", ind, segment))
 
     def text(self) -> str:
         body = "\n".join(self.lines)
@@ -94,7 +94,7 @@ def test_one_row_herd_spans_all_columns():
     (use,) = array.usage(text)
     assert use.tiles_used == 8
     (p,) = use.placements
-    assert p.herd.op == "rope" and (p.herd.cols, p.herd.rows) == (8, 1)
+    assert p.herd.op == "rope" and p.herd.size == (8, 1)
     assert p.tiles() == [(c, 2) for c in range(8)]
     assert p.herd.l1_bytes == (64 + 64 + 128) * 2
     assert use.launch.l2_bytes == 256 * 64 * 2 and use.mem_tiles_needed == 1
@@ -112,9 +112,9 @@ def test_herds_of_one_launch_placed_largest_first_row_by_row():
     and at column 4 the [2, 2] takes rows 4-5. (Placement.row counts compute rows from 0.)"""
     text = module(("mix", [("small", [4, 1]), ("square", [2, 2]), ("big", [8, 2])]))
     (use,) = array.usage(text)
-    at = {p.herd.name: (p.col, p.row) for p in use.placements}
+    at = {p.herd.sym: (p.col, p.row) for p in use.placements}
     assert at == {"big": (0, 0), "small": (0, 2), "square": (4, 2)}
-    assert [p.herd.name for p in use.placements] == ["small", "square", "big"]   # as written
+    assert [p.herd.sym for p in use.placements] == ["small", "square", "big"]   # as written
     tiles = [t for p in use.placements for t in p.tiles()]
     assert len(tiles) == len(set(tiles)) == 16 + 4 + 4 == use.tiles_used
 
@@ -123,7 +123,7 @@ def test_launches_each_get_the_whole_array_and_bare_herds_are_launches():
     text = module(("first", [("a", [8, 4])]), ("second", [("b", [8, 4])]),
                   bare=[("norm", [8, 1], [(2048,)], "rmsnorm")])
     uses = array.usage(text)
-    assert [u.launch.name for u in uses] == ["norm", "first", "second"]
+    assert [u.launch.sym for u in uses] == ["norm", "first", "second"]
     assert [u.tiles_used for u in uses] == [8, 32, 32]
     assert uses[0].launch.herds[0].l1_bytes == 4096 and uses[0].launch.l2_bytes == 0
 
@@ -163,20 +163,19 @@ def test_l2_limit_is_eight_mem_tiles():
         array.usage(module(("l", [("h", [8, 1])], [(per_tile,)] * 8 + [(1,)])))
 
 
-def test_generic_constant_form_and_sym_names():
-    text = re.sub(r"(%c\d+) = arith\.constant 2 : index",
-                  r'\1 = "arith.constant"() <{value = 2 : index}> : () -> index',
-                  module(("l", [("h", [2, 2])])))
-    assert text.count('"arith.constant"') == 2
-    assert read_launches(text)[0].herds[0].tiles == 4
+def test_unrolled_segment_places_each_instance():
+    """FlashAttention's form: a segment unrolled [2, 1] around a [4, 4] herd is two herds of 16
+    tiles side by side, 32 in all; unrolled three times it cannot be placed."""
+    (use,) = array.usage(module(("fa", [("attn", [4, 4], [(32, 64)], "flash_attn")], (), (2, 1))))
+    assert use.tiles_used == 32 and [p.instance for p in use.placements] == [0, 1]
+    assert [(p.col, p.row) for p in use.placements] == [(0, 0), (4, 0)]
+    with pytest.raises(LlamanbError, match="no valid placement .*48 of 32"):
+        array.usage(module(("fa", [("attn", [4, 4])], (), (3, 1))))
 
 
-def test_unreadable_modules_rejected():
-    with pytest.raises(LlamanbError, match="no air.launch / air.herd"):
-        read_launches("module {\n}\n")
-    bad = module(("l", [("h", [1, 1], [(4,)])])).replace("memref<4xbf16", "memref<?xbf16")
-    with pytest.raises(LlamanbError, match="cannot size"):
-        read_launches(bad)
+def test_modules_without_launches_rejected():
+    with pytest.raises(LlamanbError, match="nothing to place"):
+        array.usage("module {\n  func.func @k() {\n    return\n  }\n}\n")
 
 
 # ---- the tile-usage figure and widget --------------------------------------------------------

@@ -1,5 +1,7 @@
 """The emulated NPU2 array: where each launch's herds sit, and whether their buffers fit.
 
+    usage(spec_or_text) -> [LaunchUse(launch, placements)]   one per launch of the module, in order
+
     device row 5   C C C C C C C C     compute tiles, 4 rows x 8 columns = 32; each a core with
     device row 4   C C C C C C C C       64 KiB of data memory (L1), which also holds its stack
     device row 3   C C C C C C C C
@@ -10,13 +12,14 @@
 
 The geometry is mlir-aie's device model for `npu2` (Xilinx/mlir-aie, AIETargetModel.h: the full
 Strix NPU, 8 columns; row 0 shim, row 1 mem tiles, rows 2-5 cores; AIE2 local memory 0x10000
-bytes, mem tile 0x80000 bytes) and AMD's AIE-ML architecture manual (AM020), whose tile memories
-XDNA 2 keeps. Each core's stack (1024 bytes unless `aie.core` says otherwise, AIEOps.td) lives in
+bytes, mem tile 0x80000 bytes, which the npu2 model inherits from AIE2 -- the sizes AMD's AIE-ML
+architecture manual, AM020, gives for AIE-ML tiles). Each core's stack (1024 bytes unless `aie.core` says otherwise, AIEOps.td) lives in
 its own L1, next to the herd's buffers.
 
 A herd of size [x, y] takes x columns and y rows (air-place-herds: size x is the herd's column
-count). The MLIR-AIR Llama guide calls its [8, 1] herds "one column of 8 tiles"; they are one
-row across all 8 columns -- a column has only 4 compute tiles. Herds of one launch run together
+count); a herd inside an unrolled segment (FlashAttention's) is placed once per segment instance.
+The MLIR-AIR Llama guide calls its [8, 1] herds "one column of 8 tiles"; they are one row across
+all 8 columns -- a column has only 4 compute tiles. Herds of one launch run together
 and are placed as air-place-herds' naive placement does: largest first, each at the first free
 position scanning a row left to right, then the next row up. Launches run one after another, each
 with the whole array. A herd too large for the array, herds that cannot all be placed, buffers
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 from math import ceil
 
 from ..errors import LlamanbError
-from .airtext import Herd, Launch, read_launches
+from .plan import HerdPlan, LaunchPlan, read_plan
 
 KIB = 1024
 
@@ -59,94 +62,106 @@ class ArraySpec:
 NPU2 = ArraySpec()
 
 
+def cols_rows(herd: HerdPlan) -> tuple[int, int]:
+    """(columns, rows) of one instance of a herd; a 1-D herd is one row."""
+    return (herd.size + (1, 1))[:2]
+
+
 @dataclass(frozen=True)
 class Placement:
-    herd: Herd
+    herd: HerdPlan
+    instance: int                     # which unrolled segment instance (0 when not unrolled)
     col: int                          # leftmost column
     row: int                          # lowest compute row, 0 .. core_rows - 1
 
     def tiles(self, spec: ArraySpec = NPU2) -> list[tuple[int, int]]:
-        """(column, device row) of every tile the herd occupies."""
+        """(column, device row) of every tile this herd instance occupies."""
+        cols, rows = cols_rows(self.herd)
         return [(self.col + c, spec.first_core_row + self.row + r)
-                for r in range(self.herd.rows) for c in range(self.herd.cols)]
+                for r in range(rows) for c in range(cols)]
 
 
 def place(herds, spec: ArraySpec = NPU2) -> tuple[Placement, ...]:
-    """Placements of herds that run together, in the order given (air-place-herds' naive rule)."""
-    for h in herds:
-        if h.cols > spec.columns or h.rows > spec.core_rows or h.cols < 1 or h.rows < 1:
-            raise LlamanbError(f"herd {h.name!r} of size [{h.cols}, {h.rows}] does not fit "
+    """Placements of herds that run together (each unrolled instance separately), in the order
+    given, by air-place-herds' naive rule."""
+    items = [(h, i) for h in herds for i in range(h.instances)]
+    for h, _ in items:
+        cols, rows = cols_rows(h)
+        if not (1 <= cols <= spec.columns and 1 <= rows <= spec.core_rows):
+            raise LlamanbError(f"herd {h.sym!r} of size [{cols}, {rows}] does not fit "
                                f"{spec.name}: at most [{spec.columns}, {spec.core_rows}] "
                                f"({spec.columns} columns x {spec.core_rows} compute rows)")
     free = [[True] * spec.columns for _ in range(spec.core_rows)]     # free[row][col]
 
-    def fits(h: Herd, row: int, col: int) -> bool:
-        return (row + h.rows <= spec.core_rows and col + h.cols <= spec.columns
-                and all(free[r][c] for r in range(row, row + h.rows)
-                        for c in range(col, col + h.cols)))
+    def fits(k: int, row: int, col: int) -> bool:
+        cols, rows = cols_rows(items[k][0])
+        return (row + rows <= spec.core_rows and col + cols <= spec.columns
+                and all(free[r][c] for r in range(row, row + rows) for c in range(col, col + cols)))
 
-    waiting = sorted(range(len(herds)), key=lambda i: -herds[i].tiles)   # largest first, stable
+    size = [cols_rows(h)[0] * cols_rows(h)[1] for h, _ in items]
+    waiting = sorted(range(len(items)), key=lambda k: -size[k])       # largest first, stable
     where = {}
     for row in range(spec.core_rows):
         for col in range(spec.columns):
             if not waiting or not free[row][col]:
                 continue
-            for i in waiting:
-                if fits(herds[i], row, col):
-                    for r in range(row, row + herds[i].rows):
-                        for c in range(col, col + herds[i].cols):
+            for k in waiting:
+                if fits(k, row, col):
+                    cols, rows = cols_rows(items[k][0])
+                    for r in range(row, row + rows):
+                        for c in range(col, col + cols):
                             free[r][c] = False
-                    where[i] = Placement(herds[i], col, row)
-                    waiting.remove(i)
+                    where[k] = Placement(items[k][0], items[k][1], col, row)
+                    waiting.remove(k)
                     break
     if waiting:
-        names = ", ".join(f"{herds[i].name!r} [{herds[i].cols}, {herds[i].rows}]" for i in waiting)
-        used = sum(h.tiles for h in herds)
+        names = ", ".join(f"{items[k][0].sym!r} {list(cols_rows(items[k][0]))}" for k in waiting)
         raise LlamanbError(f"no valid placement on {spec.name} for herd(s) {names}: the launch's "
-                           f"herds need {used} of {spec.compute_tiles} compute tiles at once")
-    return tuple(where[i] for i in range(len(herds)))
+                           f"herds need {sum(size)} of {spec.compute_tiles} compute tiles at once")
+    return tuple(where[k] for k in range(len(items)))
 
 
-def check_memory(launch: Launch, spec: ArraySpec = NPU2) -> None:
+def check_memory(launch: LaunchPlan, spec: ArraySpec = NPU2) -> None:
     """LlamanbError when a herd's L1 buffers or the launch's L2 buffers do not fit."""
     for h in launch.herds:
         if h.l1_bytes > spec.l1_for_buffers:
             bufs = " + ".join(f"{b.name} {list(b.shape)}x{b.dtype} ({b.nbytes} B)" for b in h.l1)
             raise LlamanbError(
-                f"herd {h.name!r} in launch {launch.name!r} needs {h.l1_bytes} bytes of L1 per "
+                f"herd {h.sym!r} in launch {launch.sym!r} needs {h.l1_bytes} bytes of L1 per "
                 f"tile ({bufs}); a compute tile has {spec.l1_bytes} bytes, {spec.stack_bytes} of "
                 f"them the core's stack: choose smaller tiles")
     if launch.l2_bytes > spec.l2_bytes:
         raise LlamanbError(
-            f"launch {launch.name!r} needs {launch.l2_bytes} bytes of L2; the {spec.columns} mem "
+            f"launch {launch.sym!r} needs {launch.l2_bytes} bytes of L2; the {spec.columns} mem "
             f"tiles hold {spec.l2_bytes} ({spec.mem_tile_bytes} each): choose smaller L2 tiles")
 
 
 @dataclass(frozen=True)
 class LaunchUse:
     """What one launch occupies on the (emulated) array."""
-    launch: Launch
+    launch: LaunchPlan
     placements: tuple
     spec: ArraySpec = NPU2
 
     @property
     def tiles_used(self) -> int:
-        return sum(p.herd.tiles for p in self.placements)
+        return sum(len(p.tiles(self.spec)) for p in self.placements)
 
     @property
     def mem_tiles_needed(self) -> int:
         return ceil(self.launch.l2_bytes / self.spec.mem_tile_bytes)
 
     def summary(self) -> str:
-        herds = "; ".join(f"{p.herd.name} [{p.herd.cols}, {p.herd.rows}] at column {p.col}, "
-                          f"row {p.row + self.spec.first_core_row}, L1 "
-                          f"{p.herd.l1_bytes / KIB:.1f} KiB/tile" for p in self.placements)
-        return (f"{self.launch.name}: {self.tiles_used}/{self.spec.compute_tiles} compute tiles "
+        herds = "; ".join(f"{p.herd.sym}{f' #{p.instance}' if p.herd.instances > 1 else ''} "
+                          f"{list(cols_rows(p.herd))} at column {p.col}, row "
+                          f"{p.row + self.spec.first_core_row}, L1 {p.herd.l1_bytes / KIB:.1f} "
+                          f"KiB/tile" for p in self.placements)
+        return (f"{self.launch.sym}: {self.tiles_used}/{self.spec.compute_tiles} compute tiles "
                 f"({herds}); L2 {self.launch.l2_bytes / KIB:.1f} of "
                 f"{self.spec.l2_bytes // KIB} KiB -- emulated {self.spec.name}")
 
 
-def launch_use(launch: Launch, spec: ArraySpec = NPU2) -> LaunchUse:
+def launch_use(launch: LaunchPlan, spec: ArraySpec = NPU2) -> LaunchUse:
     check_memory(launch, spec)
     return LaunchUse(launch, place(launch.herds, spec), spec)
 
@@ -155,4 +170,7 @@ def usage(module, spec: ArraySpec = NPU2) -> list[LaunchUse]:
     """Every launch of a module (its text, or a KernelSpec with `.text`), placed and checked
     (LlamanbError when one cannot be)."""
     text = module if isinstance(module, str) else module.text
-    return [launch_use(lau, spec) for lau in read_launches(text)]
+    launches = read_plan(text).launches
+    if not launches:
+        raise LlamanbError("the module has no air.launch and no bare air.herd: nothing to place")
+    return [launch_use(lp, spec) for lp in launches]

@@ -14,7 +14,7 @@ only when a picture is made.
 """
 from __future__ import annotations
 
-from .array import KIB, LaunchUse, usage
+from .array import KIB, LaunchUse, cols_rows, usage
 
 COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
 
@@ -25,21 +25,24 @@ def _launches(kernels) -> list[tuple[str, LaunchUse]]:
     for name, k in kernels.items():
         uses = k if isinstance(k, list) else usage(k)
         for i, u in enumerate(uses):
-            label = name if len(uses) == 1 else f"{name} / launch {i + 1} of {len(uses)}: {u.launch.name}"
+            label = name if len(uses) == 1 else \
+                f"{name} / launch {i + 1} of {len(uses)}: {u.launch.sym}"
             out.append((label, u))
     return out
 
 
 def draw(ax, use: LaunchUse, title: str | None = None, small: bool = False) -> None:
-    """Draw one launch on `ax`: grid, lit herds, L1 bars, L2 bar, legend."""
+    """Draw one launch on `ax`: grid, lit herds, L1 gauges, L2 gauge (and, unless small, axis
+    labels and legend entries for the caller's legend)."""
     from matplotlib.patches import Rectangle
 
     spec = use.spec
     rows = spec.first_core_row + spec.core_rows
+    herds = list(use.launch.herds)                            # one color per herd
     owner = {}
-    for k, p in enumerate(use.placements):
+    for p in use.placements:
         for t in p.tiles(spec):
-            owner[t] = k
+            owner[t] = herds.index(p.herd)
     for col in range(spec.columns):
         for row in range(rows):
             kind = "shim" if row == 0 else "mem" if row < spec.first_core_row else "core"
@@ -49,7 +52,7 @@ def draw(ax, use: LaunchUse, title: str | None = None, small: bool = False) -> N
             ax.add_patch(Rectangle((col + 0.05, row + 0.05), 0.9, 0.9, facecolor=face,
                                    edgecolor="#555555", linewidth=0.6))
             if k is not None:                                   # L1 gauge: buffers + stack
-                herd = use.placements[k].herd
+                herd = herds[k]
                 frac = min(1.0, (herd.l1_bytes + spec.stack_bytes) / spec.l1_bytes)
                 ax.add_patch(Rectangle((col + 0.12, row + 0.12), 0.76, 0.16, facecolor="white",
                                        edgecolor="#333333", linewidth=0.4))
@@ -72,31 +75,33 @@ def draw(ax, use: LaunchUse, title: str | None = None, small: bool = False) -> N
     ax.tick_params(length=0, labelsize=6 if small else 8)
     for side in ax.spines.values():
         side.set_visible(False)
-    head = title or use.launch.name
+    head = title or use.launch.sym
     ax.set_title(f"{head}\n{use.tiles_used}/{spec.compute_tiles} tiles, "
                  f"L2 {use.launch.l2_bytes / KIB:.0f} KiB", fontsize=7 if small else 10)
     if not small:
         ax.set_xlabel("column")
         ax.set_ylabel("row (0 shim, 1 mem, 2-5 compute)")
-        for k, p in enumerate(use.placements):
-            h = p.herd
+        for k, h in enumerate(herds):
+            times = f" x{h.instances}" if h.instances > 1 else ""
             ax.plot([], [], "s", color=COLORS[k % len(COLORS)],
-                    label=f"{h.name} [{h.cols}, {h.rows}] {h.op}: L1 {h.l1_bytes / KIB:.1f} KiB"
-                          f" + {spec.stack_bytes // KIB} KiB stack of {spec.l1_bytes // KIB} KiB")
+                    label=f"{h.sym} {list(cols_rows(h))}{times} {h.op}: L1 {h.l1_bytes / KIB:.1f}"
+                          f" KiB + {spec.stack_bytes // KIB} KiB stack of {spec.l1_bytes // KIB} KiB")
         ax.plot([], [], "s", color="#1f3b73",
                 label=f"L2 {use.launch.l2_bytes / KIB:.1f} of {spec.l2_bytes // KIB} KiB "
                       f"({use.mem_tiles_needed} of {spec.columns} mem tiles' worth)")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
 
 
 def figure(use: LaunchUse, title: str | None = None):
-    """One launch as its own matplotlib figure (emulated NPU2)."""
+    """One launch as its own matplotlib figure (emulated NPU2), the legend below the grid."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9.5, 4.2), layout="constrained")
+    fig, ax = plt.subplots(figsize=(7, 6.6), layout="constrained")
+    fig.get_layout_engine().set(h_pad=0.08)
     draw(ax, use, title)
-    fig.suptitle(f"Tiles used on the emulated {use.spec.name} (bars: L1 per tile, L2 in all)",
-                 fontsize=9)
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", fontsize=8,
+               frameon=False)
+    fig.suptitle(f"Tiles used on the emulated {use.spec.name}\n(bars: L1 per tile, L2 of all "
+                 f"mem tiles)", fontsize=9)
     return fig
 
 
