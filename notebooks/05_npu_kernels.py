@@ -48,7 +48,7 @@ warnings.filterwarnings("ignore")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from llamanb import Engine, load_model
+from llamanb import Engine, Step, load_model
 from llamanb.numerics import to_bf16
 from llamanb.ops import rms_norm, silu_mul
 from llamanb.rope import cos_sin, rope_for, rope_inplace, rotation_tables
@@ -362,8 +362,8 @@ verify(fa.text)
 # %%
 (att_npu,), (att_model,) = run_kernel(fa, qr_npu, kr_npu, v_npu)
 cache = engine.new_cache(S)
-cache.write(0, 0, kr_npu.reshape(S, Nkv, d), v_npu.reshape(S, Nkv, d))
-att_engine = to_bf16(engine.backend.attention(qr_npu.reshape(S, Nh, d), cache, 0, 0))
+cache.write(0, 0, 0, kr_npu.reshape(S, Nkv, d), v_npu.reshape(S, Nkv, d))   # layer 0, slot 0, from 0
+att_engine = to_bf16(engine.backend.attention(qr_npu.reshape(S, Nh, d), cache, layer=0, slot=0, start=0))
 print(f"vs model: {within(ulps(att_npu, att_model))} | vs engine's attention: "
       f"{within(ulps(att_npu, att_engine))}")
 
@@ -408,7 +408,7 @@ print(f"vs model: {within(ulps(a_npu, a_model), 0)} | vs engine's silu_mul: "
 # %%
 (dn_npu,), _ = run_kernel(gemm(S, F, H), a_npu, W["w_down"].T)
 (x2_npu,), _ = run_kernel(add(S, H, flat=(False, True, True)), dn_npu, x1_npu)
-block_engine = engine.backend.block(0, x0.copy(), 0, engine.new_cache(S))       # float32 engine
+block_engine = engine.backend.block(0, x0.copy(), Step.build([(0, 0, ids)]), engine.new_cache(S))  # float32
 err = np.abs(x2_npu.reshape(S, H) - block_engine) / np.abs(block_engine).max()
 
 

@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..store import cache_root
+from ..io.store import cache_root
 
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
 FORMAT = "llamanb-host-kernels-v1"
