@@ -55,7 +55,12 @@ def default_model_path() -> Path:
 
 def resolve(spec: str | os.PathLike | None) -> Path:
     """The path a model spec names; None, "" or "default" mean the embedded model."""
-    return default_model_path() if spec in (None, "", "default") else Path(spec).expanduser()
+    if spec is None or (isinstance(spec, str) and spec in ("", "default")):
+        return default_model_path()
+    if not isinstance(spec, (str, os.PathLike)):
+        raise LlamanbError(f"a model is named by a path (str or os.PathLike) or None for the "
+                           f"embedded one, got {type(spec).__name__} {spec!r:.40}")
+    return Path(spec).expanduser()
 
 
 def open_source(spec: str | os.PathLike | None):
