@@ -104,6 +104,8 @@ class GGUFSource:
                 eos_ids=tuple(dict.fromkeys(int(e) for e in eos)))
         except KeyError as e:
             raise LlamanbError(f"{self.path.name}: GGUF metadata lacks {e.args[0]}") from None
+        except (TypeError, ValueError, ZeroDivisionError) as e:    # a string or 0 where a size belongs
+            raise LlamanbError(f"{self.path.name}: malformed GGUF metadata ({e})") from None
 
     def hf_name(self, gguf_name: str) -> str | None:
         if gguf_name in _TOP_MAP:

@@ -107,9 +107,9 @@ def convert(source, dest: Path) -> None:
         write_safetensors(tmp / "model.safetensors",
                           [(name, shape, (lambda n=name: source.get(n))) for name, shape in specs],
                           metadata={"format": "pt", "llamanb": FORMAT_VERSION})
-        (tmp / "config.json").write_text(json.dumps(cfg.to_hf(), indent=1))
+        (tmp / "config.json").write_text(json.dumps(cfg.to_hf(), indent=1), encoding="utf-8")
         for fname, text in source.tokenizer_files().items():
-            (tmp / fname).write_text(text)
+            (tmp / fname).write_text(text, encoding="utf-8")
         info = {"format_version": FORMAT_VERSION, "source": str(source.path), "source_kind": source.kind,
                 "name": cfg.name, "eos_ids": list(cfg.eos_ids), "bos_id": cfg.bos_id,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
@@ -159,9 +159,14 @@ class Model:
 
 
 def load_cached(cache_dir: Path) -> Model:
-    info = json.loads((cache_dir / "llamanb.json").read_text())
-    cfg = LlamaConfig.from_hf(json.loads((cache_dir / "config.json").read_text()), name=info["name"])
-    cfg = cfg.replace(eos_ids=tuple(info["eos_ids"]), bos_id=info["bos_id"])
+    try:
+        info = json.loads((cache_dir / "llamanb.json").read_text(encoding="utf-8"))
+        cfg = LlamaConfig.from_hf(json.loads((cache_dir / "config.json").read_text(encoding="utf-8")),
+                                  name=info["name"])
+        cfg = cfg.replace(eos_ids=tuple(info["eos_ids"]), bos_id=info["bos_id"])
+    except (OSError, ValueError, KeyError, TypeError, LlamanbError) as e:   # JSON errors are ValueErrors
+        raise LlamanbError(f"damaged cache entry {cache_dir} ({type(e).__name__}: {str(e)[:80]}); "
+                           f"delete it and run again") from None
     st = SafetensorsFile(cache_dir / "model.safetensors")
     check_shapes(cfg, {n: tuple(t["shape"]) for n, t in st.table.items()}, str(cache_dir))
     weights = Weights.from_getter(cfg, st.get, st.span, store_dir=cache_dir, deriver=derived_arrays)
