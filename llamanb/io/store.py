@@ -7,15 +7,24 @@
 The cache directory is itself an HF checkpoint in float32: transformers can load it as is.
 A conversion is built in a temporary directory and renamed into place when complete, so an
 interrupted run leaves nothing that a later run would mistake for a finished cache.
+
+A run killed outright (SIGKILL, power loss) cannot clean up, so its temporary directory stays.
+Each conversion therefore holds an exclusive flock on its temporary directory for as long as it
+runs (the kernel drops the lock when the process dies, however it dies), and every load sweeps
+the temporaries whose lock it can take: those are abandoned. Making a temporary and locking it
+happen under a lock on the cache root, which the sweeper holds too, so a sweep never sees a live
+conversion's directory in the instant before it is locked.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -97,11 +106,77 @@ def cache_dir_for(path: Path, name: str) -> Path:
     return cache_root() / f"{_slug(name)}-{_cache_key(path)}"
 
 
+# ---- temporaries: locked while in use, swept once abandoned -------------------------------------
+try:
+    import fcntl
+except ImportError:                    # not POSIX: no sweeping (a failed run still cleans up)
+    fcntl = None
+
+# `.<name>-<16 hex key>.<mkdtemp's 8 characters>`: the only names a sweep may delete.
+_TEMP_NAME = re.compile(r"^\..+-[0-9a-f]{16}\.[a-z0-9_]{8}$")
+
+
+def _lock_fd(path: Path, blocking: bool) -> int | None:
+    """An fd of `path` (a directory) holding an exclusive flock on it, or None if another
+    process holds the lock (non-blocking) or this system cannot lock."""
+    if fcntl is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+    except OSError:                    # held elsewhere (EWOULDBLOCK) or no locking here
+        os.close(fd)
+        return None
+    return fd
+
+
+@contextmanager
+def _locked(path: Path, blocking: bool = True):
+    """Hold the lock on directory `path` for the block; yields whether it is held."""
+    fd = _lock_fd(path, blocking)
+    try:
+        yield fd is not None
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def sweep_abandoned(root: Path | None = None) -> list[Path]:
+    """Remove the temporary directories of conversions that died (their lock is free); leave a
+    live conversion's alone. Returns what was removed."""
+    root = cache_root() if root is None else Path(root)
+    removed = []
+    if fcntl is None or not root.is_dir():
+        return removed
+    with _locked(root, blocking=False) as held:
+        if not held:                   # someone is creating a temporary (or sweeping): next time
+            return removed
+        for d in sorted(root.iterdir()):
+            if not _TEMP_NAME.match(d.name) or d.is_symlink() or not d.is_dir():
+                continue
+            with _locked(d, blocking=False) as abandoned:
+                if abandoned:
+                    shutil.rmtree(d, ignore_errors=True)
+                    if not d.exists():
+                        removed.append(d)
+    return removed
+
+
+def _new_temp(parent: Path, name: str) -> tuple[Path, int | None]:
+    """A fresh temporary directory for `name` under parent, and the fd that holds its lock."""
+    with _locked(parent):
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=parent))
+        return tmp, _lock_fd(tmp, blocking=True)
+
+
 def convert(source, dest: Path) -> None:
     """Write the source as a float32 HF checkpoint into dest, atomically."""
     cfg: LlamaConfig = source.config
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    tmp, lock = _new_temp(dest.parent, dest.name)
     try:
         specs = tensor_specs(cfg)
         write_safetensors(tmp / "model.safetensors",
@@ -124,6 +199,8 @@ def convert(source, dest: Path) -> None:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+        if lock is not None:
+            os.close(lock)
 
 
 def derived_arrays(weights: Weights, tag: str, producers: dict) -> dict:
@@ -180,6 +257,7 @@ def load_model(spec: str | os.PathLike | None = None) -> Model:
     path = resolve(spec)
     if not path.exists():
         raise LlamanbError(f"model not found: {path}")
+    sweep_abandoned()
     # The key hashes the source's path, size and mtime: a changed file gets a fresh conversion.
     probe = cache_root().glob(f"*-{_cache_key(path)}")
     found = next((d for d in probe if (d / "llamanb.json").is_file()), None)
