@@ -324,3 +324,23 @@ def test_sweep_touches_only_llamanb_temporaries(tiny_dir, fresh_cache, tmp_path)
     assert all(d.is_dir() for d in keep)
     assert link.is_symlink() and (outside / "keep.txt").read_text() == "mine"
     assert (m.cache_dir / "llamanb.json").is_file()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="flock is POSIX")
+def test_half_written_derived_file_is_swept(tiny_dir, fresh_cache, lock_holder):
+    """A backend's derived file (e.g. transposed weights) is written as `<tag>.safetensors.tmp<pid>`
+    inside a finished entry: a killed writer's is removed by the next load, a live one's is not."""
+    m = load_model(tiny_dir)
+    Engine(m)                                                    # writes its derived file, if any
+    dead = m.cache_dir / "numpy_derived.safetensors.tmp999999"
+    live = m.cache_dir / "numpy_other.safetensors.tmp999998"
+    for f in (dead, live):
+        f.write_bytes(b"\0" * 4096)
+    holder = lock_holder(live)
+    before = sorted(os.listdir(m.cache_dir))
+    assert load_model(tiny_dir).converted is False
+    assert sorted(os.listdir(m.cache_dir)) == sorted(set(before) - {dead.name})
+    holder.kill()
+    holder.wait()
+    assert sweep_abandoned(fresh_cache) == [live]
+    assert not any(".tmp" in n for n in os.listdir(m.cache_dir))

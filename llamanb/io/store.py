@@ -24,7 +24,6 @@ import re
 import shutil
 import tempfile
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -33,6 +32,7 @@ import numpy as np
 
 from ..config import LlamaConfig
 from ..errors import LlamanbError
+from . import locks
 from .safetensors import SafetensorsFile, write_safetensors
 from ..tokenizer import ChatTokenizer
 from ..weights import Weights, check_shapes, tensor_specs
@@ -106,70 +106,52 @@ def cache_dir_for(path: Path, name: str) -> Path:
     return cache_root() / f"{_slug(name)}-{_cache_key(path)}"
 
 
-# ---- temporaries: locked while in use, swept once abandoned -------------------------------------
-try:
-    import fcntl
-except ImportError:                    # not POSIX: no sweeping (a failed run still cleans up)
-    fcntl = None
-
-# `.<name>-<16 hex key>.<mkdtemp's 8 characters>`: the only names a sweep may delete.
+# ---- temporaries: locked while in use, swept once abandoned (see io/locks.py) ----------------------
+# `.<name>-<16 hex key>.<mkdtemp's 8 characters>`: the only directory names a sweep may delete;
+# `<name>.safetensors.tmp<pid>` inside a finished entry: a derived file being written.
 _TEMP_NAME = re.compile(r"^\..+-[0-9a-f]{16}\.[a-z0-9_]{8}$")
-
-
-def _lock_fd(path: Path, blocking: bool) -> int | None:
-    """An fd of `path` (a directory) holding an exclusive flock on it, or None if another
-    process holds the lock (non-blocking) or this system cannot lock."""
-    if fcntl is None:
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-    except OSError:                    # held elsewhere (EWOULDBLOCK) or no locking here
-        os.close(fd)
-        return None
-    return fd
-
-
-@contextmanager
-def _locked(path: Path, blocking: bool = True):
-    """Hold the lock on directory `path` for the block; yields whether it is held."""
-    fd = _lock_fd(path, blocking)
-    try:
-        yield fd is not None
-    finally:
-        if fd is not None:
-            os.close(fd)
+_TEMP_FILE = re.compile(r"^.+\.safetensors\.tmp[0-9]+$")
 
 
 def sweep_abandoned(root: Path | None = None) -> list[Path]:
-    """Remove the temporary directories of conversions that died (their lock is free); leave a
-    live conversion's alone. Returns what was removed."""
+    """Remove what conversions and derived-file writers left when they died (their lock is
+    free); leave a live one's temporaries alone. Returns what was removed."""
     root = cache_root() if root is None else Path(root)
     removed = []
-    if fcntl is None or not root.is_dir():
+    if not locks.AVAILABLE or not root.is_dir():
         return removed
-    with _locked(root, blocking=False) as held:
+    with locks.locked(root, blocking=False) as held:
         if not held:                   # someone is creating a temporary (or sweeping): next time
             return removed
-        for d in sorted(root.iterdir()):
+        entries = sorted(root.iterdir())
+        for d in entries:
             if not _TEMP_NAME.match(d.name) or d.is_symlink() or not d.is_dir():
                 continue
-            with _locked(d, blocking=False) as abandoned:
+            with locks.locked(d, blocking=False) as abandoned:
                 if abandoned:
                     shutil.rmtree(d, ignore_errors=True)
                     if not d.exists():
                         removed.append(d)
+    for d in entries:                  # finished entries: half-written derived files
+        if d.name.startswith(".") or d.is_symlink() or not (d / "llamanb.json").is_file():
+            continue
+        with locks.locked(d, blocking=False) as held:
+            if not held:
+                continue
+            for f in sorted(d.iterdir()):
+                if _TEMP_FILE.match(f.name) and f.is_file() and not f.is_symlink():
+                    with locks.locked(f, blocking=False) as abandoned:
+                        if abandoned:
+                            f.unlink(missing_ok=True)
+                            removed.append(f)
     return removed
 
 
 def _new_temp(parent: Path, name: str) -> tuple[Path, int | None]:
     """A fresh temporary directory for `name` under parent, and the fd that holds its lock."""
-    with _locked(parent):
+    with locks.locked(parent):
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=parent))
-        return tmp, _lock_fd(tmp, blocking=True)
+        return tmp, locks.lock_fd(tmp)
 
 
 def convert(source, dest: Path) -> None:
@@ -181,7 +163,8 @@ def convert(source, dest: Path) -> None:
         specs = tensor_specs(cfg)
         write_safetensors(tmp / "model.safetensors",
                           [(name, shape, (lambda n=name: source.get(n))) for name, shape in specs],
-                          metadata={"format": "pt", "llamanb": FORMAT_VERSION})
+                          metadata={"format": "pt", "llamanb": FORMAT_VERSION},
+                          lock=False)                      # tmp is locked as a whole
         (tmp / "config.json").write_text(json.dumps(cfg.to_hf(), indent=1), encoding="utf-8")
         for fname, text in source.tokenizer_files().items():
             (tmp / fname).write_text(text, encoding="utf-8")
