@@ -64,6 +64,8 @@ class Engine:
                                f"{type(model).__name__} {model!r:.40}")
         self.model = model
         self.config = model.config
+        if not isinstance(batch_invariant, (bool, np.bool_)):
+            raise LlamanbError(f"batch_invariant must be True or False, got {batch_invariant!r:.40}")
         self.batch_invariant = bool(batch_invariant)
         if isinstance(backend, Backend):
             self.backend = backend

@@ -135,6 +135,7 @@ def test_engine_backend_options(model):
     raises(lambda: Engine(model, backend=3), "backend must be a name")
     raises(lambda: Engine(model, dtype="int8"), "numpy", "int8")
     raises(lambda: Engine(model, precision="fp8"), "numpy", "precision", "dtype")
+    raises(lambda: Engine(model, batch_invariant="no"), "batch_invariant", "True or False")
 
 
 @pytest.mark.parametrize("kwargs, fragments", [
