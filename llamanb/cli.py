@@ -119,7 +119,6 @@ def cmd_generate(a) -> int:
     from .engine import Engine
     from .generate import SamplingParams, generate
     from .io.store import load_model
-
     from .tokenizer import as_text
 
     prompt = _read_prompt(a)

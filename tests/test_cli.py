@@ -355,3 +355,28 @@ def test_broken_tokenizer_config_json(tmp_path, cache, tiny_dir):
     (d / "tokenizer_config.json").write_text('{"chat_template": ')
     assert_user_error(run_cli(["info", "--model", d], cache=cache), contains="tokenizer_config.json")
     assert residue(cache) == []
+
+
+@pytest.mark.parametrize("variant, contains", [("string_size", "malformed GGUF metadata"),
+                                               ("zero_heads", "head_count must be positive")])
+def test_malformed_gguf_metadata(tmp_path, cache, variant, contains):
+    import gguf
+
+    f = tmp_path / "bad.gguf"
+    w = gguf.GGUFWriter(str(f), "llama")
+    if variant == "string_size":
+        w.add_string("llama.embedding_length", "wide")
+        w.add_head_count(4)
+    else:
+        w.add_embedding_length(96)
+        w.add_head_count(0)
+    w.add_block_count(2)
+    w.add_feed_forward_length(128)
+    w.add_context_length(64)
+    w.add_token_list(["a", "b"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    assert_user_error(run_cli(["info", "--model", f], cache=cache), contains=contains)
+    assert residue(cache) == []

@@ -344,3 +344,14 @@ def test_half_written_derived_file_is_swept(tiny_dir, fresh_cache, lock_holder):
     holder.wait()
     assert sweep_abandoned(fresh_cache) == [live]
     assert not any(".tmp" in n for n in os.listdir(m.cache_dir))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "not_an_object", "no_name"])
+def test_damaged_entry_metadata_gives_user_error(tiny_dir, fresh_cache, damage):
+    m = load_model(tiny_dir)
+    meta = m.cache_dir / "llamanb.json"
+    text = meta.read_text()
+    meta.write_text({"truncate": text[: len(text) // 2], "not_an_object": "[1, 2]",
+                     "no_name": json.dumps({k: v for k, v in json.loads(text).items() if k != "name"})}[damage])
+    with pytest.raises(LlamanbError, match="damaged cache entry"):
+        load_model(tiny_dir)

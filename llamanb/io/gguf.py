@@ -86,6 +86,9 @@ class GGUFSource:
         try:
             hidden = int(m["llama.embedding_length"])
             n_heads = int(m["llama.attention.head_count"])
+            if n_heads < 1:
+                raise LlamanbError(f"{self.path.name}: GGUF llama.attention.head_count must be "
+                                   f"positive, got {n_heads}")
             head_dim = int(m.get("llama.attention.key_length") or m.get("llama.rope.dimension_count")
                            or hidden // n_heads)
             eos = [m[k] for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
