@@ -240,7 +240,7 @@ def test_bad_seed(cache, args):
     assert_user_error(run_cli(["generate", "--prompt", "hi", *args], cache=cache), contains="seed")
 
 
-def test_help_shows_every_default():
+def test_help_shows_every_default(cache):
     """Each option that has a default shows it in --help (argparse's %(default)s, or a sentence
     saying what the default is when it is computed at run time)."""
     from llamanb.cli import build_parser
@@ -255,7 +255,7 @@ def test_help_shows_every_default():
             if act.default is None or act.default is False:
                 continue                             # nothing to show (a flag, or an optional value)
             assert f"(default: {act.default})" in text, (name, act.dest, act.default)
-    gen = run_cli(["generate", "--help"], cache=REPO_ROOT / "nonexistent-cache")
+    gen = run_cli(["generate", "--help"], cache=cache)
     assert gen.returncode == 0
     flat = " ".join(gen.stdout.split())
     for shown in ("(default: 256)", "(default: 0.0)", "(default: 1.0)", "(default: float32)",
