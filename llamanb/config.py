@@ -296,7 +296,13 @@ LLAMA3_70B = LlamaConfig(
     ffn=28672, vocab=128256, rope_theta=5e5, max_seq=8192, rms_eps=1e-5, tie_embeddings=False,
     bos_id=128000, eos_ids=(128001, 128009))
 
-PRESETS = {"smollm2-135m": SMOLLM2_135M, "llama3.2-1b": LLAMA32_1B, "llama3-70b": LLAMA3_70B}
+LLAMA31_8B = LlamaConfig(       # meta-llama/Llama-3.1-8B config.json
+    name="Llama-3.1-8B", n_layers=32, hidden=4096, n_heads=32, n_kv_heads=8, head_dim=128,
+    ffn=14336, vocab=128256, rope_theta=5e5, max_seq=131072, rms_eps=1e-5, tie_embeddings=False,
+    rope_scaling=RopeScaling(8.0, 1.0, 4.0, 8192), bos_id=128000, eos_ids=(128001,))
+
+PRESETS = {"smollm2-135m": SMOLLM2_135M, "llama3.2-1b": LLAMA32_1B, "llama3-70b": LLAMA3_70B,
+           "llama3.1-8b": LLAMA31_8B}
 
 
 def human_bytes(n: float) -> str:

@@ -6,6 +6,7 @@ from .base import Backend
 from .numpy_ref import NumpyBackend
 
 BACKENDS = {"numpy": NumpyBackend}
+BACKENDS["tcp"] = lambda weights, **o: __import__("llamanb.tcp.backend", fromlist=["_"]).TCPBackend(weights, **o)
 
 
 def make_backend(name: str, weights, **options) -> Backend:
