@@ -132,3 +132,15 @@ def blockfloat_pack(x: np.ndarray, fmt: str) -> np.ndarray:
 def blockfloat_tile_bytes(fmt: str) -> int:
     """Bytes one 32x32 tile takes in `fmt`: 64 exponents + 1024 codes of (1 + W) bits."""
     return 64 + 1024 * (1 + BLOCK_FLOAT_BITS[fmt]) // 8
+
+
+def blockfloat_rows(x: np.ndarray, fmt: str) -> np.ndarray:
+    """x [..., N] (N a multiple of 32) rounded to `fmt` with blocks of 16 along the last axis, any
+    number of rows: rows are padded with zeros to whole tiles and cropped again. Blocks never
+    span rows, so this equals what ttnn stores for the padded tensor."""
+    x = np.asarray(x, dtype=np.float32)
+    flat = x.reshape(-1, x.shape[-1])
+    pad = -flat.shape[0] % TILE
+    if pad:
+        flat = np.concatenate([flat, np.zeros((pad, flat.shape[1]), np.float32)])
+    return blockfloat(flat, fmt)[:flat.shape[0] - pad].reshape(x.shape)
