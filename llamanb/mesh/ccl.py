@@ -160,6 +160,11 @@ def _group_all_gather(arrays, dim, topology, send):
 
 
 # --- the public collectives ----------------------------------------------------------------------
+def _check_axis(cluster_axis) -> None:
+    if cluster_axis not in (0, 1) or isinstance(cluster_axis, bool):
+        raise LlamanbError(f"cluster_axis must be 0 or 1, got {cluster_axis!r}")
+
+
 def _run(t: MeshTensor, op: str, cluster_axis: int, group_fn, wire: str | None, label: str,
          steps_per_group: int) -> list[list[np.ndarray]]:
     mesh = t.mesh
@@ -188,6 +193,7 @@ def all_gather(t: MeshTensor, dim: int, cluster_axis: int, wire: str | None = No
                label: str = "") -> MeshTensor:
     """Shards along `dim` on the devices of cluster_axis -> each holds them all, concatenated in
     device order. Traffic: each shard reaches n-1 devices."""
+    _check_axis(cluster_axis)
     if t.dims.get(cluster_axis, dim) != dim:
         raise LlamanbError(f"all_gather along dim {dim}, but axis {cluster_axis} splits dim "
                            f"{t.dims[cluster_axis]}")
@@ -203,6 +209,7 @@ def reduce_scatter(t: MeshTensor, dim: int, cluster_axis: int, wire: str | None 
                    label: str = "") -> MeshTensor:
     """Partial sums on the devices of cluster_axis -> device i of the group holds chunk i (along
     `dim`) of their sum. Traffic: (n-1)/n of one device's array crosses the busiest link."""
+    _check_axis(cluster_axis)
     if cluster_axis in t.dims:
         raise LlamanbError(f"reduce_scatter over axis {cluster_axis}, which already splits the tensor")
     n = t.mesh.config.shape[cluster_axis]
@@ -218,6 +225,7 @@ def all_reduce(t: MeshTensor, cluster_axis: int, wire: str | None = None,
                label: str = "") -> MeshTensor:
     """Partial sums on the devices of cluster_axis -> every one holds the total (bit-identical
     replicas): a reduce_scatter along the last dim, then an all_gather, counted as one record."""
+    _check_axis(cluster_axis)
     if cluster_axis in t.dims:
         raise LlamanbError(f"all_reduce over axis {cluster_axis}, which splits the tensor")
     n = t.mesh.config.shape[cluster_axis]
