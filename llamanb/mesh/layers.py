@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..config import LlamaConfig
 from ..errors import LlamanbError
 from ..kv.base import KVStore
 from ..ops import silu_mul, softmax_
@@ -35,6 +36,7 @@ from ..rope import cos_sin, rope_for, rotation_tables, rope_inplace
 from ..step import Step
 from ..weights import Weights
 from . import ccl
+from .config import MeshConfig
 from .device import EmulatedMesh, MeshTensor
 
 
@@ -49,8 +51,8 @@ class Placement:
     hidden: int             # residual slice per device
 
     @classmethod
-    def of(cls, weights: Weights, mesh: EmulatedMesh) -> "Placement":
-        c, m = weights.config, mesh.config
+    def of(cls, c: LlamaConfig, m: MeshConfig) -> "Placement":
+        """The split of model config c over mesh config m (a one-line error if it does not fit)."""
         P, Q = m.heads_split, m.hidden_split
         why = []
         if c.n_kv_heads % P:
@@ -74,7 +76,7 @@ class MeshLayers:
 
     def __init__(self, weights: Weights, mesh: EmulatedMesh):
         self.weights, self.mesh, self.config = weights, mesh, weights.config
-        self.place = pl = Placement.of(weights, mesh)
+        self.place = pl = Placement.of(weights.config, mesh.config)
         c = self.config
         d = c.head_dim
         R, C = mesh.config.shape
