@@ -93,15 +93,25 @@ def collective_plan(cfg: LlamaConfig, mesh: MeshConfig, rows: int) -> list[tuple
     ]
 
 
+def sdpa_gather_plan(cfg: LlamaConfig, mesh: MeshConfig, rows: int) -> list[tuple]:
+    """Long prompts (over 1024 tokens, batch 1): the demo splits attention's sequence over the
+    devices of the hidden axis (ring-distributed SDPA, tt/llama_attention.py) and all-gathers the
+    outputs along that axis before WO. The emulated layers do not (they compute attention once
+    per head group); the cost model adds this gather."""
+    pl = Placement.of(cfg, mesh)
+    return [("all_gather", "SDPA out", mesh.hidden_axis, (rows // pl.Q, pl.heads * cfg.head_dim), 0)]
+
+
 def layer_traffic(cfg: LlamaConfig, mesh: MeshConfig, rows: int, wire: str | None = "bfp8",
-                  count_rows: int = 32) -> list[ccl.Traffic]:
+                  count_rows: int = 32, plan=None) -> list[ccl.Traffic]:
     """Run one block's collective plan on an emulated mesh and return the ledger. Every message
     is a block of whole rows, so traffic is linear in `rows`: the plan runs at `count_rows` rows
     (zeros) and the bytes are scaled by rows / count_rows."""
     m = EmulatedMesh(mesh)
     R, C = mesh.shape
     run_rows = min(rows, count_rows)
-    for op, label, axis, shape, dim in collective_plan(cfg, mesh, run_rows):
+    plan = plan or collective_plan
+    for op, label, axis, shape, dim in plan(cfg, mesh, run_rows):
         z = np.zeros(shape, dtype=np.float32)
         if op == "all_gather":
             t = MeshTensor(m, [[z] * C for _ in range(R)], {axis: dim})
@@ -146,13 +156,19 @@ def _compute_s(flops: dict, mesh: MeshConfig, attn_devices: int, chip: Chip) -> 
 def prefill_estimate(cfg: LlamaConfig, mesh: MeshConfig, prompt: int, chunk: int = 2048,
                      chip: Chip = WORMHOLE, formats: dict = DEMO_FORMATS) -> Estimate:
     """Time to first token for one prompt, run in chunks of `chunk` rows (weights read once per
-    chunk; attention of a later chunk reads the earlier ones from the cache). One prompt's
-    attention is split by heads only: the devices along the hidden axis hold replicas of it."""
+    chunk; attention of a later chunk reads the earlier ones from the cache). Attention is split
+    by heads over the head axis; for prompts over 1024 tokens also by sequence over the hidden
+    axis, followed by an all-gather of its output (the demo's ring-distributed SDPA)."""
     compute, dram, ccl_s, start = 0.0, 0.0, 0.0, 0
     weights = sum(weight_bytes_per_device(cfg, mesh, formats).values())
     while start < prompt:
         S = min(chunk, prompt - start)
-        compute += _compute_s(prefill_flops(cfg, S, start=start), mesh, mesh.heads_split, chip)
+        ring_sdpa = prompt > 1024
+        compute += _compute_s(prefill_flops(cfg, S, start=start), mesh,
+                              mesh.n_devices if ring_sdpa else mesh.heads_split, chip)
+        if ring_sdpa:
+            ccl_s += cfg.n_layers * ccl_seconds(layer_traffic(cfg, mesh, S, formats["wire"],
+                                                              plan=sdpa_gather_plan), mesh, chip)
         dram += weights + kv_bytes_per_device(cfg, mesh, start + S, formats["kv"])
         ccl_s += cfg.n_layers * ccl_seconds(layer_traffic(cfg, mesh, S, formats["wire"]), mesh, chip)
         start += S
