@@ -144,8 +144,10 @@ class Scheduler:
                     room -= len(ids)
         # 2. admission: FIFO; the head of the queue waits rather than be overtaken
         admitted: list[Request] = []
-        if self.policy == "static":        # a new batch only once the last one is all done
-            self.batch_open = self.batch_open or not self.running
+        if self.policy == "static":        # a new batch only once the last one is all done;
+            # the batch forms while its prompts go in, and closes once any member decodes
+            self.batch_open = not self.running or (self.batch_open and
+                                                   not any(r.output for r in self.running))
             if not self.batch_open:
                 return Plan(pieces, preempted, admitted)
         free_blocks = len(self.cache.free_blocks) - growth
