@@ -1,4 +1,4 @@
-"""python -m llamanb generate | verify | bench | info
+"""python -m llamanb generate | verify | bench | info | batch
 
 Every user mistake ends as one line on stderr and exit code 2; no traceback.
 """
@@ -112,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--preset", default=None, help="smollm2-135m | llama3.2-1b | llama3-70b "
                    "(no weights needed)")
     i.add_argument("--seq", type=_positive_int, default=None, help="KV cache length to price")
+
+    from .serve.cli import add_parser as add_batch_parser
+    add_batch_parser(sub, _model_arg, _positive_int)
     return ap
 
 
@@ -201,11 +204,17 @@ def cmd_info(a) -> int:
     return 0
 
 
+def cmd_batch(a) -> int:
+    from .serve.cli import main as batch
+
+    return batch(a)
+
+
 def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
     try:
         return {"generate": cmd_generate, "verify": cmd_verify, "bench": cmd_bench,
-                "info": cmd_info}[a.cmd](a)
+                "info": cmd_info, "batch": cmd_batch}[a.cmd](a)
     except LlamanbError as e:
         print(f"llamanb: error: {e}", file=sys.stderr)
         return 2
