@@ -145,7 +145,9 @@ class Engine:
         cache.reserve({seg.slot: seg.end for seg in step.segments})     # all or nothing
         if step.ids.min() < 0 or step.ids.max() >= self.config.vocab:
             raise LlamanbError(f"token id out of range [0, {self.config.vocab})")
-        run = step.padded(self._rows_for(step), self.pad_id)
+        # each prompt (every sequence, when batch-invariant) starts at a row the BLAS treats alike
+        run = step.aligned(self.backend.row_align, self.pad_id, every=self.batch_invariant)
+        run = run.padded(self._rows_for(run), self.pad_id)
         x = self.backend.embed(run.ids)                                   # [R, H]
         if collect is not None:
             collect.append(x)
@@ -157,7 +159,7 @@ class Engine:
             collect[:] = [h[real] for h in collect]
         if hidden:
             return x[run.slots != PAD]
-        rows = x[step.logit_rows]                                         # [k, H]
+        rows = x[run.logit_rows]                                          # [k, H]
         if self.batch_invariant:      # the head's GEMM, too, at a row count that keeps rows exact
             k = rows.shape[0]
             rows = np.concatenate([rows, np.zeros((-(-k // self.backend.row_multiple)
