@@ -221,6 +221,34 @@ print(f"[G, h_kv] grouping: max |logits - engine| = {np.abs(grouped_wrong - ref)
 print("first heads' K/V head, Llama:", [h // G for h in range(6)], " chapter:", [h % hkv for h in range(6)])
 
 # %% [markdown]
+# Third, the decode position. The chapter's decode step holds `s - 1` cached rows, writes the new
+# row at index `s - 1`, and gives RoPE `position(0) = s`. One decode step after our prompt, with the
+# angle of position `s - 1` (the program) and of `s` (the chapter's text), against the engine:
+
+# %%
+import copy
+
+cache0 = run.new_cache(1, len(prompt) + 2)                # room for the RoPE row of position s
+run.prefill([prompt], cache0)
+new = int(ref.argmax())                                     # the token the prompt predicts
+ecache = engine.new_cache(len(prompt) + 1)
+engine.prefill(prompt, ecache)
+ref_dec = engine.decode(new, ecache)
+
+
+def decode_at(position):
+    cache = copy.deepcopy(cache0)
+    d = dims(cfg, 1, 1, len(prompt) + 1)
+    d["s_max"] = cache.s_max
+    h = run.layers(run.programs["decode"], lay.w_emb[[[new]]], np.array([position]), d, cache)
+    return run.head(h, d)[0][0]
+
+
+s_now = len(prompt) + 1                                    # s counts the new row
+for name, pos in (("position s - 1 (program)", s_now - 1), ("position s (chapter)", s_now)):
+    print(f"{name:<26} max |logits - engine| = {np.abs(decode_at(pos) - ref_dec).max():.4f}")
+
+# %% [markdown]
 # ## 5. The program runs the model
 #
 # Two prompts of equal length as one batch (`B = 2`; the chapter's `B` axis shares one `s_in`),
@@ -325,6 +353,22 @@ def table(cs, top=None):
 table(list(costs.values()))
 
 # %% [markdown]
+# The same model for the three models of this chapter, bf16 weights: time to first token for one
+# prompt of 2048 tokens, and a decode step at 2048 tokens of context for batch 1 and 64, each with
+# the op that takes longest. Llama 3 70B (141 GB in bf16) does not fit one 48 GB card: it is split
+# over 8 (tensor parallel, section 12 states the link).
+
+# %%
+print(f"{'model':<22} {'cards':>5} {'TTFT 2048':>10} {'top op':>19} {'decode B=1':>11} {'tok/s':>6} "
+      f"{'decode B=64':>12} {'tok/s':>7} {'top op':>12}")
+for c, cards in ((SMOLLM2_135M, 1), (LLAMA31_8B, 1), (LLAMA3_70B, 8)):
+    pre = op_costs(c, "prefill", 1, 2048, cards=cards)
+    d1, d64 = (op_costs(c, "decode", B, 1, 2048, cards=cards) for B in (1, 64))
+    top = lambda cs: max(cs, key=lambda x: x.time_s).name
+    print(f"{c.name:<22} {cards:>5} {step_time(pre) * 1e3:>8.1f}ms {top(pre):>19} {step_time(d1) * 1e3:>9.2f}ms "
+          f"{1 / step_time(d1):>6.0f} {step_time(d64) * 1e3:>10.2f}ms {64 / step_time(d64):>7.0f} {top(d64):>12}")
+
+# %% [markdown]
 # ## 9. The roofline: every op a point
 #
 # x: FLOPs per byte crossing HBM; y: the FLOP/s the model grants the op. Ops with no HBM traffic
@@ -345,6 +389,7 @@ def roofline(ax, cs, fmt="bf16", label=None, marker="o", color=None):
     ax.set_xlabel("FLOP per HBM byte")
     ax.set_ylabel("FLOP/s (estimated)")
     ax.set_ylim(1e10, 2 * peak)
+    ax.text(1.6 * RIGHT, 0.3 * peak, "on chip:\nno HBM bytes", fontsize=7, ha="right", va="top", color="0.4")
 
 
 fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -549,6 +594,9 @@ for ax, (p, Bmax, w, err) in zip(axes, results):
     for kv, ls in (("bf16", "-"), ("fp8", "--")):
         ax.plot(Bs, [workload(p["cfg"], int(B), p["n_in"], p["n_out"], weights="fp8", kv=kv,
                               cards=p["cards"], samples=16).tok_s for B in Bs], ls, label=f"estimate, {kv} KV cache")
+    if p["cards"] > 1:
+        ax.plot(Bs, [workload(p["cfg"], int(B), p["n_in"], p["n_out"], spec=free, weights="fp8", cards=p["cards"],
+                              samples=16).tok_s for B in Bs], ":", color="C4", label="estimate, free link")
     ax.axhline(p["tok_s"], color="k", lw=1, label="published")
     ax.scatter([Bmax], [w.tok_s], color="C3", zorder=3, label=f"our prediction (B = {Bmax})")
     ax.set_xscale("log")

@@ -55,7 +55,7 @@ class TCPBackend(Backend):
             env = {"x": x[seg.rows][None], "position": step.positions[seg.rows],
                    "w_rope": self.run.lay.w_rope(cache.capacity), **lw}
             slot = _SlotCache(cache, seg.slot)
-            for op in self.run._programs[phase].layer:
+            for op in self.run.programs[phase].layer:
                 self.run.execute(op, env, d, slot, layer)
             out[seg.rows] = env["x"][0]
         return out
