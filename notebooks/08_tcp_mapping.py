@@ -529,6 +529,11 @@ ax.legend(fontsize=7, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
 plt.show()
 
 # %% [markdown]
+# The Vector Engine bars are the least certain: they rest on the DM bandwidth of secondary sources
+# (2 TB/s). They are large for SmolLM2's prefill because its 9 heads x 2048 x 2048 scores are scaled,
+# masked and normalised at that rate while its small matrices take the Contraction Engine little
+# time. For the 70B prompt on 8 cards, the assumed link takes more than half.
+#
 # The chapter's comparison table calls decode "Memory-bound (KV cache access)". Memory-bound, yes;
 # but at batch 1 it is the weights, not the KV cache, that fill the HBM stream: for Llama 3.1 8B at
 # 2048 tokens the cache is 0.27 GB against 7.5 GB of weights. The cache takes over only when
