@@ -1,0 +1,12 @@
+"""Serving many requests through one engine: continuous batching (notebook 10).
+
+    request.py    a request: prompt, sampling, its tokens so far, where it is in its life
+    scheduler.py  iteration-level scheduling: who runs in the next step, and how many rows
+    runner.py     the loop: schedule -> engine.step -> sample and retire, once per iteration
+    workload.py   request files (JSON / JSONL) and the comparison workloads for the benchmark
+"""
+from .request import Request, Status
+from .runner import BatchRunner
+from .scheduler import Scheduler
+
+__all__ = ["BatchRunner", "Request", "Scheduler", "Status"]
