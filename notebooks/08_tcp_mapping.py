@@ -221,6 +221,34 @@ print(f"[G, h_kv] grouping: max |logits - engine| = {np.abs(grouped_wrong - ref)
 print("first heads' K/V head, Llama:", [h // G for h in range(6)], " chapter:", [h % hkv for h in range(6)])
 
 # %% [markdown]
+# Third, the decode position. The chapter's decode step holds `s - 1` cached rows, writes the new
+# row at index `s - 1`, and gives RoPE `position(0) = s`. One decode step after our prompt, with the
+# angle of position `s - 1` (the program) and of `s` (the chapter's text), against the engine:
+
+# %%
+import copy
+
+cache0 = run.new_cache(1, len(prompt) + 2)                # room for the RoPE row of position s
+run.prefill([prompt], cache0)
+new = int(ref.argmax())                                     # the token the prompt predicts
+ecache = engine.new_cache(len(prompt) + 1)
+engine.prefill(prompt, ecache)
+ref_dec = engine.decode(new, ecache)
+
+
+def decode_at(position):
+    cache = copy.deepcopy(cache0)
+    d = dims(cfg, 1, 1, len(prompt) + 1)
+    d["s_max"] = cache.s_max
+    h = run.layers(run.programs["decode"], lay.w_emb[[[new]]], np.array([position]), d, cache)
+    return run.head(h, d)[0][0]
+
+
+s_now = len(prompt) + 1                                    # s counts the new row
+for name, pos in (("position s - 1 (program)", s_now - 1), ("position s (chapter)", s_now)):
+    print(f"{name:<26} max |logits - engine| = {np.abs(decode_at(pos) - ref_dec).max():.4f}")
+
+# %% [markdown]
 # ## 5. The program runs the model
 #
 # Two prompts of equal length as one batch (`B = 2`; the chapter's `B` axis shares one `s_in`),
@@ -325,6 +353,22 @@ def table(cs, top=None):
 table(list(costs.values()))
 
 # %% [markdown]
+# The same model for the three models of this chapter, bf16 weights: time to first token for one
+# prompt of 2048 tokens, and a decode step at 2048 tokens of context for batch 1 and 64, each with
+# the op that takes longest. Llama 3 70B (141 GB in bf16) does not fit one 48 GB card: it is split
+# over 8 (tensor parallel, section 12 states the link).
+
+# %%
+print(f"{'model':<22} {'cards':>5} {'TTFT 2048':>10} {'top op':>19} {'decode B=1':>11} {'tok/s':>6} "
+      f"{'decode B=64':>12} {'tok/s':>7} {'top op':>12}")
+for c, cards in ((SMOLLM2_135M, 1), (LLAMA31_8B, 1), (LLAMA3_70B, 8)):
+    pre = op_costs(c, "prefill", 1, 2048, cards=cards)
+    d1, d64 = (op_costs(c, "decode", B, 1, 2048, cards=cards) for B in (1, 64))
+    top = lambda cs: max(cs, key=lambda x: x.time_s).name
+    print(f"{c.name:<22} {cards:>5} {step_time(pre) * 1e3:>8.1f}ms {top(pre):>19} {step_time(d1) * 1e3:>9.2f}ms "
+          f"{1 / step_time(d1):>6.0f} {step_time(d64) * 1e3:>10.2f}ms {64 / step_time(d64):>7.0f} {top(d64):>12}")
+
+# %% [markdown]
 # ## 9. The roofline: every op a point
 #
 # x: FLOPs per byte crossing HBM; y: the FLOP/s the model grants the op. Ops with no HBM traffic
@@ -345,6 +389,7 @@ def roofline(ax, cs, fmt="bf16", label=None, marker="o", color=None):
     ax.set_xlabel("FLOP per HBM byte")
     ax.set_ylabel("FLOP/s (estimated)")
     ax.set_ylim(1e10, 2 * peak)
+    ax.text(1.6 * RIGHT, 0.3 * peak, "on chip:\nno HBM bytes", fontsize=7, ha="right", va="top", color="0.4")
 
 
 fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -484,6 +529,11 @@ ax.legend(fontsize=7, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
 plt.show()
 
 # %% [markdown]
+# The Vector Engine bars are the least certain: they rest on the DM bandwidth of secondary sources
+# (2 TB/s). They are large for SmolLM2's prefill because its 9 heads x 2048 x 2048 scores are scaled,
+# masked and normalised at that rate while its small matrices take the Contraction Engine little
+# time. For the 70B prompt on 8 cards, the assumed link takes more than half.
+#
 # The chapter's comparison table calls decode "Memory-bound (KV cache access)". Memory-bound, yes;
 # but at batch 1 it is the weights, not the KV cache, that fill the HBM stream: for Llama 3.1 8B at
 # 2048 tokens the cache is 0.27 GB against 7.5 GB of weights. The cache takes over only when
@@ -542,6 +592,41 @@ print(f"70B prefill of one 2048-token prompt on 8 cards: {step_time(pre) * 1e3:.
       f"of which all-reduce {link * 1e3:.0f} ms (estimated)")
 print(f"with a free link: {w_free.tok_s:,.0f} tok/s ({w_free.tok_s / p70['tok_s'] - 1:+.0%} vs published)")
 
+# %% [markdown]
+# Turned around: what would it take to reproduce each published number in this model? For the 8B
+# run, the batch (tok/s grows with it), with either KV-cache format; for the 70B run, the all-reduce
+# bandwidth per card at the memory-filling batch. A bisection on the (monotonic) estimate:
+
+# %%
+def smallest(f, lo, hi, target, integer=True):
+    """Smallest x in [lo, hi] with f(x) >= target for an increasing f; None if f(hi) < target."""
+    if f(hi) < target:
+        return None
+    while (hi - lo > 1) if integer else (hi / lo > 1.01):
+        mid = (lo + hi) // 2 if integer else (lo * hi) ** 0.5
+        lo, hi = (lo, mid) if f(mid) >= target else (mid, hi)
+    return hi
+
+
+p8 = PUBLISHED[0]
+for kv in ("bf16", "fp8"):
+    Bmax = max_batch(p8["cfg"], p8["n_in"] + p8["n_out"], weights="fp8", kv=kv)
+    need = smallest(lambda B: workload(p8["cfg"], B, 128, 4096, weights="fp8", kv=kv, samples=16).tok_s,
+                    1, Bmax, p8["tok_s"])
+    print(f"Llama 3.1 8B, {kv} KV cache: " + (f"batch >= {need} reaches {p8['tok_s']:,.0f} tok/s (memory allows {Bmax})"
+                                             if need else f"not reachable: at the largest batch that fits ({Bmax})"))
+link = smallest(lambda bw: workload(p70["cfg"], B70, 2048, 128, spec=dataclasses.replace(RNGD, link_bw=bw),
+                                    weights="fp8", cards=8, samples=16).tok_s, 64e9, 64e12, p70["tok_s"], integer=False)
+print(f"Llama 3.1 70B, 8 cards, batch {B70}: the all-reduce needs about {link / 1e9:,.0f} GB/s per card "
+      f"(assumed: {RNGD.link_bw / 1e9:.0f} GB/s)")
+
+# %% [markdown]
+# So the 8B number is consistent with this model if the KV cache is FP8 and a few dozen sequences
+# are in flight; with a bf16 cache, memory runs out first. The 70B number would need an all-reduce
+# about ten times faster than a PCIe Gen5 x16 link, which says less about the link than about the
+# model: a sum over ops cannot let all-reduces hide behind the next layer's compute, as a pipelined
+# runtime would, and we do not know how Furiosa counted tokens.
+
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
 for ax, (p, Bmax, w, err) in zip(axes, results):
@@ -549,6 +634,9 @@ for ax, (p, Bmax, w, err) in zip(axes, results):
     for kv, ls in (("bf16", "-"), ("fp8", "--")):
         ax.plot(Bs, [workload(p["cfg"], int(B), p["n_in"], p["n_out"], weights="fp8", kv=kv,
                               cards=p["cards"], samples=16).tok_s for B in Bs], ls, label=f"estimate, {kv} KV cache")
+    if p["cards"] > 1:
+        ax.plot(Bs, [workload(p["cfg"], int(B), p["n_in"], p["n_out"], spec=free, weights="fp8", cards=p["cards"],
+                              samples=16).tok_s for B in Bs], ":", color="C4", label="estimate, free link")
     ax.axhline(p["tok_s"], color="k", lw=1, label="published")
     ax.scatter([Bmax], [w.tok_s], color="C3", zorder=3, label=f"our prediction (B = {Bmax})")
     ax.set_xscale("log")
@@ -580,6 +668,7 @@ plt.show()
 # * The chapter's errors, each fixed in the data and quoted: V's layout, the decode cache index and
 #   RoPE position, the `[G, h_kv]` grouping (a measured change of the next token), consecutive RoPE
 #   pairs on HF weights (likewise), the RoPE table's orientation, tied heads, where sampling runs.
-# * Estimated on RNGD's specifications: Llama 3.1 8B, one card, 3,935 tok/s published vs
-#   our prediction within 10 %; Llama 3.1 70B on 8 cards, 957 published vs about half that, with the
-#   inter-card link as the unknown that decides.
+# * Estimated on RNGD's specifications (FP8 weights, bf16 KV cache, the largest batch that fits):
+#   Llama 3.1 8B on one card 3,667 tok/s against 3,935 published (-7 %; an FP8 KV cache and
+#   batch >= 35 reproduce it); Llama 3.1 70B on 8 cards 467 against 957 (-51 %), decided by the
+#   all-reduces over an assumed link that nothing published describes.

@@ -129,6 +129,15 @@ def test_tcp_backend_on_the_seam(smollm, smollm_engine):
     np.testing.assert_allclose(out[1], out[0], atol=2e-4 * np.abs(out[0]).max())
 
 
+def test_tcp_backend_chunked_prefill_on_a_paged_cache(smollm, smollm_engine):
+    """Chunks after the first run the "extend" program (cache reads + causal mask with an offset)."""
+    eng = Engine(smollm, backend="tcp")
+    ids = smollm.tokenizer.encode_prompt("What is the capital of France?")
+    got = eng.prefill(ids, eng.new_cache(64, block=16, n_blocks=8), chunk=8)
+    want = smollm_engine.prefill(ids, smollm_engine.new_cache(64))
+    np.testing.assert_allclose(got, want, atol=2e-4 * np.abs(want).max())
+
+
 def test_program_matches_transformers_gqa(tmp_path, make_tiny):
     """A random GQA checkpoint (6 query heads over 2 K/V heads): the program's logits after the
     prompt and after each decode step against transformers on the whole sequence."""

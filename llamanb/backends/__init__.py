@@ -6,10 +6,10 @@ from .base import Backend
 from .numpy_ref import NumpyBackend
 
 BACKENDS = {"numpy": NumpyBackend}
-BACKENDS["tcp"] = lambda weights, **o: __import__("llamanb.tcp.backend", fromlist=["_"]).TCPBackend(weights, **o)
 
 
-LAZY = {"galaxy-emulated": ("llamanb.mesh.backend", "MeshBackend")}   # imported on first use
+LAZY = {"galaxy-emulated": ("llamanb.mesh.backend", "MeshBackend"),   # imported on first use
+        "tcp": ("llamanb.tcp.backend", "TCPBackend")}
 
 
 def make_backend(name: str, weights, **options) -> Backend:

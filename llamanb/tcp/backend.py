@@ -23,13 +23,13 @@ class _SlotCache:
 
     def __init__(self, store: KVStore, slot: int):
         self.store, self.slot = store, slot
+        self.pending: dict[str, np.ndarray] = {}
 
     def write(self, layer, which, start, x):                # x [1, h_kv, n, d_k]
-        self._pending = getattr(self, "_pending", {})
-        self._pending[which] = x[0].transpose(1, 0, 2)       # [n, h_kv, d_k]
-        if len(self._pending) == 2:                          # KVStore writes K and V together
-            self.store.write(layer, self.slot, start, self._pending["K"], self._pending["V"])
-            self._pending = {}
+        self.pending[which] = x[0].transpose(1, 0, 2)        # [n, h_kv, d_k]
+        if len(self.pending) == 2:                           # the program stores K, then V; a
+            k, v = self.pending.pop("K"), self.pending.pop("V")   # KVStore takes both at once
+            self.store.write(layer, self.slot, start, k, v)
 
     def read(self, layer, which, n):
         get = self.store.keys if which == "K" else self.store.values
@@ -55,7 +55,7 @@ class TCPBackend(Backend):
             env = {"x": x[seg.rows][None], "position": step.positions[seg.rows],
                    "w_rope": self.run.lay.w_rope(cache.capacity), **lw}
             slot = _SlotCache(cache, seg.slot)
-            for op in self.run._programs[phase].layer:
+            for op in self.run.programs[phase].layer:
                 self.run.execute(op, env, d, slot, layer)
             out[seg.rows] = env["x"][0]
         return out

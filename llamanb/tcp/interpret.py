@@ -90,7 +90,7 @@ class TCPCache:
 class Interpreter:
     def __init__(self, lay: Layout):
         self.lay, self.config = lay, lay.config
-        self._programs = {p: program(self.config, p) for p in ("prefill", "decode", "extend")}
+        self.programs = {p: program(self.config, p) for p in ("prefill", "decode", "extend")}
         self._paths: dict = {}
 
     def new_cache(self, B: int, s_max: int) -> TCPCache:
@@ -110,8 +110,8 @@ class Interpreter:
         return x
 
     def execute(self, op: Op, env: dict, d: dict, cache, layer: int = 0) -> None:
+        """Run one op: read its operands from `env` (or the cache), write its result into `env`."""
         xs = [self._operand(op, i, env, d, cache, layer) for i in range(len(op.args))]
-        c = self.config
         if op.kind == "einsum":
             key = (op.subscripts, tuple(x.shape for x in xs))
             if key not in self._paths:
@@ -166,7 +166,7 @@ class Interpreter:
     def head(self, x: np.ndarray, d: dict) -> tuple[np.ndarray, np.ndarray]:
         """x [B, s_in, D] -> (logits [B, V], greedy next tokens [B])."""
         env = {"x": x, "w_final_norm": self.lay.w_final_norm, "w_lm_head": self.lay.w_lm_head}
-        for op in self._programs["prefill"].post:
+        for op in self.programs["prefill"].post:
             self.execute(op, env, d, None)
         return env["logits"], env["next_token"]
 
@@ -176,7 +176,7 @@ class Interpreter:
         B, s_in = ids.shape
         start = cache.length
         phase = "prefill" if start == 0 else ("decode" if s_in == 1 else "extend")
-        prog = self._programs[phase]
+        prog = self.programs[phase]
         d = dims(self.config, B, s_in, start + s_in)
         d["s_max"] = cache.s_max
         env = {"input": ids, "w_emb": self.lay.w_emb}
