@@ -26,7 +26,7 @@ def test_batch_check_passes(smollm, tmp_path):
 
 @pytest.mark.parametrize("content, message", [
     ('[{"prompt": "hi", "temprature": 0.5}]', "request 1: unknown field 'temprature'"),
-    ('{"prompt": "a"}\n{"prompt": "b", "top_p": 0}\n', "request 2 (line 2): top_p must be in"),
+    ('{"prompt": "a"}\n{"prompt": "b", "top_p": 0}\n', "request 2 (line 2): top_p must be a number in"),
     ('{"prompt": "a"}\n\n{"prompt": "b"\n', "line 3 is not valid JSON"),
     ('[{"prompt": "a", "messages": []}]', "exactly one of 'prompt' and 'messages'"),
     ('["ok", {"prompt": "  "}]', "request 2: empty prompt"),
