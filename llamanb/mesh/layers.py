@@ -111,7 +111,8 @@ class MeshLayers:
                         w2=lw.w_down[hid(q), f])                         # [H/Q, D_ff/P]
             self.layers.append(dev)
         n = R * C
-        self.vocab_slices = np.array_split(np.arange(c.vocab), n)
+        bounds = np.linspace(0, c.vocab, n + 1).astype(int)               # as even as possible
+        self.vocab_slices = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
         self.kv_format: str | None = None          # set by the backend: "bfloat8_b" stores K/V so
 
     # --- helpers ---------------------------------------------------------------------------------
