@@ -115,7 +115,7 @@ except Exception as e:
 # matrix would have 8×4 blocks; the picture uses 3×4 to stay legible.
 
 # %%
-def draw_plan(ax, title, rows, cols, label):
+def draw_plan(ax, title, rows, cols, label, xlabel="out", ylabel="in"):
     for i in range(rows):
         for j in range(cols):
             p, q = label(i, j)
@@ -125,11 +125,12 @@ def draw_plan(ax, title, rows, cols, label):
     ax.set_xlim(0, cols), ax.set_ylim(0, rows), ax.set_aspect("equal")
     ax.set_xticks([]), ax.set_yticks([])
     ax.set_title(title, fontsize=9)
-    ax.set_xlabel("out", fontsize=8), ax.set_ylabel("in", fontsize=8)
+    ax.set_xlabel(xlabel, fontsize=8), ax.set_ylabel(ylabel, fontsize=8)
 
 
 fig, axes = plt.subplots(1, 5, figsize=(13, 3))
-draw_plan(axes[0], "residual x [R, H]\n(hidden over q, copies over p)", 1, Q, lambda i, j: (0, j))
+draw_plan(axes[0], "residual x [R, H]: hidden over q\n(chips 1,q and 2,q hold copies)", 1, Q, lambda i, j: (0, j),
+          xlabel="H", ylabel="R")
 draw_plan(axes[1], "WQKV: in over q, out over p", Q, P, lambda i, j: (j, i))
 draw_plan(axes[2], "WO: in over p, out over q", P, Q, lambda i, j: (i, j))
 draw_plan(axes[3], "W1, W3: in over q, out over p", Q, P, lambda i, j: (j, i))
@@ -158,7 +159,7 @@ ar = ccl.all_reduce(start, cluster_axis=1)
 rs = ccl.reduce_scatter(start, dim=1, cluster_axis=1)
 ag = ccl.all_gather(rs, dim=1, cluster_axis=1)
 for r in range(2):
-    print(f"row {r}: all_reduce {ar[r, 0][0]}  reduce_scatter {[rs[r, c][0, 0] for c in range(4)]}"
+    print(f"row {r}: all_reduce {ar[r, 0][0]}  reduce_scatter {[float(rs[r, c][0, 0]) for c in range(4)]}"
           f"  all_gather(rs) {ag[r, 3][0]}")
     assert (ar[r, 0] == sum(10 * r + c for c in range(4))).all() and np.array_equal(ag[r, 3], ar[r, 3])
 col = ccl.all_reduce(start, cluster_axis=0)
@@ -174,7 +175,8 @@ print("axis 0, chip (1, 2):", col[1, 2][0], "= (0 + 2) + (10 + 2)")
 #   `n` chunks, i.e. `B`, on *every* link direction: link `i→i+1` carries `n-1-i` reduce-scatter
 #   chunks and `i+1` all-gather chunks.
 # * a **ring** adds the wrap-around link, halves every chunk and sends the halves round in
-#   opposite directions: half the bytes per link direction, the same `n-1` steps.
+#   opposite directions: a reduce-scatter or all-gather puts `(n-1)/(2n) · B` on each link
+#   direction (half the line's), an all-reduce `(n-1)/n · B`; the same `n-1` steps each.
 #
 # Counted by `ccl`, for `B` = 1 MiB of float32:
 
@@ -200,7 +202,7 @@ for r in rows:
 # The prefill walkthrough of the demo that this chapter started from describes the QKV
 # all-reduce, `tt_ccl.line_all_reduce(..., cluster_axis=1)`, as "Uses ring topology". The function
 # is a *line* all-reduce, and the difference is not cosmetic: by the count above a line all-reduce
-# puts `B` on its busiest link direction, a ring `(n-1)/n · B / 2`, 2.7× less for `n = 4`.
+# puts `B` on its busiest link direction, a ring `(n-1)/n · B`: 0.75 `B` for the 4 chips of axis 1.
 #
 # ### Stepping through a ring all-reduce
 #
@@ -398,9 +400,9 @@ assert np.abs(chunked - whole).max() <= 3 * E
 # %% [markdown]
 # The demo's KV cache is paged: blocks of 64 positions, a page table per sequence (an int32
 # `[batch, blocks]` tensor). `llamanb.kv.paged.PagedKVCache` is the same idea behind the engine's
-# cache protocol. Two sequences (150 and 60 tokens) prefilled one after the other, then the
+# cache protocol. Two sequences (60 and 150 tokens) prefilled one after the other, then the
 # short one decodes 8 tokens and crosses into a second block: blocks are taken from the free list
-# as positions reach them, so the short sequence's two blocks are not neighbours.
+# as positions reach them, so the short sequence's two blocks are not neighbours in the pool.
 
 # %%
 long_ids = [int(t) for t in np.random.default_rng(1).integers(3, cfg.vocab, 150)]
@@ -410,8 +412,8 @@ flat = eng11.new_cache(256, slots=2)
 paged = eng11.new_cache(256, slots=2, block=64, n_blocks=8)
 outs = []
 for cache in (flat, paged):
-    l0 = eng11.prefill(long_ids, cache, slot=0)
     l1 = eng11.prefill(short_ids, cache, slot=1)
+    l0 = eng11.prefill(long_ids, cache, slot=0)
     outs.append((l0, l1))
     for _ in range(8):                                    # short sequence grows past 64
         l1 = eng11.decode(int(np.argmax(l1)), cache, slot=1)
@@ -505,14 +507,14 @@ for fmt in ("bfloat8_b", "bfloat4_b"):
 # and keeps W1/W3 in bfloat4_b. The shared reference file holds transformers' greedy tokens and
 # top-5 logits for 8 prompts; the gate (vLLM's rule: at the first differing token each side's
 # choice is in the other's top-5) must still pass. Drift: the largest change of a reference top-5
-# logit on the common prefix. (The notebook runs the first 4 prompts to stay quick; the tests run
+# logit on the common prefix. (The notebook runs the first 3 prompts to stay quick; the tests run
 # all 8 with the bfloat8_b cache. For scale: float32 runs agree with the reference to ~1e-4.)
 
 # %%
 from llamanb.check.verify import read_reference, run_reference
 
 reference = read_reference(Path("..").resolve().parent / "shared" / "reference" / "hf_smollm2_reference.json")
-reference["cases"] = reference["cases"][:4]
+reference["cases"] = reference["cases"][:3]
 setups = {"bfloat8_b KV": dict(kv_format="bfloat8_b"),
           "bfloat8_b KV + bfloat4_b W1/W3": dict(kv_format="bfloat8_b",
                                                 weight_formats={"w1": "bfloat4_b", "w3": "bfloat4_b"})}
@@ -523,11 +525,16 @@ for name, opts in setups.items():
     gate[name] = run_reference(model, reference, e, out=quiet)
 for name, res in gate.items():
     same = sum(r.diverged_at is None for r in res)
-    print(f"{name:<32} gate {sum(r.passed for r in res)}/4 passed, {same}/4 identical, "
+    print(f"{name:<32} gate {sum(r.passed for r in res)}/3 passed, {same}/3 identical, "
           f"max |d logit| {max(r.max_logit_diff for r in res):.3f}")
 assert all(r.passed for r in gate["bfloat8_b KV"])
 
 # %% [markdown]
+# A bfloat8_b cache keeps every greedy token of these prompts and moves reference logits by about
+# half a unit. bfloat4_b W1/W3 is a different matter for a model this small: the logits move by
+# several units and one prompt fails the gate. (The demo uses bfloat4_b W1/W3 for a 70B model;
+# the measurement here says nothing about that model, only that the format is not free.)
+#
 # ## 7. Llama 3 70B on the 8×4 Galaxy
 #
 # Nothing of 70B is loaded: the per-chip bytes follow from the config and the placement, and the
@@ -602,10 +609,10 @@ plt.show()
 # %% [markdown]
 # The model is a lower bound everywhere (a test holds it to that). The decode estimate at batch 32
 # is within 1.4× of the published 70 tok/s/user: streaming 1.8 GB of weights per chip per token
-# dominates, and that part is physics. Short prompts are 4–5× off: at 128 tokens each of ~640
-# collectives and ~1000 ops per forward pass is tiny, and what the model cannot see dominates:
-# op dispatch and host overheads, synchronisation between chips, matmuls far below peak at small
-# shapes. At 128K tokens the gap is attention: the demo's SDPA runs far below 74 TFLOP/s per
+# dominates, and that part is physics. Short prompts are 4–5× off: at 128 tokens each of the 640
+# collectives of a forward pass (8 per layer) moves little, and what the model cannot see
+# dominates: op dispatch and host overheads, synchronisation between chips, matmuls far below
+# peak at small shapes. At 128K tokens the gap is attention: the demo's SDPA runs far below 74 TFLOP/s per
 # chip, and long-context decode (batch 1) reads a 2.9 GB KV slice per chip per token through
 # kernels the model credits with full DRAM bandwidth.
 #
