@@ -73,14 +73,18 @@ def test_mesh_logits_within_float32_reordering(smollm, smollm_engine, exact, sha
     assert np.abs(got - one).max() <= 3 * E
 
 
+@pytest.fixture(scope="module")
+def one_device_tokens(smollm, smollm_engine, reference_data):
+    return [greedy_with_top5(smollm_engine, c["prompt_ids"], len(c["greedy_ids"]),
+                             smollm.config.eos_ids).ids for c in reference_data["cases"][:2]]
+
+
 @pytest.mark.parametrize("shape", MESHES)
-def test_greedy_tokens_equal_single_device(smollm, smollm_engine, reference_data, shape):
+def test_greedy_tokens_equal_single_device(smollm, reference_data, one_device_tokens, shape):
     eng = Engine(smollm, backend="galaxy-emulated", mesh=MeshConfig(shape))
-    for case in reference_data["cases"][:2]:
-        steps = len(case["greedy_ids"])
-        one = greedy_with_top5(smollm_engine, case["prompt_ids"], steps, smollm.config.eos_ids)
-        mesh = greedy_with_top5(eng, case["prompt_ids"], steps, smollm.config.eos_ids)
-        assert mesh.ids == one.ids
+    for case, want in zip(reference_data["cases"][:2], one_device_tokens):
+        mesh = greedy_with_top5(eng, case["prompt_ids"], len(case["greedy_ids"]), smollm.config.eos_ids)
+        assert mesh.ids == want
 
 
 def test_tiny_llama_on_the_full_galaxy_mesh(tmp_path, make_tiny):
@@ -163,6 +167,16 @@ def test_meshes_the_model_cannot_use_are_refused(smollm):
         MeshBackend(smollm.weights, MeshConfig((1, 1)), kv_format="bfloat2")
     with pytest.raises(LlamanbError, match="unknown weight"):
         MeshBackend(smollm.weights, MeshConfig((1, 1)), weight_formats={"wq": "bfloat8_b"})
+
+
+def test_registered_lazily():
+    """The package (and its backend table) imports without the mesh; asking for it loads it."""
+    import subprocess
+
+    code = ("import sys, llamanb; from llamanb.backends import make_backend, LAZY; "
+            "assert 'llamanb.mesh' not in sys.modules and 'galaxy-emulated' in LAZY; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "ok", out.stderr
 
 
 def test_emulated_backend_says_so(smollm):
