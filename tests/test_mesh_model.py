@@ -4,7 +4,6 @@ References: transformers (tiny model on the full 8x4 Galaxy mesh), a plain float
 written here, the single-device numpy engine (greedy tokens), and the shared reference file
 (top-5 gate with a bfloat8_b KV cache)."""
 import sys
-import types
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ from conftest import hf_logits
 from llamanb.check.verify import compare, greedy_with_top5
 from llamanb.engine import Engine
 from llamanb.errors import LlamanbError
-from llamanb.mesh.backend import MeshBackend, TtnnMeshBackend, load_ttnn
+from llamanb.mesh.backend import MeshBackend
 from llamanb.mesh.config import GALAXY, MeshConfig
 
 PROMPT = "The capital of France is a city called"
@@ -182,46 +181,3 @@ def test_registered_lazily():
 def test_emulated_backend_says_so(smollm):
     b = MeshBackend(smollm.weights, (1, 3))
     assert b.emulated and "emulated" in b.description and "emulated" in repr(b.mesh)
-
-
-# --- the real ttnn path, with a fake ttnn -------------------------------------------------------------
-def fake_ttnn(fail_open=False):
-    calls = []
-    t = types.ModuleType("ttnn")
-    t.bfloat16, t.TILE_LAYOUT = "bf16", "tile"
-    t.MeshShape = lambda r, c: ("MeshShape", r, c)
-    t.Topology = types.SimpleNamespace(Line="Line", Ring="Ring")
-
-    def open_mesh_device(shape):
-        calls.append(("open", shape))
-        if fail_open:
-            raise RuntimeError("no Tenstorrent device found\nmore")
-        return "device"
-
-    t.open_mesh_device = open_mesh_device
-    t.ShardTensor2dMesh = lambda dev, dims, mesh_shape: ("shard", dims, mesh_shape)
-    t.ReplicateTensorToMesh = lambda dev: ("replicate",)
-    t.from_torch = lambda x, **kw: calls.append(("from_torch", tuple(x.shape), kw)) or "tensor"
-    t.all_reduce = lambda x, **kw: calls.append(("all_reduce", kw)) or x
-    return t, calls
-
-
-def test_ttnn_path_with_a_fake(smollm):
-    pytest.importorskip("torch")
-    t, calls = fake_ttnn()
-    b = TtnnMeshBackend(smollm.weights, GALAXY, ttnn=t)
-    assert calls[0] == ("open", ("MeshShape", 8, 4)) and not b.emulated
-    b.to_device(np.zeros((32, 64), np.float32), {1: 1})
-    assert calls[-1][2]["mesh_mapper"] == ("shard", (None, 1), (8, 4))
-    b.all_reduce("x", cluster_axis=0)
-    assert calls[-1] == ("all_reduce", dict(cluster_axis=0, mesh_device="device", num_links=3,
-                                            topology="Line"))
-
-
-def test_ttnn_missing_or_without_device_is_one_line(smollm, monkeypatch):
-    monkeypatch.setitem(sys.modules, "ttnn", None)                   # import fails
-    with pytest.raises(LlamanbError, match="ttnn is not usable"):
-        load_ttnn()
-    t, _ = fake_ttnn(fail_open=True)
-    with pytest.raises(LlamanbError, match="could not open a 8x4 mesh device: no Tenstorrent device found$"):
-        TtnnMeshBackend(smollm.weights, GALAXY, ttnn=t)

@@ -158,16 +158,21 @@ class MeshLayers:
         x = MeshTensor(x.mesh, [[a + b for a, b in zip(ra, rb)] for ra, rb in zip(x.arrays, o.arrays)],
                        x.dims)
         # MLP
-        h = self.rms_norm(x, W("ffn_norm"))
+        y = self.mlp(layer, self.rms_norm(x, W("ffn_norm")))
+        return MeshTensor(x.mesh, [[a + b for a, b in zip(ra, rb)] for ra, rb in zip(x.arrays, y.arrays)],
+                          x.dims)
+
+    def mlp(self, layer: int, h: MeshTensor) -> MeshTensor:
+        """SwiGLU on normalised rows h [R, H/Q] (hidden split over the hidden axis) -> the W2
+        output [R, H/Q], summed over the head axis (ready to add to the residual)."""
+        W = lambda name: self._w(layer, name)                                         # noqa: E731
         g = ccl.reduce_scatter(self.matmul(h, W("w1"), {self.ha: 1}), 1, self.xa, label="FF1")
         u = ccl.reduce_scatter(self.matmul(h, W("w3"), {self.ha: 1}), 1, self.xa, label="FF3")
-        a = MeshTensor(x.mesh, [[silu_mul(ga, ua) for ga, ua in zip(rg, ru)]
+        a = MeshTensor(h.mesh, [[silu_mul(ga, ua) for ga, ua in zip(rg, ru)]
                                 for rg, ru in zip(g.arrays, u.arrays)], g.dims)      # [R, F/(PQ)]
         a = ccl.all_gather(a, 1, self.xa, label="FF2 in")                            # [R, F/P]
         y = self.matmul(a, W("w2"), {self.xa: 1})                                    # partial over p
-        y = ccl.all_reduce(y, self.ha, label="FF2")
-        return MeshTensor(x.mesh, [[a + b for a, b in zip(ra, rb)] for ra, rb in zip(x.arrays, y.arrays)],
-                          x.dims)
+        return ccl.all_reduce(y, self.ha, label="FF2")
 
     def attention(self, layer: int, qkv: MeshTensor, step: Step, cache: KVStore) -> MeshTensor:
         """Causal GQA of head group p on the devices of head-axis coordinate p. The rows of one
@@ -200,8 +205,8 @@ class MeshLayers:
             rows = seg.rows
             k, v = k_all[rows], v_all[rows]
             if self.kv_format is not None:                     # what a bfloat8_b cache stores
-                from ..numerics import blockfloat_rows
-                k, v = blockfloat_rows(k, self.kv_format), blockfloat_rows(v, self.kv_format)
+                from ..numerics import blockfloat_padded
+                k, v = blockfloat_padded(k, self.kv_format), blockfloat_padded(v, self.kv_format)
             cache.write(layer, seg.slot, seg.start, k, v)
             keys, vals = cache.keys(layer, seg.slot, seg.end), cache.values(layer, seg.slot, seg.end)
             for p in range(pl.P):
