@@ -113,7 +113,7 @@ class MeshLayers:
         n = R * C
         bounds = np.linspace(0, c.vocab, n + 1).astype(int)               # as even as possible
         self.vocab_slices = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
-        self.kv_format: str | None = None          # set by the backend: "bfloat8_b" stores K/V so
+        self.kv_format: str | None = None          # set by the backend: K/V rounded to it when stored
 
     # --- helpers ---------------------------------------------------------------------------------
     def to_mesh(self, x: np.ndarray) -> MeshTensor:
@@ -145,8 +145,13 @@ class MeshLayers:
         return x.map_rc(lambda r, c, a: a @ w(r, c).T, dims)
 
     # --- one block -------------------------------------------------------------------------------
+    def _add(self, x: MeshTensor, y: MeshTensor) -> MeshTensor:
+        """The residual add, on every device (both in the residual layout)."""
+        return MeshTensor(x.mesh, [[a + b for a, b in zip(ra, rb)] for ra, rb in zip(x.arrays, y.arrays)],
+                          x.dims)
+
     def block(self, layer: int, x: MeshTensor, step: Step, cache: KVStore) -> MeshTensor:
-        c, pl, d = self.config, self.place, self.config.head_dim
+        """One transformer block on the residual x [R, H/Q] per device (layout in the module doc)."""
         W = lambda name: self._w(layer, name)                                         # noqa: E731
         # attention
         h = self.rms_norm(x, W("attn_norm"))                                          # [R, H/Q]
@@ -154,13 +159,9 @@ class MeshLayers:
         qkv = ccl.all_reduce(qkv, self.xa, label="QKV")                              # [R, (nq+2nkv) d]
         attn = self.attention(layer, qkv, step, cache)                               # [R, nq d]
         o = self.matmul(attn, W("wo"), {self.xa: 1})                                 # partial over p
-        o = ccl.all_reduce(o, self.ha, label="WO")
-        x = MeshTensor(x.mesh, [[a + b for a, b in zip(ra, rb)] for ra, rb in zip(x.arrays, o.arrays)],
-                       x.dims)
+        x = self._add(x, ccl.all_reduce(o, self.ha, label="WO"))
         # MLP
-        y = self.mlp(layer, self.rms_norm(x, W("ffn_norm")))
-        return MeshTensor(x.mesh, [[a + b for a, b in zip(ra, rb)] for ra, rb in zip(x.arrays, y.arrays)],
-                          x.dims)
+        return self._add(x, self.mlp(layer, self.rms_norm(x, W("ffn_norm"))))
 
     def mlp(self, layer: int, h: MeshTensor) -> MeshTensor:
         """SwiGLU on normalised rows h [R, H/Q] (hidden split over the hidden axis) -> the W2
@@ -181,7 +182,7 @@ class MeshLayers:
 
         The cache is one KVStore for the whole mesh; head group p owns K/V heads
         p*kv_heads .. of it (on a Galaxy each chip's DRAM holds its own group)."""
-        c, pl, d = self.config, self.place, self.config.head_dim
+        pl, d = self.place, self.config.head_dim
         R = qkv.shape[0]
         nq, nkv = pl.heads, pl.kv_heads
         cos2, sin2 = rotation_tables(*cos_sin(step.positions, self.freqs))
