@@ -181,3 +181,27 @@ def test_registered_lazily():
 def test_emulated_backend_says_so(smollm):
     b = MeshBackend(smollm.weights, (1, 3))
     assert b.emulated and "emulated" in b.description and "emulated" in repr(b.mesh)
+
+
+def test_a_step_of_several_sequences(smollm, smollm_engine, exact):
+    """Two prompts and then two decode rows in one step each, on a 3x4 mesh and on one device;
+    padding rows of a caller-padded prompt attend to nothing."""
+    from llamanb.engine import pad_to
+    from llamanb.step import Step
+
+    ids, _ = exact
+    other = [5, 600, 7000, 81, 9]
+    eng = Engine(smollm, backend="galaxy-emulated", mesh=MeshConfig((3, 4)))
+    outs = []
+    for e in (smollm_engine, eng):
+        cache = e.new_cache(64, slots=2)
+        first = e.step(Step.build([(0, 0, ids), (1, 0, other)]), cache)                # [2, V]
+        toks = [int(np.argmax(r)) for r in first]
+        nxt = e.step(Step.build([(0, len(ids), [toks[0]]), (1, len(other), [toks[1]])]), cache)
+        padded, n = pad_to(other, 12, 2)
+        alone = e.prefill(padded, e.new_cache(64), real_len=n)
+        outs.append((first, nxt, alone))
+    E = np.abs(outs[0][0] - outs[1][0]).max()
+    for a, b in zip(outs[0], outs[1]):
+        assert np.abs(a - b).max() < 2e-4 and np.array_equal(np.argmax(a, -1), np.argmax(b, -1))
+    assert np.abs(outs[1][2] - outs[1][0][1]).max() < 2e-4 and E < 2e-4
