@@ -592,7 +592,7 @@ for what, rows in (("prefill chunk of 2048 tokens", 2048), ("decode token, batch
 # weights and KV cache streamed from DRAM at 288 GB/s (same source), and every collective as
 # `steps × 0.655 µs + busiest bytes / (3 links × 11.75 GB/s)`: tt-metal's Ethernet
 # microbenchmarks (tenstorrent/tt-metal PR #9966) measured ~655 ns per hop in an 8-hop ring and
-# ~23.5 GB/s over a link in both directions together. Prompts above 1024 tokens split attention
+# ~23.5 GB/s in their bidirectional link test, of which the model gives each direction half. Prompts above 1024 tokens split attention
 # over all 32 chips, as the demo's ring-distributed SDPA does. Published numbers: the demo's
 # PERF.md (2025-07); the ttnn 0.65 README gave 53 ms and 72.5 tok/s/user for the same
 # 128-token, batch-32 setting (Llama 3.3 70B), within 12% and 4% of PERF.md.
@@ -632,9 +632,10 @@ plt.show()
 # dominates, and that part is physics. Short prompts are 4–5× off: at 128 tokens each of the 640
 # collectives of a forward pass (8 per layer) moves little, and what the model cannot see
 # dominates: op dispatch and host overheads, synchronisation between chips, matmuls far below
-# peak at small shapes. At 128K tokens the gap is attention: the demo's SDPA runs far below 74 TFLOP/s per
-# chip, and long-context decode (batch 1) reads a 2.9 GB KV slice per chip per token through
-# kernels the model credits with full DRAM bandwidth.
+# peak at small shapes. At 128K tokens attention is about half of the modelled 18 s, so the
+# 5.7× gap most likely means the demo's SDPA runs far below 74 TFLOP/s per chip; long-context
+# decode (batch 1) reads a 2.9 GB KV slice per chip per token, which the model credits with full
+# DRAM bandwidth.
 #
 # ## 8. The real path
 #

@@ -37,8 +37,8 @@ class Chip:
     peak_bf16: float = 74e12      # FLOP/s, FP16 -- same source
     dram_bw: float = 288e9        # B/s, 12 GB GDDR6 -- same source
     dram_bytes: float = 12e9
-    link_bw: float = 23.5e9 / 2   # B/s per direction: tt-metal PR #9966 measured ~23.5 GB/s
-                                  # bidirectional on one Wormhole Ethernet link
+    link_bw: float = 23.5e9 / 2   # B/s per direction: half of the ~23.5 GB/s of tt-metal PR #9966's
+                                  # bidirectional test on one Wormhole Ethernet link
     hop_latency: float = 0.655e-6  # s per hop: the same PR's ring-latency microbenchmark
 
 
