@@ -134,13 +134,13 @@ def blockfloat_tile_bytes(fmt: str) -> int:
     return 64 + 1024 * (1 + BLOCK_FLOAT_BITS[fmt]) // 8
 
 
-def blockfloat_rows(x: np.ndarray, fmt: str) -> np.ndarray:
-    """x [..., N] (N a multiple of 32) rounded to `fmt` with blocks of 16 along the last axis, any
-    number of rows: rows are padded with zeros to whole tiles and cropped again. Blocks never
-    span rows, so this equals what ttnn stores for the padded tensor."""
+def blockfloat_padded(x: np.ndarray, fmt: str) -> np.ndarray:
+    """x [..., M, N] of any M, N rounded to `fmt` as ttnn stores it in tile layout: padded with
+    zeros to whole 32x32 tiles, converted, cropped. A zero never raises a block's shared exponent,
+    so the padding cannot change a real value; blocks still start at multiples of 16 columns."""
     x = np.asarray(x, dtype=np.float32)
-    flat = x.reshape(-1, x.shape[-1])
-    pad = -flat.shape[0] % TILE
-    if pad:
-        flat = np.concatenate([flat, np.zeros((pad, flat.shape[1]), np.float32)])
-    return blockfloat(flat, fmt)[:flat.shape[0] - pad].reshape(x.shape)
+    flat = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
+    M, N = flat.shape
+    padded = np.zeros((-(-M // TILE) * TILE, -(-N // TILE) * TILE), np.float32)
+    padded[:M, :N] = flat
+    return blockfloat(padded, fmt)[:M, :N].reshape(x.shape)

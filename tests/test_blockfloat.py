@@ -115,3 +115,16 @@ def test_nonfinite_refused():
     x[3, 4] = np.inf
     with pytest.raises(LlamanbError, match="inf or nan"):
         bfloat4_b(x)
+
+
+@needs_ref
+def test_padded_conversion_matches_ttnn_on_whole_blocks():
+    """Any shape: zero padding to tiles never changes a complete 16-value block (rows 0..69 and
+    the three blocks of columns 0..47 below equal ttnn's values for the full 96x96 array)."""
+    from llamanb.numerics import blockfloat_padded
+
+    x, b8, b4, _ = cases()[0]
+    sub = x[:70, :50]
+    assert np.array_equal(bits(blockfloat_padded(sub, "bfloat8_b")[:, :48]), bits(b8[:70, :48]))
+    assert np.array_equal(bits(blockfloat_padded(sub, "bfloat4_b")[:, :48]), bits(b4[:70, :48]))
+    assert blockfloat_padded(x[:3, :5, None].repeat(32, -1), "bfloat8_b").shape == (3, 5, 32)

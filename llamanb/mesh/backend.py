@@ -27,7 +27,7 @@ from ..step import Step
 from ..weights import Weights
 from .config import MeshConfig
 from .device import EmulatedMesh
-from .layers import MeshLayers
+from .layers import MeshLayers, Placement
 
 WEIGHT_NAMES = ("wqkv", "wo", "w1", "w3", "w2")
 
@@ -110,46 +110,97 @@ class MeshBackend(Backend):
 
 
 class TtnnMeshBackend(Backend):
-    """The same layers through ttnn on a real mesh device. Built only when ttnn imports and a
-    device opens; weights go up once with the mesh mappers, collectives are ttnn's own."""
+    """The same placement through ttnn on a real mesh device. Built only when ttnn imports and a
+    device opens. What runs through ttnn so far: placing tensors with ttnn's mesh mappers, the
+    collectives (ttnn.all_reduce / reduce_scatter / all_gather along a cluster_axis) and the MLP
+    sub-block in the demo's order. Attention and the LM head are not written for ttnn yet."""
 
     name = "galaxy-ttnn"
     emulated = False
 
-    def __init__(self, weights: Weights, mesh: MeshConfig | None = None, ttnn=None):
+    def __init__(self, weights: Weights, mesh: MeshConfig | None = None, ttnn=None,
+                 weight_dtypes: dict | None = None):
         super().__init__(weights)
-        self.mesh_config = mesh or MeshConfig((1, 1))
+        self.mesh_config = m = mesh or MeshConfig((1, 1))
+        self.place = Placement.of(weights.config, m)
+        self.weight_dtypes = {"w1": "bfloat8_b", "w3": "bfloat8_b", "w2": "bfloat8_b",
+                              **(weight_dtypes or {})}
         self.ttnn = ttnn if ttnn is not None else load_ttnn()
         t = self.ttnn
         try:
-            self.device = t.open_mesh_device(t.MeshShape(*self.mesh_config.shape))
+            self.device = t.open_mesh_device(t.MeshShape(*m.shape))
         except Exception as e:                                       # noqa: BLE001 -- any driver error
-            raise LlamanbError(f"ttnn could not open a {self.mesh_config.label()} mesh device: "
+            raise LlamanbError(f"ttnn could not open a {m.label()} mesh device: "
                                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-        self.description = f"Tenstorrent mesh {self.mesh_config.label()} through ttnn"
+        self.topology = getattr(t.Topology, "Linear" if m.topology == "line" else "Ring")
+        self.description = f"Tenstorrent mesh {m.label()} through ttnn"
+        self._mlp = {}
+
+    # --- placement ---------------------------------------------------------------------------------
+    def _mapper(self, dims: dict[int, int]):
+        t = self.ttnn
+        if not dims:
+            return t.ReplicateTensorToMesh(self.device)
+        return t.ShardTensor2dMesh(self.device, dims=(dims.get(0), dims.get(1)),
+                                   mesh_shape=self.mesh_config.shape)
 
     def to_device(self, a: np.ndarray, dims: dict[int, int] | None, dtype: str = "bfloat16"):
-        """Host array -> a mesh tensor: sharded along `dims` ({mesh axis: tensor dim}) or replicated."""
-        t = self.ttnn
+        """Host array -> a mesh tensor: mesh axis k splits tensor dim dims[k]; others replicate."""
         import torch                                                 # ttnn's from_torch needs it
 
-        dims = dims or {}
-        mapper = (t.ShardTensor2dMesh(self.device, dims=(dims.get(0), dims.get(1)),
-                                      mesh_shape=self.mesh_config.shape)
-                  if dims else t.ReplicateTensorToMesh(self.device))
-        return t.from_torch(torch.from_numpy(np.ascontiguousarray(a)), dtype=getattr(t, dtype),
-                            layout=t.TILE_LAYOUT, device=self.device, mesh_mapper=mapper)
+        t = self.ttnn
+        return t.from_torch(torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)),
+                            dtype=getattr(t, dtype), layout=t.TILE_LAYOUT, device=self.device,
+                            mesh_mapper=self._mapper(dims or {}))
+
+    def to_host(self, x, dims: dict[int, int]) -> np.ndarray:
+        t = self.ttnn
+        composer = t.ConcatMesh2dToTensor(self.device, dims=(dims.get(0), dims.get(1)),
+                                          mesh_shape=self.mesh_config.shape)
+        return np.asarray(t.to_torch(x, mesh_composer=composer).float().numpy())
+
+    def mlp_weights(self, layer: int) -> dict:
+        """W1, W3 [H, D_ff] and W2 [D_ff, H] of one layer, uploaded once ([in, out] as ttnn
+        multiplies): the hidden dim over the hidden axis, the FFN dim over the head axis."""
+        if layer not in self._mlp:
+            c, m, lw = self.config, self.mesh_config, self.weights.layers[layer]
+            ha, xa = m.head_axis, m.hidden_axis
+            up = {ha: 1, xa: 0}                                      # [H, F]: rows over xa, cols over ha
+            self._mlp[layer] = dict(
+                w1=self.to_device(lw.w_gate_up[:c.ffn].T, up, self.weight_dtypes["w1"]),
+                w3=self.to_device(lw.w_gate_up[c.ffn:].T, up, self.weight_dtypes["w3"]),
+                w2=self.to_device(lw.w_down.T, {ha: 0, xa: 1}, self.weight_dtypes["w2"]))
+        return self._mlp[layer]
+
+    # --- collectives: ttnn's own, one cluster_axis at a time ----------------------------------------
+    def _ccl_kw(self, cluster_axis: int) -> dict:
+        return dict(cluster_axis=cluster_axis, num_links=self.mesh_config.num_links,
+                    topology=self.topology)
 
     def all_reduce(self, x, cluster_axis: int):
-        """ttnn's all-reduce along one mesh axis (the emulated ccl.all_reduce's counterpart)."""
-        return self.ttnn.all_reduce(x, cluster_axis=cluster_axis, mesh_device=self.device,
-                                    num_links=self.mesh_config.num_links,
-                                    topology=getattr(self.ttnn.Topology,
-                                                     self.mesh_config.topology.capitalize()))
+        return self.ttnn.all_reduce(x, **self._ccl_kw(cluster_axis))
+
+    def reduce_scatter(self, x, dim: int, cluster_axis: int):
+        return self.ttnn.reduce_scatter(x, dim, **self._ccl_kw(cluster_axis))
+
+    def all_gather(self, x, dim: int, cluster_axis: int):
+        return self.ttnn.all_gather(x, dim, **self._ccl_kw(cluster_axis))
+
+    # --- the MLP sub-block, as llamanb.mesh.layers.MeshLayers.mlp ----------------------------------
+    def mlp(self, layer: int, h):
+        """h: normalised rows on the mesh, hidden split over the hidden axis -> W2 output, summed
+        over the head axis. The demo's order: W1, W3, reduce-scatter each, SiLU(W1) * W3,
+        all-gather, W2, all-reduce."""
+        t, w, m = self.ttnn, self.mlp_weights(layer), self.mesh_config
+        g = self.reduce_scatter(t.linear(h, w["w1"]), -1, m.hidden_axis)
+        u = self.reduce_scatter(t.linear(h, w["w3"]), -1, m.hidden_axis)
+        a = t.mul(g, u, input_tensor_a_activations=[t.UnaryOpType.SILU])
+        a = self.all_gather(a, -1, m.hidden_axis)
+        return self.all_reduce(t.linear(a, w["w2"]), m.head_axis)
 
     def block(self, layer, x, step, cache):
-        raise LlamanbError("the ttnn mesh path places weights and runs collectives; its attention "
-                           "block is not written yet (use backend 'galaxy-emulated')")
+        raise LlamanbError("the ttnn mesh path runs the MLP and the collectives; its attention is "
+                           "not written yet (use backend 'galaxy-emulated')")
 
     def head(self, x):
         raise LlamanbError("the ttnn mesh path has no LM head yet (use backend 'galaxy-emulated')")

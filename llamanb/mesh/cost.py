@@ -37,8 +37,8 @@ class Chip:
     peak_bf16: float = 74e12      # FLOP/s, FP16 -- same source
     dram_bw: float = 288e9        # B/s, 12 GB GDDR6 -- same source
     dram_bytes: float = 12e9
-    link_bw: float = 23.5e9 / 2   # B/s per direction: tt-metal PR #9966 measured ~23.5 GB/s
-                                  # bidirectional on one Wormhole Ethernet link
+    link_bw: float = 23.5e9 / 2   # B/s per direction: half of the ~23.5 GB/s of tt-metal PR #9966's
+                                  # bidirectional test on one Wormhole Ethernet link
     hop_latency: float = 0.655e-6  # s per hop: the same PR's ring-latency microbenchmark
 
 
@@ -161,16 +161,20 @@ def prefill_estimate(cfg: LlamaConfig, mesh: MeshConfig, prompt: int, chunk: int
     axis, followed by an all-gather of its output (the demo's ring-distributed SDPA)."""
     compute, dram, ccl_s, start = 0.0, 0.0, 0.0, 0
     weights = sum(weight_bytes_per_device(cfg, mesh, formats).values())
+    per_chunk = {}                                 # traffic depends on the chunk's rows only
     while start < prompt:
         S = min(chunk, prompt - start)
+        if S not in per_chunk:
+            t = ccl_seconds(layer_traffic(cfg, mesh, S, formats["wire"]), mesh, chip)
+            if prompt > 1024:
+                t += ccl_seconds(layer_traffic(cfg, mesh, S, formats["wire"], plan=sdpa_gather_plan),
+                                 mesh, chip)
+            per_chunk[S] = cfg.n_layers * t
         ring_sdpa = prompt > 1024
         compute += _compute_s(prefill_flops(cfg, S, start=start), mesh,
                               mesh.n_devices if ring_sdpa else mesh.heads_split, chip)
-        if ring_sdpa:
-            ccl_s += cfg.n_layers * ccl_seconds(layer_traffic(cfg, mesh, S, formats["wire"],
-                                                              plan=sdpa_gather_plan), mesh, chip)
         dram += weights + kv_bytes_per_device(cfg, mesh, start + S, formats["kv"])
-        ccl_s += cfg.n_layers * ccl_seconds(layer_traffic(cfg, mesh, S, formats["wire"]), mesh, chip)
+        ccl_s += per_chunk[S]
         start += S
     return Estimate(f"prefill {prompt}", compute, dram / chip.dram_bw, ccl_s)
 

@@ -111,8 +111,9 @@ class MeshLayers:
                         w2=lw.w_down[hid(q), f])                         # [H/Q, D_ff/P]
             self.layers.append(dev)
         n = R * C
-        self.vocab_slices = np.array_split(np.arange(c.vocab), n)
-        self.kv_format: str | None = None          # set by the backend: "bfloat8_b" stores K/V so
+        bounds = np.linspace(0, c.vocab, n + 1).astype(int)               # as even as possible
+        self.vocab_slices = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+        self.kv_format: str | None = None          # set by the backend: K/V rounded to it when stored
 
     # --- helpers ---------------------------------------------------------------------------------
     def to_mesh(self, x: np.ndarray) -> MeshTensor:
@@ -144,8 +145,13 @@ class MeshLayers:
         return x.map_rc(lambda r, c, a: a @ w(r, c).T, dims)
 
     # --- one block -------------------------------------------------------------------------------
+    def _add(self, x: MeshTensor, y: MeshTensor) -> MeshTensor:
+        """The residual add, on every device (both in the residual layout)."""
+        return MeshTensor(x.mesh, [[a + b for a, b in zip(ra, rb)] for ra, rb in zip(x.arrays, y.arrays)],
+                          x.dims)
+
     def block(self, layer: int, x: MeshTensor, step: Step, cache: KVStore) -> MeshTensor:
-        c, pl, d = self.config, self.place, self.config.head_dim
+        """One transformer block on the residual x [R, H/Q] per device (layout in the module doc)."""
         W = lambda name: self._w(layer, name)                                         # noqa: E731
         # attention
         h = self.rms_norm(x, W("attn_norm"))                                          # [R, H/Q]
@@ -153,20 +159,21 @@ class MeshLayers:
         qkv = ccl.all_reduce(qkv, self.xa, label="QKV")                              # [R, (nq+2nkv) d]
         attn = self.attention(layer, qkv, step, cache)                               # [R, nq d]
         o = self.matmul(attn, W("wo"), {self.xa: 1})                                 # partial over p
-        o = ccl.all_reduce(o, self.ha, label="WO")
-        x = MeshTensor(x.mesh, [[a + b for a, b in zip(ra, rb)] for ra, rb in zip(x.arrays, o.arrays)],
-                       x.dims)
+        x = self._add(x, ccl.all_reduce(o, self.ha, label="WO"))
         # MLP
-        h = self.rms_norm(x, W("ffn_norm"))
+        return self._add(x, self.mlp(layer, self.rms_norm(x, W("ffn_norm"))))
+
+    def mlp(self, layer: int, h: MeshTensor) -> MeshTensor:
+        """SwiGLU on normalised rows h [R, H/Q] (hidden split over the hidden axis) -> the W2
+        output [R, H/Q], summed over the head axis (ready to add to the residual)."""
+        W = lambda name: self._w(layer, name)                                         # noqa: E731
         g = ccl.reduce_scatter(self.matmul(h, W("w1"), {self.ha: 1}), 1, self.xa, label="FF1")
         u = ccl.reduce_scatter(self.matmul(h, W("w3"), {self.ha: 1}), 1, self.xa, label="FF3")
-        a = MeshTensor(x.mesh, [[silu_mul(ga, ua) for ga, ua in zip(rg, ru)]
+        a = MeshTensor(h.mesh, [[silu_mul(ga, ua) for ga, ua in zip(rg, ru)]
                                 for rg, ru in zip(g.arrays, u.arrays)], g.dims)      # [R, F/(PQ)]
         a = ccl.all_gather(a, 1, self.xa, label="FF2 in")                            # [R, F/P]
         y = self.matmul(a, W("w2"), {self.xa: 1})                                    # partial over p
-        y = ccl.all_reduce(y, self.ha, label="FF2")
-        return MeshTensor(x.mesh, [[a + b for a, b in zip(ra, rb)] for ra, rb in zip(x.arrays, y.arrays)],
-                          x.dims)
+        return ccl.all_reduce(y, self.ha, label="FF2")
 
     def attention(self, layer: int, qkv: MeshTensor, step: Step, cache: KVStore) -> MeshTensor:
         """Causal GQA of head group p on the devices of head-axis coordinate p. The rows of one
@@ -175,7 +182,7 @@ class MeshLayers:
 
         The cache is one KVStore for the whole mesh; head group p owns K/V heads
         p*kv_heads .. of it (on a Galaxy each chip's DRAM holds its own group)."""
-        c, pl, d = self.config, self.place, self.config.head_dim
+        pl, d = self.place, self.config.head_dim
         R = qkv.shape[0]
         nq, nkv = pl.heads, pl.kv_heads
         cos2, sin2 = rotation_tables(*cos_sin(step.positions, self.freqs))
@@ -199,8 +206,8 @@ class MeshLayers:
             rows = seg.rows
             k, v = k_all[rows], v_all[rows]
             if self.kv_format is not None:                     # what a bfloat8_b cache stores
-                from ..numerics import blockfloat_rows
-                k, v = blockfloat_rows(k, self.kv_format), blockfloat_rows(v, self.kv_format)
+                from ..numerics import blockfloat_padded
+                k, v = blockfloat_padded(k, self.kv_format), blockfloat_padded(v, self.kv_format)
             cache.write(layer, seg.slot, seg.start, k, v)
             keys, vals = cache.keys(layer, seg.slot, seg.end), cache.values(layer, seg.slot, seg.end)
             for p in range(pl.P):
