@@ -71,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--decode-tokens", type=_positive_int, default=64)
     b.add_argument("--no-transformers", action="store_true", help="measure llamanb only")
     b.add_argument("--no-bf16", action="store_true", help="skip transformers bf16")
+    b.add_argument("--batching", action="store_true", help="instead: one request at a time vs "
+                   "static vs continuous batching (llamanb only, slot counts 1-16)")
 
     i = sub.add_parser("info", help="config, parameter and memory accounting")
     _model_arg(i)
