@@ -349,8 +349,9 @@ runner_bi.run()
 alone = [generate(engine_bi, ids, k, params, stop_ids=()).ids for ids, k, params in specs]
 for r, a, (ids, _, p) in zip(reqs_bi, alone, specs):
     assert r.output == a
+    same = sum(x == y for x, y in zip(r.output, a))
     print(f"{r.name}: {len(ids)} prompt tokens, T={p.temperature}, preempted {r.preemptions}x, "
-          f"identical to alone: {r.output == a} | {tok.decode(r.output)!r}")
+          f"{same} of {len(a)} tokens as alone | {tok.decode(r.output)!r}")
 n_replay = sum(kind == "replay" for h in runner_bi.history for _, _, kind, _ in h.rows)
 assert sum(r.preemptions for r in reqs_bi) >= 1 and n_replay >= 1
 print(f"{len(runner_bi.history)} steps, {sum(r.preemptions for r in reqs_bi)} preemption(s), "
@@ -377,7 +378,7 @@ print(f"{len(ids0)} positions: decode rows and one prefill agree to 1e-3 and pic
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-print(f"max |logit difference|, decode rows vs one prefill: {diff:.1e}; bit-identical: {diff == 0}")
+print(f"max |logit difference|, decode rows vs one prefill: {diff:.1e}")
 
 # %% [markdown]
 # ## 5. The design of a small CUDA inferencer, mapped onto the engine
