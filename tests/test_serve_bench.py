@@ -50,3 +50,12 @@ def test_serve_engine_runs_decode_only_steps_unpadded(smollm, monkeypatch):
     assert rows == [-(-9 // m) * m, 3]              # the prompt step padded, the decode step not
     np.testing.assert_allclose(outs[1], outs[0], rtol=0, atol=2e-4)
     assert (outs[1].argmax(axis=1) == outs[0].argmax(axis=1)).all()
+
+
+def test_bench_batching_flag_reaches_the_batching_runner(monkeypatch):
+    from llamanb import cli
+    from llamanb.bench import batching as b
+
+    seen = []
+    monkeypatch.setattr(b, "main", lambda args: seen.append(args.runs) or 0)
+    assert cli.main(["bench", "--batching", "--runs", "2"]) == 0 and seen == [2]
