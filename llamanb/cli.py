@@ -106,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tokens generated in each decode measurement")
     b.add_argument("--no-transformers", action="store_true", help="measure llamanb only")
     b.add_argument("--no-bf16", action="store_true", help="skip transformers bf16")
+    b.add_argument("--batching", action="store_true", help="instead: one request at a time vs "
+                   "static vs continuous batching (llamanb only, slot counts 1-16)")
 
     i = sub.add_parser("info", help="config, parameter and memory accounting")
     _model_arg(i)

@@ -67,6 +67,12 @@ def main(a) -> int:
           f"over {len(hist)} steps, {np.mean([len(h.rows) for h in hist]):.1f} requests per step; "
           f"KV blocks in use: peak {max(h.blocks_used for h in hist)} of {pool}; "
           f"preemptions {sum(r.preemptions for r in reqs)}", file=sys.stderr)
+    per_block = runner.cache.nbytes / pool
+    longest = max(len(r.prompt) + r.max_new_tokens for r in reqs)
+    print(f"KV memory: paged peak {max(h.blocks_used for h in hist) * per_block / 1e6:.1f} MB; "
+          f"contiguous per-slot caches would reserve {min(a.slots, len(reqs))} x {longest} "
+          f"positions = {min(a.slots, len(reqs)) * longest * per_block / a.block / 1e6:.1f} MB",
+          file=sys.stderr)
     for label, vals in (("queue wait", [r.queue_s for r in reqs]),
                         ("time to first token", [r.ttft_s for r in reqs]),
                         ("latency", [r.latency_s for r in reqs])):
