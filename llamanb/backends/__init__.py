@@ -8,11 +8,20 @@ from .numpy_ref import NumpyBackend
 BACKENDS = {"numpy": NumpyBackend}
 
 
+LAZY = {"galaxy-emulated": ("llamanb.mesh.backend", "MeshBackend"),   # imported on first use
+        "tcp": ("llamanb.tcp.backend", "TCPBackend")}
+
+
 def make_backend(name: str, weights, **options) -> Backend:
+    if name in LAZY and name not in BACKENDS:
+        import importlib
+
+        module, cls_name = LAZY[name]
+        BACKENDS[name] = getattr(importlib.import_module(module), cls_name)
     try:
         cls = BACKENDS[name]
     except KeyError:
-        raise LlamanbError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}") from None
+        raise LlamanbError(f"unknown backend {name!r}; available: {', '.join({**BACKENDS, **LAZY})}") from None
     return cls(weights, **options)
 
 
