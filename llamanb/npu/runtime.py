@@ -176,7 +176,13 @@ class EmulatedDevice:
     emulated = True
     description = "emulated NPU2 (numpy interpreter of the MLIR-AIR text; times are estimates)"
 
-    def __init__(self, cost=None, externs: dict | None = None):
+    def __init__(self, cost=None, externs: dict | None = None, execute: str = "text"):
+        """execute="text": interpret the MLIR text (llamanb.npu.emulator; faithful, slow);
+        "model": run the spec's numpy semantics (same buffers and counts, ~10x faster; a spec
+        read back from disk has no model and is interpreted)."""
+        if execute not in ("text", "model"):
+            raise LlamanbError(f"execute must be 'text' or 'model', got {execute!r}")
+        self.execute = execute
         self.counters = Counters()
         self.cost = cost                      # callable(spec) -> seconds, or None: llamanb.npu.cost
         self.externs = externs
@@ -206,7 +212,12 @@ class EmulatedDevice:
             raise LlamanbError(f"{kernel.name} takes {len(kernel.spec.args)} buffers, "
                                f"got {len(bos)}")
         t0 = time.perf_counter()
-        self.last_run = emulate(kernel.spec, *[b.device_array for b in bos], externs=self.externs)
+        arrays = [b.device_array for b in bos]
+        if self.execute == "model" and getattr(kernel.spec, "model", None) is not None:
+            kernel.spec.model(*arrays)
+            self.last_run = None
+        else:
+            self.last_run = emulate(kernel.spec, *arrays, externs=self.externs)
         c = self.counters
         c.wall_s += time.perf_counter() - t0
         c.dispatches += 1
