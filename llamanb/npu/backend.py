@@ -78,7 +78,8 @@ class NPU2Backend(Backend):
     kv_position_multiple = KEY_TILE
 
     def __init__(self, weights: Weights, seq: int = 128, execute: str = "model",
-                 device=None, cache_root=None, lm_parts: int | None = None, real: bool = False):
+                 device=None, cache_root=None, lm_parts: int | None = None, real: bool = False,
+                 aliasing: bool = False):
         from .groups import decode_groups, prefill_groups
         from .kernel_cache import KernelCache
         from .runtime import EmulatedDevice, XrtDevice
@@ -109,7 +110,11 @@ class NPU2Backend(Backend):
         for name, g in self.groups.items():
             self.kc.compile_and_cache(name, g.spec, {"seq": seq} if g.phase == "prefill" else {})
         self._sets = {name: self._index_sets(g.spec) for name, g in self.groups.items()}
+        self.aliasing = bool(aliasing)
+        self._alias_outputs: dict = {}
         self._preload()
+        if self.aliasing:
+            self._bind_aliases()
 
     # ------------------------------------------------------------ layout and preload
     @staticmethod
@@ -150,10 +155,28 @@ class NPU2Backend(Backend):
         assert n * self.parts == V
         self.kc.preload("lm_head_gemv", head, bo_key="lm_head_gemv")
 
+    def _bind_aliases(self) -> None:
+        """Prefill with buffer aliasing: flash_attn reads q, k, v from rms_gemms_rope's buffers
+        and o_ffn reads the attention output from flash_attn's, per layer; only K and V (for the
+        cache) and the block output come back to the host."""
+        first, fa, second = (self.groups[n].spec for n in ("rms_gemms_rope", "flash_attn",
+                                                             "o_ffn"))
+        for i in range(self.config.n_layers):
+            for nm in ("q", "k", "v"):
+                self.kc.alias("flash_attn", f"flash_attn.L{i}", fa.arg_index(nm),
+                              "rms_gemms_rope", f"rms_gemms_rope.L{i}", first.arg_index(nm))
+            self.kc.alias("o_ffn", f"o_ffn.L{i}", second.arg_index("attn"),
+                          "flash_attn", f"flash_attn.L{i}", fa.arg_index("out"))
+        self._alias_outputs = {
+            "rms_gemms_rope": {first.arg_index("k"), first.arg_index("v")},
+            "flash_attn": set()}
+
     # ------------------------------------------------------------ one call
-    def _call(self, gname: str, layer, feed: dict) -> dict:
+    def _call(self, gname: str, layer, feed: dict, aliased: bool = False) -> dict:
         spec = self.groups[gname].spec
-        sets = self._sets[gname]
+        sets = dict(self._sets[gname])
+        if aliased and gname in self._alias_outputs:
+            sets["output_indices"] = self._alias_outputs[gname]
         arrays = []
         for i, a in enumerate(spec.args):
             if a.name in feed:
@@ -219,16 +242,24 @@ class NPU2Backend(Backend):
     def _prefill_block(self, layer, x, step, cache, luts):
         c = self.config
         R, Nh, Nkv, d = x.shape[0], c.n_heads, c.n_kv_heads, c.head_dim
-        o = self._call("rms_gemms_rope", layer, {"x": x.reshape(-1), "lut_q": luts[0],
-                                                 "lut_k": luts[1]})
-        q = o["q"].reshape(R, Nh, d)
-        k, v = o["k"].reshape(R, Nkv, d), o["v"].reshape(R, Nkv, d)
+        feed = {"x": x.reshape(-1), "lut_q": luts[0], "lut_k": luts[1]}
         segs = step.segments
         if len(segs) == 1 and segs[0].start == 0 and segs[0].row == 0:
             seg = segs[0]
+            if self.aliasing:              # q/k/v and the attention output stay on the device
+                o = self._call("rms_gemms_rope", layer, feed, aliased=True)
+                k, v = o["k"].reshape(R, Nkv, d), o["v"].reshape(R, Nkv, d)
+                cache.write(layer, seg.slot, 0, k[:seg.n], v[:seg.n])
+                self._call("flash_attn", layer, {}, aliased=True)
+                out = self._call("o_ffn", layer, {"x": x.reshape(-1)}, aliased=True)["out"]
+                return out.reshape(R, c.hidden)
+            o = self._call("rms_gemms_rope", layer, feed)
+            q, k, v = o["q"].reshape(R, Nh, d), o["k"].reshape(R, Nkv, d), o["v"].reshape(R, Nkv, d)
             cache.write(layer, seg.slot, 0, k[:seg.n], v[:seg.n])
             attn = self._call("flash_attn", layer, {"q": o["q"], "k": o["k"], "v": o["v"]})["out"]
         else:                                   # several sequences or a later chunk: host
+            o = self._call("rms_gemms_rope", layer, feed)
+            q, k, v = o["q"].reshape(R, Nh, d), o["k"].reshape(R, Nkv, d), o["v"].reshape(R, Nkv, d)
             self.host_attention += 1
             attn = np.zeros((R, Nh * d), np.float32)
             for seg in segs:
@@ -236,6 +267,12 @@ class NPU2Backend(Backend):
                 cache.write(layer, seg.slot, seg.start, k[r], v[r])
                 attn[r] = self.attn(q[r], cache, layer, seg.slot, seg.start)
             attn = to_bf16(attn)
+            if self.aliasing:                   # the attn slot is flash_attn's BO: fill it
+                from .runtime import TO_DEVICE, write
+                bo = self.kc.buffers("o_ffn", f"o_ffn.L{layer}")[
+                    self.groups["o_ffn"].spec.arg_index("attn")]
+                write(bo, attn, self.device.counters)
+                bo.sync(TO_DEVICE)
         out = self._call("o_ffn", layer, {"attn": attn, "x": x.reshape(-1)})["out"]
         return out.reshape(R, c.hidden)
 

@@ -79,6 +79,7 @@ class KernelCache:
         self._kernels: dict = {}           # name -> (kernel handle, spec, fingerprint)
         self._bos: dict = {}               # (name, bo_key) -> [BO per argument]
         self._written: set = set()         # (name, bo_key, index) of static/intermediate slots
+        self._aliased: set = set()         # (name, bo_key, index) bound to another kernel's BO
         self.stats = {"disk_hits": 0, "builds": 0, "stale_rebuilt": 0, "corrupt_rebuilt": 0,
                       "process_hits": 0, "bo_sets": 0}
         self.messages: list[str] = []      # what was rebuilt and why
@@ -237,9 +238,29 @@ class KernelCache:
             self.stats["bo_sets"] += 1
         return self._bos[key]
 
+    def alias(self, name: str, bo_key, index: int, src: str, src_key, src_index: int) -> None:
+        """Bind slot `index` of (name, bo_key) to the BO of slot `src_index` of (src, src_key):
+        what one kernel writes there the next reads in place, never crossing to the host (the
+        MLIR-AIR guide's "D2" future work). Neither slot is written by load_and_run again (a
+        host that must fill one writes the shared BO itself)."""
+        _, spec = self.load(name)
+        _, sspec = self.load(src)
+        for nm, sp, i in ((name, spec, index), (src, sspec, src_index)):
+            if not 0 <= i < len(sp.args):
+                raise LlamanbError(f"alias: index {i} is out of range for {nm}")
+        if spec.args[index].shape != sspec.args[src_index].shape:
+            raise LlamanbError(f"alias: {name}.{spec.args[index].name} {spec.args[index].shape} "
+                               f"and {src}.{sspec.args[src_index].name} "
+                               f"{sspec.args[src_index].shape} differ in shape")
+        bos = self.buffers(name, bo_key)
+        bos[index] = self.buffers(src, src_key)[src_index]
+        self._aliased.add((name, bo_key if bo_key is not None else name, index))
+        self._aliased.add((src, src_key if src_key is not None else src, src_index))
+
     def resident_bytes(self) -> int:
         """Device bytes held by every BO set (the memory side of per-layer buffers)."""
-        return sum(b.nbytes for bos in self._bos.values() for b in bos)
+        seen = {id(b): b.nbytes for bos in self._bos.values() for b in bos}
+        return sum(seen.values())
 
     @staticmethod
     def _index_set(what: str, idx, n: int) -> frozenset:
@@ -295,6 +316,8 @@ class KernelCache:
         bos = self.buffers(name, bo_key)
         c = self.device.counters
         for i, x in enumerate(inputs):
+            if (name, key, i) in self._aliased:
+                continue                               # another kernel's BO: already there
             once = i in static or i in inter
             if once and (name, key, i) in self._written:
                 continue
