@@ -93,3 +93,15 @@ def test_bad_options_and_missing_hardware(tiny):
         Engine(tiny, "npu2-emulated", seq=100)
     with pytest.raises(LlamanbError, match="npu2-emulated"):
         Engine(tiny, "npu2")
+
+
+def test_cli_generate_on_the_emulated_npu(tiny, llamanb_cache):
+    from conftest import run_cli
+    r = run_cli(["generate", "--model", tiny.source,
+                 "--backend", "npu2-emulated", "--raw", "--prompt", "ab", "--max-new-tokens", "3"],
+                cache=llamanb_cache)
+    assert r.returncode == 0, r.stderr
+    assert "emulated NPU2" in r.stderr and "NPU calls/token" in r.stderr
+    assert "not measured" in r.stderr
+    bad = run_cli(["generate", "--backend", "npu9", "--prompt", "x"], cache=llamanb_cache)
+    assert bad.returncode == 2 and "unknown backend 'npu9'" in bad.stderr
