@@ -66,11 +66,11 @@ SPECS = NPU2Specs()
 
 # Published Llama-3.2-1B bf16 timings on NPU2 (the targets; never inputs of the model)
 PUBLISHED = {
-    "guide (docs/profile.md): prefill 2048 s": 1.27,
-    "guide: decode s/token": 0.092,
-    "llms/README.md: TTFT 2048 s": 1.21,
-    "llms/README.md: decode s/token": 1 / 12.2,
-    "3-launch o_gemv_ffn: decode s/token": 0.078,
+    "guide (docs/profile.md): prefill, 2048 tok": 1.27,
+    "guide (docs/profile.md): decode per token": 0.092,
+    "llms/README.md: TTFT, 2048 tok": 1.21,
+    "llms/README.md: decode (12.2 tok/s)": 1 / 12.2,
+    "3-launch o_gemv_ffn: decode per token": 0.078,
 }
 
 
