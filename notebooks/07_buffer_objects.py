@@ -237,7 +237,8 @@ print(f"identical tokens: {same} of {len(t_ref)}")
 if same < len(t_ref):
     assert t_ref[same] in np.argsort(lg_npu[same])[-5:] and t_npu[same] in np.argsort(lg_ref[same])[-5:]
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %%
+# NBVAL_IGNORE_OUTPUT
 print(f"emulation wall time so far {b.counters.wall_s:.1f} s (numpy interpreter, not the NPU); "
       f"estimated NPU time {b.counters.estimated_s * 1e3:.1f} ms (cost model)")
 
