@@ -647,8 +647,8 @@ plt.show()
 # written for ttnn yet. ttnn is imported only there (the wheel exists for CPython 3.10 and
 # 3.12 only, needs numpy < 2, and computes nothing without a card); the tests drive the path with
 # a fake ttnn module whose "devices" are this notebook's emulated mesh, and check that its
-# projections and MLP equal the emulated ones. The tests also run a tiny random Llama with 8 K/V heads on the full
-# 8×4 mesh against transformers' logits. On this machine:
+# projections and MLP equal the emulated ones. The tests also run a tiny random Llama with 8 K/V
+# heads on the full 8×4 mesh against transformers' logits. On this machine:
 
 # %% tags=["NBVAL_IGNORE_OUTPUT"]
 from llamanb.mesh.backend import ttnn_available
