@@ -58,11 +58,14 @@ notebook-env: $(VENV)/.test-installed warm
 notebooks: notebook-env
 	$(PY) -m llamanb.course build $(NB)
 
-# JupyterLab for reading the course (not needed by run or test). jupytext's Lab extension opens
-# the .py files as notebooks too.
+# JupyterLab for reading the course (not needed by run or test): the `lab` extra pins JupyterLab
+# and jupyter_server; jupytext's contents manager is named explicitly, so a notebook saved in Lab
+# also writes its .py (pairing: notebooks/jupytext.toml). --allow-root: containers run as root.
 lab: notebook-env
-	$(PIP) install jupyterlab==4.6.6
-	$(VENV)/bin/jupyter lab notebooks
+	$(PIP) install -e '.[lab]'
+	$(VENV)/bin/jupyter lab --allow-root \
+	  --ServerApp.contents_manager_class=jupytext.TextFileContentsManager \
+	  --ServerApp.root_dir=notebooks
 
 verify: $(VENV)/.run-installed
 	$(PY) -m llamanb verify $${MODEL:+--model "$$MODEL"}

@@ -41,6 +41,23 @@ def openblas_info() -> dict:
 
 
 
+# Where a row sits in the GEMM matters too. The Haswell and Zen kernels (measured on AMD EPYC and
+# with OPENBLAS_CORETYPE=Haswell/Zen, 1 and 2 threads) give a row the same bits only at offsets
+# that are multiples of 12 (their micro-kernel's row block); SandyBridge and Nehalem at any
+# offset. Unknown kernels: 48, which is safe wherever the row multiple is.
+ROW_ALIGN = {"Haswell": 12, "Zen": 12, "SandyBridge": 1, "Nehalem": 1}
+
+
+@functools.lru_cache(maxsize=None)
+def row_align() -> int:
+    """The row offsets at which a GEMM computes a row the same way: a step that must give each
+    sequence the bits it would get alone starts every sequence at a multiple of this."""
+    core = openblas_info().get("core")
+    if core in ROW_ALIGN:
+        return ROW_ALIGN[core]
+    return 8 if core in ROW_INVARIANT_CORES else 48
+
+
 @functools.lru_cache(maxsize=None)
 def row_multiple() -> int:
     """The GEMM row multiple at which every row is computed the same way (8 or 48, see above)."""

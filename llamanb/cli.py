@@ -1,4 +1,4 @@
-"""python -m llamanb generate | verify | bench | info
+"""python -m llamanb generate | verify | bench | info | batch
 
 Every user mistake ends as one line on stderr and exit code 2; no traceback.
 """
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import sys
 
 from .errors import LlamanbError
@@ -13,7 +14,21 @@ from .errors import LlamanbError
 DEFAULT_PROMPT = "What are three good reasons to learn how a language model works inside?"
 
 
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """--help shows each option's default, except where there is none to show (None, False)."""
+
+    def _get_help_string(self, action):
+        if (action.default is None or action.default is False or action.default is argparse.SUPPRESS
+                or "(default:" in (action.help or "")):
+            return action.help
+        return super()._get_help_string(action)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)
+
     def error(self, message):                        # one line, exit 2 (argparse prints two)
         print(f"llamanb: error: {message} (see --help)", file=sys.stderr)
         sys.exit(2)
@@ -29,9 +44,20 @@ def _positive_int(s: str) -> int:
     return v
 
 
+def _seed(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
 def _model_arg(p):
     p.add_argument("--model", default=os.environ.get("LLAMANB_MODEL") or None,
-                   help="GGUF file or HF checkpoint directory (default: embedded SmolLM2-135M-Instruct)")
+                   help="GGUF file or HF checkpoint directory (default: $LLAMANB_MODEL if set, else "
+                        "the embedded SmolLM2-135M-Instruct)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,14 +66,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("generate", help="answer a prompt")
     _model_arg(g)
-    g.add_argument("--prompt", default=DEFAULT_PROMPT)
+    src = g.add_mutually_exclusive_group()
+    src.add_argument("--prompt", default=DEFAULT_PROMPT, help="the prompt text")
+    src.add_argument("--prompt-file", default=None, metavar="PATH",
+                     help="read the prompt from a UTF-8 text file ('-': standard input)")
     g.add_argument("--raw", action="store_true", help="plain text continuation, no chat template")
     g.add_argument("--system", default=None, help="system message for the chat template")
-    g.add_argument("--max-new-tokens", type=_positive_int, default=256)
-    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    g.add_argument("--top-k", type=int, default=None)
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--max-new-tokens", type=_positive_int, default=256,
+                   help="stop after this many new tokens (or at end of turn)")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    g.add_argument("--top-k", type=int, default=None, help="sample from the k most likely tokens "
+                   "(default: all)")
+    g.add_argument("--top-p", type=float, default=1.0,
+                   help="sample from the smallest set of tokens whose probability reaches p (1 = off)")
+    g.add_argument("--seed", type=_seed, default=None,
+                   help="random seed for sampling (default: a fresh one, printed on the status "
+                        "line so that --seed N repeats the run)")
     g.add_argument("--dtype", choices=["float32", "bf16"], default="float32",
                    help="bf16 rounds weights and every op's output to bfloat16")
     g.add_argument("--no-stream", action="store_true", help="print the answer only when complete")
@@ -68,15 +102,21 @@ def build_parser() -> argparse.ArgumentParser:
     _model_arg(b)
     b.add_argument("--json", default=None, help="also write the results to this file")
     b.add_argument("--runs", type=_positive_int, default=3, help="repeats per measurement (median)")
-    b.add_argument("--decode-tokens", type=_positive_int, default=64)
+    b.add_argument("--decode-tokens", type=_positive_int, default=64,
+                   help="tokens generated in each decode measurement")
     b.add_argument("--no-transformers", action="store_true", help="measure llamanb only")
     b.add_argument("--no-bf16", action="store_true", help="skip transformers bf16")
+    b.add_argument("--batching", action="store_true", help="instead: one request at a time vs "
+                   "static vs continuous batching (llamanb only, slot counts 1-16)")
 
     i = sub.add_parser("info", help="config, parameter and memory accounting")
     _model_arg(i)
     i.add_argument("--preset", default=None, help="smollm2-135m | llama3.2-1b | llama3-70b "
                    "(no weights needed)")
     i.add_argument("--seq", type=_positive_int, default=None, help="KV cache length to price")
+
+    from .serve.cli import add_parser as add_batch_parser
+    add_batch_parser(sub, _model_arg, _positive_int)
     return ap
 
 
@@ -84,12 +124,16 @@ def cmd_generate(a) -> int:
     from .engine import Engine
     from .generate import SamplingParams, generate
     from .io.store import load_model
+    from .tokenizer import as_text
 
-    if not a.prompt or not a.prompt.strip():
+    prompt = _read_prompt(a)
+    if not prompt or not prompt.strip():
         raise LlamanbError("empty prompt: give --prompt some text")
-    params = SamplingParams(a.temperature, a.top_k, a.top_p, a.seed)   # validates
+    system = None if a.system is None else as_text(a.system, "--system")
+    seed = secrets.randbits(32) if a.seed is None else a.seed
+    params = SamplingParams(a.temperature, a.top_k, a.top_p, seed)   # validates
     model = load_model(a.model)
-    ids = model.tokenizer.encode_prompt(a.prompt, chat=not a.raw, system=a.system)
+    ids = model.tokenizer.encode_prompt(prompt, chat=not a.raw, system=system)
     if len(ids) >= model.config.max_seq:
         raise LlamanbError(f"prompt of {len(ids)} tokens leaves no room in the "
                            f"{model.config.max_seq}-token context")
@@ -99,16 +143,34 @@ def cmd_generate(a) -> int:
     engine = Engine(model, dtype=a.dtype)
     stream = None if a.no_stream else (lambda t, s: print(s, end="", flush=True))
     if not a.no_stream and a.raw:
-        print(a.prompt, end="", flush=True)
+        print(prompt, end="", flush=True)
     r = generate(engine, ids, a.max_new_tokens, params, on_token=stream)
     if a.no_stream:
-        print((a.prompt if a.raw else "") + r.text, end="")
+        print((prompt if a.raw else "") + r.text, end="")
     print()
     print(f"[{engine.backend.description}, {a.dtype}] load {model.load_s:.2f} s | "
           f"prefill {len(ids)} tok in {r.prefill_s:.3f} s ({r.prefill_tok_s:.1f} tok/s) | "
           f"decode {r.decode_steps} tok in {r.decode_s:.3f} s ({r.decode_tok_s:.1f} tok/s) | "
-          f"stop: {r.stop_reason}", file=sys.stderr)
+          f"stop: {r.stop_reason} | {f'seed {seed}' if params.temperature > 0 else 'greedy'}",
+          file=sys.stderr)
     return 0
+
+
+def _read_prompt(a) -> str:
+    """The prompt as text: --prompt (argv bytes that were not UTF-8 arrive as lone surrogates) or
+    --prompt-file; either way, text that is not UTF-8 is a LlamanbError naming the bad byte."""
+    from .tokenizer import as_text
+
+    if a.prompt_file is None:
+        return as_text(a.prompt, "--prompt")
+    if a.prompt_file == "-":
+        return as_text(sys.stdin.buffer.read(), "the prompt on standard input")
+    try:
+        with open(a.prompt_file, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise LlamanbError(f"--prompt-file {a.prompt_file}: {e.strerror}") from None
+    return as_text(data, f"--prompt-file {a.prompt_file}")
 
 
 def cmd_verify(a) -> int:
@@ -144,11 +206,17 @@ def cmd_info(a) -> int:
     return 0
 
 
+def cmd_batch(a) -> int:
+    from .serve.cli import main as batch
+
+    return batch(a)
+
+
 def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
     try:
         return {"generate": cmd_generate, "verify": cmd_verify, "bench": cmd_bench,
-                "info": cmd_info}[a.cmd](a)
+                "info": cmd_info, "batch": cmd_batch}[a.cmd](a)
     except LlamanbError as e:
         print(f"llamanb: error: {e}", file=sys.stderr)
         return 2

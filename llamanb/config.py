@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass, field
 
 from .errors import LlamanbError
@@ -57,8 +58,14 @@ class LlamaConfig:
 
     def __post_init__(self):
         for k in ("n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "ffn", "vocab", "max_seq"):
-            if getattr(self, k) <= 0:
-                raise LlamanbError(f"config: {k} must be positive, got {getattr(self, k)}")
+            v = getattr(self, k)
+            if not _is_int(v) or v <= 0:
+                raise LlamanbError(f"config: {k} must be a positive integer, got {v!r}")
+        for k in ("rope_theta", "rms_eps"):
+            v = getattr(self, k)
+            if not _is_number(v) or v < 0 or (k == "rope_theta" and v == 0):
+                raise LlamanbError(f"config: {k} must be a finite number "
+                                   f"{'> 0' if k == 'rope_theta' else '>= 0'}, got {v!r}")
         if self.n_heads % self.n_kv_heads:
             raise LlamanbError(
                 f"config: n_heads ({self.n_heads}) is not a multiple of n_kv_heads ({self.n_kv_heads})")
@@ -125,44 +132,71 @@ class LlamaConfig:
     # ---- HF config.json round trip -----------------------------------------------------------
     @classmethod
     def from_hf(cls, cfg: dict, name: str = "hf") -> "LlamaConfig":
-        try:
-            hidden = int(cfg["hidden_size"])
-            n_heads = int(cfg["num_attention_heads"])
-            scaling = None
-            rs = cfg.get("rope_scaling") or cfg.get("rope_parameters")
-            theta = cfg.get("rope_theta")
-            if isinstance(rs, dict):
-                theta = rs.get("rope_theta", theta)
-                kind = rs.get("rope_type", rs.get("type", "default"))
-                if kind == "llama3":
-                    scaling = RopeScaling(
-                        factor=float(rs["factor"]),
-                        low_freq_factor=float(rs["low_freq_factor"]),
-                        high_freq_factor=float(rs["high_freq_factor"]),
-                        original_max_position_embeddings=int(rs["original_max_position_embeddings"]))
-                elif kind not in ("default", None):
-                    raise LlamanbError(f"config: rope_type {kind!r} is not supported (default or llama3)")
-            eos = cfg.get("eos_token_id")
-            eos_ids = tuple(eos) if isinstance(eos, list) else ((eos,) if eos is not None else ())
-            return cls(
-                name=name,
-                n_layers=int(cfg["num_hidden_layers"]),
-                hidden=hidden,
-                n_heads=n_heads,
-                n_kv_heads=int(cfg.get("num_key_value_heads") or n_heads),
-                head_dim=int(cfg.get("head_dim") or hidden // n_heads),
-                ffn=int(cfg["intermediate_size"]),
-                vocab=int(cfg["vocab_size"]),
-                rope_theta=float(theta if theta is not None else 10000.0),
-                max_seq=int(cfg.get("max_position_embeddings", 2048)),
-                rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-                tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-                rope_scaling=scaling,
-                bos_id=cfg.get("bos_token_id"),
-                eos_ids=tuple(int(e) for e in eos_ids),
-            )
-        except KeyError as e:
-            raise LlamanbError(f"config.json lacks {e.args[0]!r}: not a Llama config") from None
+        """Read an HF config.json (as a dict). Every value is checked for its type and range
+        first, so a malformed file is one LlamanbError that names the field, not a traceback."""
+        if not isinstance(cfg, dict):
+            raise LlamanbError(f"config.json must hold a JSON object, got {type(cfg).__name__}")
+        hidden = _hf_int(cfg, "hidden_size")
+        n_heads = _hf_int(cfg, "num_attention_heads")
+        n_kv = _hf_int(cfg, "num_key_value_heads", default=n_heads)
+        head_dim = _hf_int(cfg, "head_dim", default=None)
+        if head_dim is None:
+            if hidden % n_heads:
+                raise LlamanbError(f"config.json: hidden_size ({hidden}) is not a multiple of "
+                                   f"num_attention_heads ({n_heads}) and head_dim is not given")
+            head_dim = hidden // n_heads
+        scaling = None
+        rs = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+        theta = _hf_float(cfg, "rope_theta", default=None, minimum=0, strict=True)
+        if rs is not None and not isinstance(rs, dict):
+            raise LlamanbError(f"config.json: rope_scaling must be an object or null, got {rs!r:.40}")
+        if rs:
+            theta = _hf_float(rs, "rope_theta", default=theta, minimum=0, strict=True,
+                              where="rope_scaling.")
+            kind = rs.get("rope_type", rs.get("type", "default"))
+            if kind == "llama3":
+                scaling = RopeScaling(
+                    factor=_hf_float(rs, "factor", minimum=0, strict=True, where="rope_scaling."),
+                    low_freq_factor=_hf_float(rs, "low_freq_factor", minimum=0, strict=True,
+                                              where="rope_scaling."),
+                    high_freq_factor=_hf_float(rs, "high_freq_factor", minimum=0, strict=True,
+                                               where="rope_scaling."),
+                    original_max_position_embeddings=_hf_int(
+                        rs, "original_max_position_embeddings", where="rope_scaling."))
+                if scaling.high_freq_factor == scaling.low_freq_factor:
+                    raise LlamanbError("config.json: rope_scaling.high_freq_factor equals "
+                                       "low_freq_factor (llama3 scaling divides by their difference)")
+            elif kind not in ("default", None):
+                raise LlamanbError(f"config: rope_type {kind!r} is not supported (default or llama3)")
+        vocab = _hf_int(cfg, "vocab_size")
+        eos = cfg.get("eos_token_id")
+        eos_ids = tuple(eos) if isinstance(eos, list) else ((eos,) if eos is not None else ())
+        bos = cfg.get("bos_token_id")
+        for what, ids in (("eos_token_id", eos_ids), ("bos_token_id", () if bos is None else (bos,))):
+            for t in ids:
+                if not _is_int(t) or not 0 <= t < vocab:
+                    raise LlamanbError(f"config.json: {what} must be a token id in [0, {vocab}) "
+                                       f"(or a list of them), got {t!r}")
+        tie = cfg.get("tie_word_embeddings", False)
+        if not isinstance(tie, bool):
+            raise LlamanbError(f"config.json: tie_word_embeddings must be true or false, got {tie!r}")
+        return cls(
+            name=name,
+            n_layers=_hf_int(cfg, "num_hidden_layers"),
+            hidden=hidden,
+            n_heads=n_heads,
+            n_kv_heads=n_kv,
+            head_dim=head_dim,
+            ffn=_hf_int(cfg, "intermediate_size"),
+            vocab=vocab,
+            rope_theta=10000.0 if theta is None else theta,
+            max_seq=_hf_int(cfg, "max_position_embeddings", default=2048),
+            rms_eps=_hf_float(cfg, "rms_norm_eps", default=1e-6, minimum=0),
+            tie_embeddings=tie,
+            rope_scaling=scaling,
+            bos_id=bos,
+            eos_ids=tuple(int(e) for e in eos_ids),
+        )
 
     def to_hf(self) -> dict:
         """A config.json that transformers' LlamaForCausalLM reads back to the same model."""
@@ -196,6 +230,49 @@ class LlamaConfig:
         return cfg
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+
+
+_REQUIRED = object()
+
+
+def _hf_int(cfg: dict, key: str, default=_REQUIRED, where: str = "") -> int | None:
+    """A positive integer field of config.json (JSON null counts as absent). 2.0 is read as 2."""
+    v = cfg.get(key)
+    if v is None:
+        if default is _REQUIRED:
+            raise LlamanbError(f"config.json lacks {where}{key!r}: not a Llama config"
+                               if key not in cfg else f"config.json: {where}{key} is null; "
+                               f"expected a positive integer")
+        return default
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if not _is_int(v):
+        raise LlamanbError(f"config.json: {where}{key} must be a positive integer, got {v!r:.40}")
+    if v < 1:
+        raise LlamanbError(f"config.json: {where}{key} must be a positive integer, got {v}")
+    return int(v)
+
+
+def _hf_float(cfg: dict, key: str, default=_REQUIRED, minimum: float = 0, strict: bool = False,
+              where: str = "") -> float | None:
+    """A finite number >= minimum (> minimum when strict) from config.json."""
+    v = cfg.get(key)
+    if v is None:
+        if default is _REQUIRED:
+            raise LlamanbError(f"config.json lacks {where}{key!r}: not a Llama config")
+        return default
+    bound = f"{'>' if strict else '>='} {minimum:g}"
+    if not _is_number(v) or v < minimum or (strict and v == minimum):
+        raise LlamanbError(f"config.json: {where}{key} must be a finite number {bound}, got {v!r:.40}")
+    return float(v)
+
+
 def bytes_per_param(fmt: str) -> float:
     try:
         return BYTES_PER_PARAM[fmt]
@@ -219,7 +296,13 @@ LLAMA3_70B = LlamaConfig(
     ffn=28672, vocab=128256, rope_theta=5e5, max_seq=8192, rms_eps=1e-5, tie_embeddings=False,
     bos_id=128000, eos_ids=(128001, 128009))
 
-PRESETS = {"smollm2-135m": SMOLLM2_135M, "llama3.2-1b": LLAMA32_1B, "llama3-70b": LLAMA3_70B}
+LLAMA31_8B = LlamaConfig(       # meta-llama/Llama-3.1-8B config.json
+    name="Llama-3.1-8B", n_layers=32, hidden=4096, n_heads=32, n_kv_heads=8, head_dim=128,
+    ffn=14336, vocab=128256, rope_theta=5e5, max_seq=131072, rms_eps=1e-5, tie_embeddings=False,
+    rope_scaling=RopeScaling(8.0, 1.0, 4.0, 8192), bos_id=128000, eos_ids=(128001,))
+
+PRESETS = {"smollm2-135m": SMOLLM2_135M, "llama3.2-1b": LLAMA32_1B, "llama3-70b": LLAMA3_70B,
+           "llama3.1-8b": LLAMA31_8B}
 
 
 def human_bytes(n: float) -> str:

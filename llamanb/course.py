@@ -5,7 +5,10 @@
 
 `check` converts both files of each pair to cells and compares them; it never writes (unlike
 `jupytext --sync`, which on a fresh clone picks a direction from file times and may overwrite the
-wrong file). `build` regenerates the .ipynb from the .py, executes it in the notebook's own folder
+wrong file). When a pair drifted it says which side is newer -- the side whose cells changed since
+the last commit (git), else the one modified later -- and advises only a command that keeps it:
+`make notebooks NB=...` when the .py is newer, `jupytext --to py:percent ...` when the .ipynb is
+(an edit saved from Jupyter without pairing). `build` regenerates the .ipynb from the .py, executes it in the notebook's own folder
 (where nbval runs it too), drops widget state and timing metadata, and writes it atomically.
 
     python -m llamanb.course check [DIR]           exit 1 and a diff if any pair drifted
@@ -18,6 +21,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -59,19 +63,81 @@ def _render(cs: list[Cell]) -> list[str]:
     return out
 
 
+def _committed_cells(path: Path, read) -> list[Cell] | None:
+    """The cells of `path` as of git's HEAD, or None (no git, not a repository, not committed)."""
+    try:
+        out = subprocess.run(["git", "show", f"HEAD:./{path.name}"], cwd=path.parent,
+                             capture_output=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    try:
+        return cells(read(out.stdout.decode("utf-8")))
+    except Exception:                       # a committed file that does not parse: no evidence
+        return None
+
+
+def newer_side(py: Path, ipynb: Path, from_py: list[Cell], from_nb: list[Cell]) -> tuple[str | None, str]:
+    """Which file of a drifted pair holds the newer cells: ("py" | "ipynb" | None, why).
+
+    First the content: the side whose cells differ from its committed version was edited (git).
+    If both or neither did, the file modified later (more than a second apart) is taken as newer.
+    Otherwise None: nothing tells, and the reader must choose."""
+    jupytext, nbformat = _jupytext()
+    was_py = _committed_cells(py, lambda text: jupytext.reads(text, fmt="py:percent"))
+    was_nb = _committed_cells(ipynb, lambda text: nbformat.reads(text, as_version=4))
+    note = ""
+    if was_py is not None and was_nb is not None:
+        edited = [side for side, now, was in (("py", from_py, was_py), ("ipynb", from_nb, was_nb))
+                  if now != was]
+        if len(edited) == 1:
+            return edited[0], "its cells changed since the last commit, the other side's did not"
+        note = "both sides changed since the last commit; " if edited else ""
+    dt = py.stat().st_mtime - ipynb.stat().st_mtime
+    if abs(dt) > 1.0:
+        side = "py" if dt > 0 else "ipynb"
+        return side, f"{note}it was modified {abs(dt):.0f} s after the other"
+    return None, f"{note}both were modified within a second of each other"
+
+
+def _shown(path: Path) -> str:
+    """A path as the reader would type it: relative to the working directory when inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def advice(py: Path, ipynb: Path, side: str | None, why: str) -> str:
+    """What to run for a drifted pair: only commands that keep the newer side."""
+    to_nb = f"make notebooks NB={_shown(py)}"
+    to_py = f"jupytext --to py:percent {_shown(ipynb)}"
+    if side == "py":
+        return (f"the .py is newer ({why}): regenerate and execute the .ipynb from it with "
+                f"`{to_nb}`")
+    if side == "ipynb":
+        return (f"the .ipynb is newer ({why}; an edit saved from Jupyter without pairing?): carry "
+                f"its cells into the .py with `{to_py}`, then execute with `{to_nb}`")
+    return (f"cannot tell which side is newer ({why}): read the diff below, then keep the .py's cells "
+            f"with `{to_nb}` or the .ipynb's with `{to_py}` -- each overwrites the other file")
+
+
 def pair_problems(py: Path, ipynb: Path) -> list[str]:
     """Empty when both files hold the same cells; otherwise one message (with a diff) per problem."""
     jupytext, nbformat = _jupytext()
     if not py.exists():
-        return [f"{ipynb.name}: no {py.name} beside it (the .py is the source; never edit only the .ipynb)"]
+        return [f"{ipynb.name}: no {py.name} beside it (the .py is the source: create it with "
+                f"`jupytext --to py:percent {_shown(ipynb)}`)"]
     if not ipynb.exists():
-        return [f"{py.name}: no {ipynb.name} generated from it (run `make notebooks`)"]
+        return [f"{py.name}: no {ipynb.name} generated from it (run `make notebooks NB={_shown(py)}`)"]
     from_py = cells(jupytext.read(py, fmt="py:percent"))
     from_nb = cells(nbformat.read(ipynb, as_version=4))
     if from_py == from_nb:
         return []
     diff = "".join(difflib.unified_diff(_render(from_py), _render(from_nb), str(py.name), str(ipynb.name)))
-    return [f"{py.name} and {ipynb.name} hold different cells (run `make notebooks`):\n{diff}"]
+    side, why = newer_side(py, ipynb, from_py, from_nb)
+    return [f"{py.name} and {ipynb.name} hold different cells; {advice(py, ipynb, side, why)}\n{diff}"]
 
 
 def check(directory: Path = NOTEBOOK_DIR) -> list[str]:

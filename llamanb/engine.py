@@ -28,6 +28,28 @@ def _count(name: str, value, minimum: int = 1) -> int:
     return int(value)
 
 
+def _make_backend(name: str, weights, options: dict) -> Backend:
+    """make_backend, with a wrong option (an unknown keyword, a value the backend refuses) turned
+    into a LlamanbError that names the backend."""
+    import inspect
+
+    from .backends import BACKENDS
+
+    cls = BACKENDS.get(name)
+    if cls is not None:
+        try:
+            inspect.signature(cls).bind(weights, **options)
+        except TypeError as e:
+            known = [p for p in inspect.signature(cls).parameters if p != "weights"]
+            raise LlamanbError(f"backend {name!r}: {e}; its options: {', '.join(known) or 'none'}") from None
+    try:
+        return make_backend(name, weights, **options)
+    except ValueError as e:                 # the backend's own check of an option's value
+        if not options:
+            raise
+        raise LlamanbError(f"backend {name!r}: {e}") from None
+
+
 class Engine:
     def __init__(self, model, backend: str | Backend = "numpy", batch_invariant: bool = False,
                  **backend_options):
@@ -42,11 +64,13 @@ class Engine:
                                f"{type(model).__name__} {model!r:.40}")
         self.model = model
         self.config = model.config
+        if not isinstance(batch_invariant, (bool, np.bool_)):
+            raise LlamanbError(f"batch_invariant must be True or False, got {batch_invariant!r:.40}")
         self.batch_invariant = bool(batch_invariant)
         if isinstance(backend, Backend):
             self.backend = backend
         elif isinstance(backend, str):
-            self.backend = make_backend(backend, model.weights, **backend_options)
+            self.backend = _make_backend(backend, model.weights, backend_options)
         else:
             raise LlamanbError(f"backend must be a name or a Backend, got {type(backend).__name__}")
         b = self.backend
@@ -83,9 +107,11 @@ class Engine:
         if ids.size == 0:
             raise LlamanbError("empty prompt: nothing to run")
         if ids.dtype.kind not in "iu":
-            raise LlamanbError(f"token ids must be integers, got {ids.dtype}")
+            first = ids.tolist()[0]
+            raise LlamanbError(f"token ids must be integers, got {type(first).__name__} {first!r:.20}")
         if ids.min() < 0 or ids.max() >= self.config.vocab:
-            raise LlamanbError(f"token id out of range [0, {self.config.vocab})")
+            bad = ids[(ids < 0) | (ids >= self.config.vocab)][0]
+            raise LlamanbError(f"token id {bad} out of range [0, {self.config.vocab})")
         return ids.astype(np.int64)
 
     def _rows_for(self, step: Step) -> int:
@@ -119,7 +145,9 @@ class Engine:
         cache.reserve({seg.slot: seg.end for seg in step.segments})     # all or nothing
         if step.ids.min() < 0 or step.ids.max() >= self.config.vocab:
             raise LlamanbError(f"token id out of range [0, {self.config.vocab})")
-        run = step.padded(self._rows_for(step), self.pad_id)
+        # each prompt (every sequence, when batch-invariant) starts at a row the BLAS treats alike
+        run = step.aligned(self.backend.row_align, self.pad_id, every=self.batch_invariant)
+        run = run.padded(self._rows_for(run), self.pad_id)
         x = self.backend.embed(run.ids)                                   # [R, H]
         if collect is not None:
             collect.append(x)
@@ -131,7 +159,7 @@ class Engine:
             collect[:] = [h[real] for h in collect]
         if hidden:
             return x[run.slots != PAD]
-        rows = x[step.logit_rows]                                         # [k, H]
+        rows = x[run.logit_rows]                                          # [k, H]
         if self.batch_invariant:      # the head's GEMM, too, at a row count that keeps rows exact
             k = rows.shape[0]
             rows = np.concatenate([rows, np.zeros((-(-k // self.backend.row_multiple)
@@ -190,6 +218,9 @@ class Engine:
         slot = cache.check_slot(slot)
         if cache.lengths[slot] >= cache.max_seq:
             raise LlamanbError(f"KV cache full ({cache.max_seq} positions)")
+        if isinstance(token, (bool, np.bool_)) or not isinstance(token, (int, np.integer)):
+            raise LlamanbError(f"decode takes one token id (an int), got {type(token).__name__} "
+                               f"{token!r:.20}" + (": encode text first" if isinstance(token, str) else ""))
         ids = self._check_ids([token])
         return self.step(Step.build([(slot, int(cache.lengths[slot]), ids)]), cache)[0]
 

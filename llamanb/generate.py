@@ -6,8 +6,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .engine import Engine
+from .engine import Engine, _count
 from .errors import LlamanbError
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _is_real(v) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
 
 
 @dataclass(frozen=True)
@@ -15,15 +23,22 @@ class SamplingParams:
     temperature: float = 0.0        # 0 -> greedy
     top_k: int | None = None        # keep the k most likely tokens
     top_p: float = 1.0              # keep the smallest set whose probability reaches top_p
-    seed: int | None = 0
+    seed: int | None = 0            # None: a fresh seed from the OS on every generate() call
 
     def __post_init__(self):
-        if not self.temperature >= 0:                   # also rejects NaN
-            raise LlamanbError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k is not None and self.top_k < 1:
-            raise LlamanbError(f"top_k must be >= 1, got {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            raise LlamanbError(f"top_p must be in (0, 1], got {self.top_p}")
+        t, k, p, seed = self.temperature, self.top_k, self.top_p, self.seed
+        if not _is_real(t) or not 0 <= t < float("inf"):          # also rejects NaN
+            raise LlamanbError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
+        if k is not None and (not _is_int(k) or k < 1):
+            raise LlamanbError(f"top_k must be None (off) or an integer >= 1, got {k!r}")
+        if not _is_real(p) or not 0 < p <= 1:
+            raise LlamanbError(f"top_p must be a number in (0, 1] (1 = off), got {p!r}")
+        if seed is not None and (not _is_int(seed) or seed < 0):
+            raise LlamanbError(f"seed must be None or an integer >= 0, got {seed!r}")
+        object.__setattr__(self, "temperature", float(t))
+        object.__setattr__(self, "top_p", float(p))
+        object.__setattr__(self, "top_k", None if k is None else int(k))
+        object.__setattr__(self, "seed", None if seed is None else int(seed))
 
 
 def next_token_probs(logits: np.ndarray, p: SamplingParams) -> np.ndarray:
@@ -77,6 +92,49 @@ class GenerationResult:
         return self.decode_steps / self.decode_s if self.decode_s else float("nan")
 
 
+def _engine_arg(engine) -> Engine:
+    if isinstance(engine, Engine):
+        return engine
+    from .io.store import Model
+
+    if isinstance(engine, Model):
+        raise LlamanbError("generate needs an Engine, got the Model itself: "
+                           "write generate(Engine(model), ids, ...)")
+    raise LlamanbError(f"generate needs an Engine (llamanb.Engine(model)), got "
+                       f"{type(engine).__name__} {engine!r:.40}")
+
+
+def token_ids(ids, vocab: int, what: str = "token ids", allow_empty: bool = False) -> list[int]:
+    """ids as a list of Python ints, each in [0, vocab); anything else is a LlamanbError that
+    says what was expected (text instead of ids, floats, nested lists, out-of-vocabulary ids)."""
+    if isinstance(ids, (str, bytes)):
+        raise LlamanbError(f"{what}: token ids expected, got text; encode it first, e.g. "
+                           f"model.tokenizer.encode_prompt(text)")
+    if _is_int(ids):
+        raise LlamanbError(f"{what}: a list of token ids expected, got one int {ids!r} "
+                           f"(write [{int(ids)}])")
+    try:
+        arr = np.asarray(ids if isinstance(ids, np.ndarray) else list(ids))
+    except (TypeError, ValueError):
+        raise LlamanbError(f"{what}: a list of integer token ids expected, got "
+                           f"{type(ids).__name__} {ids!r:.40}") from None
+    if arr.size == 0:
+        if allow_empty:
+            return []
+        raise LlamanbError(f"{what}: empty prompt, nothing to run")
+    if arr.ndim != 1:
+        raise LlamanbError(f"{what}: a flat list of token ids expected, got shape {arr.shape} "
+                           f"(one sequence at a time)")
+    if arr.dtype.kind not in "iu":
+        bad = next((v for v in arr.tolist() if not _is_int(v)), arr.flat[0])
+        raise LlamanbError(f"{what}: token ids must be integers, got {type(bad).__name__} {bad!r}")
+    out = [int(t) for t in arr]
+    bad = next((t for t in out if not 0 <= t < vocab), None)
+    if bad is not None:
+        raise LlamanbError(f"{what}: token id {bad} is outside the vocabulary [0, {vocab})")
+    return out
+
+
 def generate(engine: Engine, prompt_ids, max_new_tokens: int = 64,
              params: SamplingParams = SamplingParams(), stop_ids=None, on_token=None,
              keep_logits: bool = False) -> GenerationResult:
@@ -84,11 +142,22 @@ def generate(engine: Engine, prompt_ids, max_new_tokens: int = 64,
 
     on_token(token_id, text_piece) is called as each token arrives (streaming). Stops at any of
     stop_ids (default: the model's EOS / end-of-turn ids)."""
-    prompt_ids = [int(t) for t in prompt_ids]
-    if not prompt_ids:
-        raise LlamanbError("empty prompt: nothing to run")
-    if max_new_tokens < 1:
-        raise LlamanbError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    engine = _engine_arg(engine)
+    prompt_ids = token_ids(prompt_ids, engine.config.vocab, "prompt_ids")
+    max_new_tokens = _count("max_new_tokens", max_new_tokens)
+    if not isinstance(params, SamplingParams):
+        hint = " (write SamplingParams(**params))" if isinstance(params, dict) else ""
+        raise LlamanbError(f"params must be a llamanb.SamplingParams, got "
+                           f"{type(params).__name__}{hint}")
+    if stop_ids is not None:
+        if _is_int(stop_ids) or isinstance(stop_ids, (str, bytes)):
+            raise LlamanbError(f"stop_ids must be a list of token ids (e.g. "
+                               f"{list(engine.config.eos_ids)}), got {type(stop_ids).__name__} "
+                               f"{stop_ids!r}")
+        stop_ids = token_ids(stop_ids, engine.config.vocab, "stop_ids", allow_empty=True)
+    if on_token is not None and not callable(on_token):
+        raise LlamanbError(f"on_token must be a function (token_id, text_piece), got "
+                           f"{type(on_token).__name__}")
     ctx = engine.config.max_seq
     if len(prompt_ids) >= ctx:
         raise LlamanbError(f"prompt of {len(prompt_ids)} tokens leaves no room in the "

@@ -76,6 +76,28 @@ def tokenizer_config_from_gguf(meta: dict) -> dict:
             "eos_token": name("eos_token_id")}
 
 
+def as_text(text, what: str = "prompt") -> str:
+    """text as a str the tokenizer can take: valid UTF-8 bytes are decoded; invalid bytes, or a
+    str holding lone surrogates (how Python passes undecodable command-line bytes along), are a
+    LlamanbError that says where the first bad byte is."""
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            return bytes(text).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise LlamanbError(f"{what} is not valid UTF-8: byte 0x{text[e.start]:02x} at byte "
+                               f"offset {e.start}") from None
+    if not isinstance(text, str):
+        raise LlamanbError(f"{what} must be a str (or UTF-8 bytes), got {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        ch = ord(text[e.start])
+        # surrogateescape maps an undecodable byte b to U+DC00 + b
+        what_byte = f"byte 0x{ch - 0xDC00:02x}" if 0xDC80 <= ch <= 0xDCFF else f"U+{ch:04X}"
+        raise LlamanbError(f"{what} is not valid UTF-8: {what_byte} at character {e.start}") from None
+    return text
+
+
 @dataclass
 class ChatTokenizer:
     """encode / decode / apply_chat_template, and the ids that end a turn."""
@@ -114,8 +136,8 @@ class ChatTokenizer:
     def vocab_size(self) -> int:
         return self.tok.get_vocab_size(with_added_tokens=True)
 
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return self.tok.encode(text, add_special_tokens=add_special_tokens).ids
+    def encode(self, text: str | bytes, add_special_tokens: bool = True) -> list[int]:
+        return self.tok.encode(as_text(text, "text"), add_special_tokens=add_special_tokens).ids
 
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
         return self.tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
@@ -143,7 +165,10 @@ class ChatTokenizer:
         # The template writes the special tokens itself (HF tokenizes it with add_special_tokens=False).
         return self.encode(self.render_chat(messages, add_generation_prompt), add_special_tokens=False)
 
-    def encode_prompt(self, text: str, chat: bool = True, system: str | None = None) -> list[int]:
+    def encode_prompt(self, text: str | bytes, chat: bool = True,
+                      system: str | bytes | None = None) -> list[int]:
+        text = as_text(text, "prompt")
+        system = None if system is None else as_text(system, "system message")
         if not chat:
             return self.encode(text)
         msgs = ([{"role": "system", "content": system}] if system else []) + [

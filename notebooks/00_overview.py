@@ -213,11 +213,44 @@ print(f"prefill {len(ids)} tokens: {result.prefill_s * 1e3:.0f} ms ({result.pref
 print(f"decode: {result.decode_tok_s:.1f} tok/s over {result.decode_steps} steps")
 
 # %% [markdown]
-# ## 6. The same answer from HF transformers
+# ## 6. Is the answer right? What can be checked
 #
-# Is the answer *right*? transformers runs the same weights with its own model code and decodes
-# greedily with its own KV cache. If llamanb's arithmetic were off anywhere — a transposed weight,
-# a RoPE convention, a mask — the tokens would part ways.
+# Whether "Paris" is the *right answer* is a question about the model, and this model is small: a
+# 135 M-parameter Llama, shipped in a GGUF file whose weights are rounded to a few bits. The file's
+# header says how (read with the `gguf` package, independently of llamanb):
+
+# %%
+from collections import Counter
+
+import gguf
+
+reader = gguf.GGUFReader(str(model.source))
+field = reader.fields["general.file_type"]
+file_type = gguf.LlamaFileType(int(field.parts[field.data[0]][0]))
+params_by_type = Counter()
+tensors_by_type = Counter()
+for t in reader.tensors:
+    params_by_type[t.tensor_type.name] += int(t.n_elements)
+    tensors_by_type[t.tensor_type.name] += 1
+print("file type:", file_type.name)
+for name, n in params_by_type.most_common():
+    print(f"  {name:5s} {tensors_by_type[name]:4d} tensors {n:>12,} parameters")
+print(f"  total {sum(params_by_type.values()):>23,} parameters")
+assert sum(params_by_type.values()) == cfg.n_params()
+del reader
+
+# %% [markdown]
+# Every attention and MLP matrix is stored as **Q4_1**: blocks of 32 weights share a float16 scale
+# and minimum, and each weight keeps 4 bits (5 bits per weight with the scales). The embedding,
+# which is also the LM head (the model is tied), is **Q8_0** (8 bits plus a scale per block of 32),
+# and the norms stay float32. llamanb widens these values to float32 exactly once, when it converts
+# the file; from then on it computes in float32. A 135 M model with 4-bit weights can be fluent
+# and wrong, so no check in this course proves an *answer*. What can be proved is the **engine**:
+# that llamanb computes the same function of these weights as an independent implementation.
+#
+# transformers runs the same weights with its own model code and decodes greedily with its own KV
+# cache. If llamanb's arithmetic were off anywhere — a transposed weight, a RoPE convention, a
+# mask — the tokens would part ways.
 #
 # transformers could read the GGUF file itself (`load_hf(model)`, about 20 s on two cores); here
 # it loads llamanb's converted cache directory, which is itself an HF checkpoint, in well under a
@@ -232,7 +265,7 @@ hf_ids, hf_top5 = greedy_with_top5(hf, ids, steps=len(result.ids), stop_ids=cfg.
 print("llamanb:     ", result.ids)
 print("transformers:", hf_ids)
 assert hf_ids == result.ids
-print("identical:", hf_ids == result.ids)
+print(f"{sum(a == b for a, b in zip(hf_ids, result.ids))} of {len(result.ids)} tokens equal")
 
 # %% [markdown]
 # Identical tokens could hide small numeric drift, so compare the logits too: at every step,
@@ -240,11 +273,64 @@ print("identical:", hf_ids == result.ids)
 
 # %%
 again = generate(engine, ids, max_new_tokens=48, keep_logits=True)
-worst = max(float(np.max(np.abs(lg[t["ids"]] - np.array(t["logits"]))))
-            for lg, t in zip(again.logits, hf_top5))
-print("steps compared:", len(hf_top5))
-print("max |logit difference| over the top-5 < 1e-3:", worst < 1e-3)
-assert worst < 1e-3, f"max |logit difference| = {worst}"
+top_ids = np.array([t["ids"] for t in hf_top5])                  # [steps, 5] transformers' top-5
+ours = np.stack([lg[i] for lg, i in zip(again.logits, top_ids)])  # [steps, 5] llamanb's logits
+theirs = np.array([t["logits"] for t in hf_top5])                  # [steps, 5] transformers'
+diff = np.abs(ours - theirs)
+print("steps compared:", len(hf_top5), "| logits compared:", diff.size,
+      f"| largest |logit| {np.abs(theirs).max():.0f}")
+
+# %% [markdown]
+# How large may that difference be? Both engines compute in float32 and round differently: they
+# add in different orders, fuse different ops, and their BLAS libraries pick kernels by matrix
+# shape, CPU and thread count. A tolerance picked by hand (an earlier version of this notebook
+# asserted `< 1e-3`) is a guess. Measure instead how far *each* engine is from the exact result:
+# `llamanb.check.float64.forward` evaluates the same weights in float64 — a separate, plain
+# implementation (full causal attention, no KV cache, no padding or tiles) whose own rounding,
+# about 1e-16 relative, is nine orders of magnitude below float32's. The GGUF values are exactly
+# representable in both formats, so all three evaluate the very same function.
+
+# %%
+from llamanb.check.float64 import forward as forward64
+
+seen = ids + result.ids[:-1]                                    # every token a step conditioned on
+exact = forward64(model.weights, seen, rows=np.arange(len(ids) - 1, len(seen)))    # [steps, V]
+exact_top = np.take_along_axis(exact, top_ids, axis=1)          # [steps, 5] float64
+d_ours = float(np.abs(ours - exact_top).max())                   # llamanb's distance to exact
+d_theirs = float(np.abs(theirs - exact_top).max())               # transformers' distance
+d_both = float(diff.max())
+assert np.array_equal(exact.argmax(axis=1), np.array(result.ids))     # float64 picks the same tokens
+
+# %% [markdown]
+# The triangle inequality turns the two distances into the bound on the difference:
+# `|ours − theirs| ≤ |ours − exact| + |exact − theirs|`. That bound is derived, not guessed, and it
+# moves with the machine: a different CPU or thread count moves each engine's rounding, and the
+# bound with it. The claim about llamanb is the other assertion: its distance to the exact result
+# is float32 rounding, no larger than that of transformers' own float32 result on the same input
+# (within a factor 2). A bug — a wrong sign in RoPE, a transposed weight — would put it orders of
+# magnitude above. llamanb's distance, rounded up to a power of ten (transformers' depends on which
+# MKL code path its process takes, so it is printed with the exact values further down):
+
+# %%
+def roundup(err: float) -> float:
+    """An error rounded up to a power of ten (1e-6, 1e-5, ...): its order of magnitude, coarse
+    enough to print the same from run to run."""
+    return 0.0 if err == 0 else float(10.0 ** np.ceil(np.log10(err)))
+
+
+print(f"max |llamanb - float64| <= {roundup(d_ours):.0e}   (relative to the largest logit: "
+      f"<= {roundup(d_ours / np.abs(exact_top).max()):.0e})")
+assert d_both <= d_ours + d_theirs
+assert d_ours <= 2 * d_theirs, (d_ours, d_theirs)
+
+# %% [markdown]
+# The exact values on this machine (they depend on its CPU and BLAS, so they are not compared):
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"max |llamanb      - float64|  {d_ours:.3e}")
+print(f"max |transformers - float64|  {d_theirs:.3e}")
+print(f"max |llamanb - transformers|  {d_both:.3e}   derived bound (the sum): {d_ours + d_theirs:.3e}")
 
 # %% [markdown]
 # ## Summary
@@ -254,6 +340,10 @@ assert worst < 1e-3, f"max |logit difference| = {worst}"
 # - `llamanb.load_model()` loads the embedded SmolLM2-135M-Instruct (or a local HF/GGUF path);
 #   `llamanb.Engine` runs it; `llamanb.generate` decodes, and its answer matches HF transformers
 #   token for token.
+# - The embedded model is SmolLM2-135M-Instruct with Q4_1 weights (Q8_0 embedding): the checks
+#   prove the engine, not the answer. Against a float64 evaluation of the same weights
+#   (`llamanb.check.float64`), llamanb's float32 logits are as close as transformers', and the
+#   tolerance between the two engines is derived from those two distances.
 #
 # **Next — 01 · Llama math in numpy:** the symbols behind those shapes, where the parameters and
 # the memory go, and one transformer block written out operation by operation.

@@ -45,6 +45,17 @@ from llamanb.config import LLAMA32_1B, SMOLLM2_135M, RopeScaling
 torch.manual_seed(0)
 np.set_printoptions(precision=4, suppress=True, linewidth=110)
 
+
+def roundup(err: float) -> float:
+    """An error rounded up to a power of ten (1e-6, 1e-5, ...): its order of magnitude, coarse
+    enough to print the same from run to run."""
+    return 0.0 if err == 0 else float(10.0 ** np.ceil(np.log10(err)))
+
+
+def at_most(err: float) -> str:
+    """'<= 1e-06' (the error rounded up to a power of ten), or '= 0 (bit for bit)'."""
+    return "= 0 (bit for bit)" if err == 0 else f"<= {roundup(err):.0e}"
+
 # %% [markdown]
 # ## 1. Inverse frequencies
 #
@@ -209,8 +220,10 @@ plt.show()
 # %% [markdown]
 # ## 4. One rotation table, one einsum
 #
-# Seed 000 (Furiosa's TCP guide, Llama 3 70B) precomputes RoPE as a table `w_rope [s_max, d_k', 2, 2]`
-# with `d_k' = d_k / 2`: one 2×2 matrix per position and per frequency. At run time it gathers the rows
+# Furiosa's TCP programming book (furiosa-opt, the "Transformer Architecture" page, Llama 3 70B)
+# precomputes RoPE as a table `w_rope: shape![s_max, d_k_prime, 2, 2]`, a "pre-computed table of
+# cos/sin values based on sequence position and head position", with `d_k' = d_k / 2`: one 2×2
+# matrix per position and per frequency. At run time it gathers the rows
 # of the current positions and does a single contraction: the head dimension is viewed as
 # `[d_k', 2]` (interleaved pairs), and the pair axis is contracted with the first of the two 2×2 axes.
 #
@@ -248,7 +261,10 @@ xe, xo = x_inter[..., 0::2].astype(np.float64), x_inter[..., 1::2].astype(np.flo
 np.testing.assert_allclose(y_inter[..., 0::2], xe * np.cos(a) - xo * np.sin(a), rtol=0, atol=1e-5)
 np.testing.assert_allclose(y_inter[..., 1::2], xe * np.sin(a) + xo * np.cos(a), rtol=0, atol=1e-5)
 np.testing.assert_array_equal(y_inter[0], x_inter[0])               # position 0: nothing turns
-print("y:", y_inter.shape, " each pair turned by p*w_i (closed form):", True)
+closed = np.empty(y_inter.shape)
+closed[..., 0::2], closed[..., 1::2] = xe * np.cos(a) - xo * np.sin(a), xe * np.sin(a) + xo * np.cos(a)
+print("y:", y_inter.shape, " max |einsum - closed form (float64)| <=",
+      f"{roundup(float(np.max(np.abs(y_inter - closed)))):.0e}")
 
 # %% [markdown]
 # The table is a valid rotation everywhere: every 2×2 is orthogonal with determinant +1, position 0
@@ -262,7 +278,10 @@ np.testing.assert_allclose(t64 @ np.swapaxes(t64, -1, -2), eye, rtol=0, atol=2e-
 np.testing.assert_allclose(np.linalg.det(t64), 1.0, rtol=0, atol=5e-7)
 np.testing.assert_array_equal(table[0], eye[0])
 np.testing.assert_allclose(t64[4] @ t64[7], t64[11], rtol=0, atol=1e-6)
-print("orthogonal, det +1, identity at 0, T(4) T(7) = T(11): True")
+print("max |T T^T - I|       <=", f"{roundup(float(np.max(np.abs(t64 @ np.swapaxes(t64, -1, -2) - eye)))):.0e}")
+print("max |det T - 1|       <=", f"{roundup(float(np.max(np.abs(np.linalg.det(t64) - 1)))):.0e}")
+print("max |T(4) T(7) - T(11)| <=", f"{roundup(float(np.max(np.abs(t64[4] @ t64[7] - t64[11])))):.0e}")
+print("T(0) == identity, bit for bit:", np.array_equal(table[0], eye[0]))
 
 # %% [markdown]
 # ### The permutation between the two pairings
@@ -300,8 +319,11 @@ np.testing.assert_allclose(einsum_rope(x_half[..., Q])[..., P], rope.apply_rope(
 np.testing.assert_allclose(einsum_rope(x_inter), rope.apply_rope(x_inter[..., P], cos, sin)[..., Q], rtol=0, atol=2e-6)
 # without the permutation the two are different functions
 err_no_perm = np.abs(einsum_rope(x_half) - rope.apply_rope(x_half, cos, sin)).max()
-print("both directions agree within 2e-6: True")
-print("no permutation: max |einsum - apply_rope| > 1:", bool(err_no_perm > 1))
+err_dirs = max(np.abs(einsum_rope(x_half[..., Q])[..., P] - rope.apply_rope(x_half, cos, sin)).max(),
+               np.abs(einsum_rope(x_inter) - rope.apply_rope(x_inter[..., P], cos, sin)[..., Q]).max())
+assert err_no_perm > 1
+print(f"with the permutations, both directions: max |difference| {at_most(float(err_dirs))}")
+print(f"no permutation: max |einsum - apply_rope| = {err_no_perm:.1f}")
 
 # %% [markdown]
 # Against transformers directly: its `apply_rotary_pos_emb` with cos/sin from its own
@@ -313,7 +335,8 @@ cos_hf, sin_hf = LlamaRotaryEmbedding(hf_smol)(xt, torch.from_numpy(pos)[None]) 
 q_hf, _ = apply_rotary_pos_emb(xt, xt, cos_hf, sin_hf)
 q_hf = q_hf[0].permute(1, 0, 2).numpy()                              # [S, H, d] half-split
 np.testing.assert_allclose(einsum_rope(x_half[..., Q])[..., P], q_hf, rtol=0, atol=2e-6)
-print("table einsum (permuted) == transformers apply_rotary_pos_emb within 2e-6: True")
+print("table einsum (permuted) vs transformers' apply_rotary_pos_emb: max |difference| <=",
+      f"{roundup(float(np.abs(einsum_rope(x_half[..., Q])[..., P] - q_hf).max())):.0e}")
 
 # %% [markdown]
 # The finished functions live in `llamanb.rope_tables`: `rotation_table(positions, freqs)`
@@ -328,28 +351,31 @@ np.testing.assert_array_equal(rotation_table(pos, w_llamanb), table)
 np.testing.assert_array_equal(interleaved_to_half_split(d), P)
 np.testing.assert_array_equal(half_split_to_interleaved(d), Q)
 np.testing.assert_allclose(apply_rotation_table(x_inter, table), y_inter, rtol=0, atol=1e-6)
-print("llamanb.rope_tables agrees with the derivation: True")
+print("llamanb.rope_tables: same table and permutations bit for bit; applied, max |difference|",
+      at_most(float(np.abs(apply_rotation_table(x_inter, table) - y_inter).max())))
 
 # %% [markdown]
-# ### Checking the seed's TCP formulation
+# ### Checking the TCP book's formulation
 #
-# The seed writes the contraction as `(Q [B, s_in, h, d_k', f], t_rope [s_in, d_k', f, 2]) ->
-# [B, h, s_in, d_k', 2]`, moving the head axis in front of the sequence axis in the same einsum.
+# The book writes the contraction as `Q_rope = einsum(Q, t_rope)` with "(shape![B, s_in, h_q,
+# d_k_prime, f], shape![s_in, d_k_prime, f, 2]) -> shape![B, h_q, s_in, d_k_prime, 2]", moving the
+# head axis in front of the sequence axis in the same einsum.
 # Written out literally, it agrees with `apply_rotation_table` (transposed):
 
 # %%
 B = 2
 xb = rng.standard_normal((B, S, H, d)).astype(np.float32)          # [B, s_in, h, d_k]
-seed_out = np.einsum("bshif,sifo->bhsio", xb.reshape(B, S, H, d // 2, 2), table)   # [B, h, s_in, d_k', 2]
-print("seed einsum output:", seed_out.shape, "->", seed_out.reshape(B, H, S, d).shape)
-np.testing.assert_allclose(seed_out.reshape(B, H, S, d), apply_rotation_table(xb, table).transpose(0, 2, 1, 3),
+book_out = np.einsum("bshif,sifo->bhsio", xb.reshape(B, S, H, d // 2, 2), table)   # [B, h, s_in, d_k', 2]
+print("the book's einsum output:", book_out.shape, "->", book_out.reshape(B, H, S, d).shape)
+np.testing.assert_allclose(book_out.reshape(B, H, S, d), apply_rotation_table(xb, table).transpose(0, 2, 1, 3),
                            rtol=0, atol=1e-6)
 
 # %% [markdown]
-# Three things the seed leaves open or states loosely, measured:
+# Three things the book leaves open or states loosely, measured:
 #
-# **(a) Which 2×2 goes in the table.** The seed only says the table holds "the" rotation matrix. Put
-# the textbook matrix `[[cos, -sin], [sin, cos]]` (an `[out, in]` matrix) into the seed's `[f, 2]`
+# **(a) Which 2×2 goes in the table.** The book only says: "Store the 2 × 2 matrix representing the
+# cos/sin rotation transformation for TCP-friendly execution." Put the textbook matrix
+# `[[cos, -sin], [sin, cos]]` (an `[out, in]` matrix) into the book's `[f, 2]`
 # slot and every pair turns the wrong way — the result is RoPE at *negative* positions:
 
 # %%
@@ -359,8 +385,10 @@ err_sign = np.abs(wrong - q_hf).max()
 np.testing.assert_allclose(wrong, rope.apply_rope(x_half, *rope.cos_sin(-pos, w_llamanb)), rtol=0, atol=2e-6)
 e0 = np.array([1.0, 0.0], dtype=np.float32)                         # x = (1, 0) in pair 0, position 1
 print("x = (1, 0), p = 1, w_0 = 1:  correct table ->", e0 @ table[1, 0], "  textbook matrix ->", e0 @ textbook[1, 0])
-print("textbook matrix in the [in, out] slot: max |result - HF| > 1:", bool(err_sign > 1))
-print("... and it equals RoPE at positions -p: True")
+assert err_sign > 1
+print(f"textbook matrix in the [in, out] slot: max |result - HF| = {err_sign:.1f}")
+err_neg = float(np.abs(wrong - rope.apply_rope(x_half, *rope.cos_sin(-pos, w_llamanb))).max())
+print(f"... and it equals RoPE at positions -p: max |difference| {at_most(err_neg)}")
 
 # %% [markdown]
 # For attention this is not harmless: with every position negated, the score of query `m` against
@@ -378,11 +406,13 @@ qw = apply_rotation_table(np.broadcast_to(q1[Q], (Sr, 1, d)).copy(), np.swapaxes
 kw = apply_rotation_table(np.broadcast_to(k1[Q], (Sr, 1, d)).copy(), np.swapaxes(tr, -1, -2))[:, 0]
 scores_ok, scores_wrong = qs @ ks.T, qw @ kw.T                      # [Sr, Sr]
 np.testing.assert_allclose(scores_wrong, scores_ok.T, rtol=0, atol=1e-4)
-print("wrong-way table: scores == correct scores transposed: True;  symmetric?",
-      bool(np.allclose(scores_ok, scores_ok.T, atol=1e-2)))
+print("wrong-way table: max |scores - correct scores transposed| <=",
+      f"{roundup(float(np.abs(scores_wrong - scores_ok.T).max())):.0e};  but max |correct - its transpose| =",
+      f"{np.abs(scores_ok - scores_ok.T).max():.1f} (the matrix is not symmetric)")
 
 # %% [markdown]
-# **(b) "`f = 2`: frequency dimension".** The seed calls the axis of size 2 a frequency axis. It is
+# **(b) "`f = 2`: frequency dimension for adjacent heads (d_k = d_k_prime * f)".** The book calls
+# the axis of size 2 a frequency axis. It is
 # not: the frequency index is `d_k'` (64 distinct frequencies for Llama 3 70B's `d_k = 128`); the axis
 # of size 2 picks the member of a pair, and both members turn by the same angle. In the table, the
 # two diagonal entries are equal and the angle varies only along `d_k'`:
@@ -398,9 +428,10 @@ print("Llama 3 70B: d_k =", 128, " frequencies d_k' =", 128 // 2,
 # The 2×2 form stores cos and sin twice each (4 MiB instead of 2 MiB in bf16 for `s_max = 8192`): a
 # small price for turning RoPE into one contraction instead of several elementwise steps.
 #
-# **(c) "Groups consecutive pairs".** That is the interleaved convention: right for Meta's original
+# **(c) "RoPE operation groups consecutive pairs among d_k values".** That is the interleaved
+# convention: right for Meta's original
 # Llama checkpoints and for GGUF files, wrong for HF-format checkpoints, whose `q_proj`/`k_proj`
-# produce half-split heads. Applied to an HF-layout head without the permutation `Q`, the seed's
+# produce half-split heads. Applied to an HF-layout head without the permutation `Q`, the book's
 # einsum was measured above to be off by more than 1 (`err_no_perm`). The fix is not a runtime
 # shuffle: permute the rows of `W_q` and `W_k` once, offline — which is exactly what GGUF files do
 # (section 6).
@@ -424,7 +455,8 @@ for m, n in [(7, 3), (2, 11), (5, 5)]:
     base = score(q1, k1, m, n)
     drift = max(abs(score(q1, k1, m + t, n + t) - base) for t in (1, 10, 100, 1000))
     assert drift < 1e-3
-    print(f"(m, n) = ({m:2d}, {n:2d})  m-n = {m - n:3d}  shifts t = 1, 10, 100, 1000: max drift < 1e-3: {drift < 1e-3}")
+    print(f"(m, n) = ({m:2d}, {n:2d})  m-n = {m - n:3d}  shifts t = 1, 10, 100, 1000: "
+          f"max drift {at_most(drift)}")
 
 # %% [markdown]
 # In float32 the property holds only approximately, and less well far out. The angle `p * w_i` is
@@ -445,8 +477,7 @@ base = score(q1, k1, 7, 3)
 for t in (10, 10**3, 10**5, 10**6):
     drift, bound = abs(score(q1, k1, 7 + t, 3 + t) - base), drift_bound(q1, k1, 7, 3, t)
     assert drift <= bound
-    print(f"shift t = {t:>9,d}:  bound {bound:.0e}   drift <= bound: {drift <= bound}"
-          f"   drift < 1e-4: {drift < 1e-4!s:5}   drift > 1e-3: {drift > 1e-3}")
+    print(f"shift t = {t:>9,d}:  bound {bound:.0e}   drift {at_most(drift)}")
 
 # %% [markdown]
 # The score over all `(m, n)` for one `(q, k)` is therefore constant along every diagonal
@@ -462,7 +493,9 @@ heat = qh @ kh.T                                                     # [Sh, Sh]:
 for off in range(-Sh + 1, Sh):
     diag = np.diagonal(heat, offset=off)
     assert np.ptp(diag) < 1e-4, off
-print("every diagonal of the", heat.shape, "score matrix is constant within 1e-4: True")
+spread = max(float(np.ptp(np.diagonal(heat, offset=o))) for o in range(-Sh + 1, Sh))
+print("largest spread along a diagonal of the", heat.shape, f"score matrix {at_most(spread)}",
+      f"(scores up to {np.abs(heat).max():.1f})")
 
 fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
 im = a1.imshow(heat, cmap="RdBu_r")
@@ -509,7 +542,8 @@ for n, t in raw.items():
     theirs = gguf.quants.dequantize(t.data, t.tensor_type)
     assert np.array_equal(ours, theirs)
     w_gguf[n] = theirs                                               # [rows, hidden]
-    print(f"attn_{n}: {t.tensor_type.name}, [out, in] = {shape}, llamanb.io.quants == gguf.quants: True")
+    print(f"attn_{n}: {t.tensor_type.name}, [out, in] = {shape}, "
+          f"max |llamanb.io.quants - gguf.quants| = {float(np.max(np.abs(ours - theirs)))}")
 print("heads:", cfg.n_heads, " kv heads:", cfg.n_kv_heads, " head_dim:", cfg.head_dim)
 
 # %% [markdown]
@@ -601,13 +635,13 @@ k_cpp = apply_rotation_table((x @ w_gguf["k"].T).reshape(Sx, cfg.n_kv_heads, d),
 scale = np.abs(q_hf_rot).max()
 err_q = np.abs(q_cpp - q_hf_rot[..., Q]).max() / scale
 err_k = np.abs(k_cpp - k_hf_rot[..., Q]).max() / np.abs(k_hf_rot).max()
-print("llama.cpp order == HF rotated q, k permuted by Q: relative error < 1e-5:", err_q < 1e-5 and err_k < 1e-5)
+print("llama.cpp order vs HF rotated q, k permuted by Q: relative error <=", f"{roundup(max(err_q, err_k)):.0e}")
 
 G = cfg.n_heads // cfg.n_kv_heads                                    # 3 query heads per kv head
 s_cpp = np.einsum("qhd,khd->hqk", q_cpp, np.repeat(k_cpp, G, axis=1)) / np.sqrt(d)        # [9, S, S]
 s_hf = np.einsum("qhd,khd->hqk", q_hf_rot, np.repeat(k_hf_rot, G, axis=1)) / np.sqrt(d)
 err_s = np.abs(s_cpp - s_hf).max() / np.abs(s_hf).max()
-print("attention scores [heads, S, S]:", s_cpp.shape, " relative difference < 1e-5:", err_s < 1e-5)
+print("attention scores [heads, S, S]:", s_cpp.shape, f" relative difference {at_most(err_s)}")
 assert err_q < 1e-5 and err_k < 1e-5 and err_s < 1e-5
 
 # %% [markdown]
@@ -620,7 +654,7 @@ q_mixed = apply_rotation_table((x @ w_hf["q"].T).reshape(Sx, cfg.n_heads, d), tx
 k_mixed = apply_rotation_table((x @ w_hf["k"].T).reshape(Sx, cfg.n_kv_heads, d), tx)
 s_mixed = np.einsum("qhd,khd->hqk", q_mixed, np.repeat(k_mixed, G, axis=1)) / np.sqrt(d)
 err_mixed = np.abs(s_mixed - s_hf).max() / np.abs(s_hf).max()
-print("HF rows + interleaved RoPE: relative score error > 1e-2:", err_mixed > 1e-2)
+print(f"HF rows + interleaved RoPE: relative score error {err_mixed:.2f}")
 assert err_mixed > 1e-2
 
 # %% [markdown]
@@ -644,8 +678,9 @@ for n, wrong_heads in (("q", cfg.n_kv_heads), ("k", 1)):
 bad_q = unpermute_rows(w_gguf["q"], cfg.n_kv_heads)                  # the K head count used for Q
 q_bad = rope.apply_rope((x @ bad_q.T).reshape(Sx, cfg.n_heads, d), *rope.cos_sin(np.arange(Sx), rope.rope_for(cfg)))
 s_bad = np.einsum("qhd,khd->hqk", q_bad, np.repeat(k_hf_rot, G, axis=1)) / np.sqrt(d)
-print("scores with W_q un-permuted for 3 heads: relative error > 1e-2:",
-      np.abs(s_bad - s_hf).max() / np.abs(s_hf).max() > 1e-2)
+err_bad = np.abs(s_bad - s_hf).max() / np.abs(s_hf).max()
+assert err_bad > 1e-2
+print(f"scores with W_q un-permuted for 3 heads: relative error {err_bad:.2f}")
 
 # %% [markdown]
 # ## Summary
@@ -659,7 +694,7 @@ print("scores with W_q un-permuted for 3 heads: relative error > 1e-2:",
 #   **`llamanb.rope_tables`**: `rotation_table(positions, freqs)`, `apply_rotation_table(x, table)`,
 #   `interleaved_to_half_split(d)` and `half_split_to_interleaved(d)`, tested against transformers'
 #   `apply_rotary_pos_emb` in `tests/test_rope_tables.py`.
-# * Seed 000's TCP formulation is right once the table holds `[[cos, sin], [-sin, cos]]` (the
+# * Furiosa's TCP book's formulation is right once the table holds `[[cos, sin], [-sin, cos]]` (the
 #   transpose of the textbook matrix: the textbook matrix in that slot turns backwards and transposes
 #   the score matrix), its size-2 axis is the pair member, not a frequency, and its "consecutive pairs"
 #   require Meta/GGUF-ordered `W_q`, `W_k`.

@@ -19,10 +19,10 @@
 # key vector and one value vector per KV head. Keeping them (the *KV cache*) turns each new token
 # into one pass of a single row through the model instead of a pass over the whole text. In this
 # notebook you will look inside `llamanb`'s cache while the embedded SmolLM2-135M-Instruct answers a
-# chat prompt: which rows the prefill fills, how each decode step appends one row, and how the
-# occupancy looks per layer and head (with a slider, and as static pictures). You will derive the
-# memory formula and check it against three real model configurations, where one of the course's
-# source documents gets the number wrong by a factor of two. You will prove that decoding with the
+# chat prompt: which rows the prefill fills, how each decode step appends one row, and what the
+# cached keys look like per layer and position (with a slider, and as static pictures). You will
+# derive the memory formula and check it against three real model configurations, where a published
+# guide to running Llama-3.2-1B on AMD's NPU gets the number wrong by a factor of two. You will prove that decoding with the
 # cache gives the same logits as recomputing everything from scratch, against our own full forward
 # pass and against HF transformers. Finally you will turn the logits of a real prompt into the
 # distributions a sampler draws from (greedy, temperature, top-k, top-p), derive each transform in
@@ -42,10 +42,15 @@ warnings.filterwarnings("ignore")
 
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
 
 from llamanb import SMOLLM2_135M, Engine, KVCache, LlamanbError, load_model
+
+
+def roundup(err: float) -> float:
+    """An error rounded up to a power of ten (1e-6, 1e-5, ...): its order of magnitude, coarse
+    enough to print the same from run to run."""
+    return 0.0 if err == 0 else float(10.0 ** np.ceil(np.log10(err)))
 
 model = load_model()
 engine = Engine(model)                      # the numpy reference backend, float32
@@ -141,7 +146,10 @@ k0_rot = np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)   # [S,
 # the cache keeps [N_kv, S, d_h] per layer: swap the position and head axes
 np.testing.assert_allclose(cache.k[0, :, :S], k0_rot.transpose(1, 0, 2), rtol=1e-4, atol=1e-4)
 np.testing.assert_allclose(cache.v[0, :, :S], v0.transpose(1, 0, 2), rtol=1e-4, atol=1e-4)
-print("layer-0 rows [0, S) = RoPE(RMSNorm(embed) @ W_k^T) and RMSNorm(embed) @ W_v^T: True")
+k_dev = np.abs(cache.k[0, :, :S] - k0_rot.transpose(1, 0, 2)).max()
+v_dev = np.abs(cache.v[0, :, :S] - v0.transpose(1, 0, 2)).max()
+print(f"layer-0 rows [0, S) vs RoPE(RMSNorm(embed) @ W_k^T): max |difference| <= {roundup(k_dev):.0e} "
+      f"(|k| up to {np.abs(k0_rot).max():.0f});  vs RMSNorm(embed) @ W_v^T: <= {roundup(v_dev):.0e}")
 
 # %% [markdown]
 # Now decode 16 tokens greedily with `Engine.decode`. Each call feeds the token chosen from the
@@ -170,12 +178,18 @@ def check_rows(c: KVCache) -> np.ndarray:
     return kf[:, :, :SHOW]                                                 # [L, N_kv, SHOW]
 
 
+def key_norms(c: KVCache) -> np.ndarray:
+    """Length of each cached key vector, averaged over the KV heads: [L, SHOW] (0 where empty)."""
+    return np.linalg.norm(c.k[:, :, :SHOW], axis=-1).mean(axis=1)
+
+
 def top2_gap(z: np.ndarray) -> float:
     top = np.sort(z)[-2:]
     return float(top[1] - top[0])
 
 
 snapshots = [check_rows(cache)]              # step 0 = right after prefill
+norms = [key_norms(cache)]                   # what the pictures below draw
 step_logits = [logits]                       # step_logits[t]: the prediction after step t
 fed = []                                     # tokens written into the cache by decode
 nxt = int(np.argmax(logits))
@@ -186,6 +200,7 @@ for t in range(1, N_STEPS + 1):
     logits = engine.decode(nxt, cache)       # [V]; writes row S + t - 1 in every layer and head
     assert cache.length == S + t
     snapshots.append(check_rows(cache))
+    norms.append(key_norms(cache))
     step_logits.append(logits)
     nxt = int(np.argmax(logits))
     print(f"{t:4d}  {cache.length:6d}  {tok.decode([fed[-1]])!r:15s}  {tok.decode([nxt])!r}")
@@ -217,10 +232,11 @@ assert engine.backend.row_multiple > len(short_ids)       # so padding rows were
 # %% [markdown]
 # ## 3. Watching the cache fill
 #
-# Each snapshot is an image: one row per (layer, KV head) pair, `L · N_kv = 90` rows, and one column
-# per position, the first 64. A cell is a *prompt* row (written by prefill), a *generated* row
-# (written by decode) or *empty*. The colours come from the cache content recorded above, and we
-# assert that they agree with `length`.
+# Each snapshot is an image: one row per layer (30), one column per position (the first 64). A
+# cell's colour is what the cache holds there: the length `‖k‖` of the cached key vector, averaged
+# over the 3 KV heads; grey cells are still empty (all zeros). A white line separates the prompt's
+# rows (written by prefill) from the generated ones (written by decode). Which cells are filled is
+# first checked against `length`, snapshot by snapshot.
 
 # %%
 def occupancy(step: int) -> np.ndarray:
@@ -233,21 +249,27 @@ def occupancy(step: int) -> np.ndarray:
     return code
 
 
-OCC_CMAP = ListedColormap(["#eeeeee", "#4c72b0", "#dd8452"])
-OCC_LEGEND = [Patch(color="#4c72b0", label="prompt (prefill)"),
-              Patch(color="#dd8452", label="generated (decode)"),
-              Patch(color="#eeeeee", label="empty (zeros)")]
+NORM_CMAP = plt.get_cmap("viridis").with_extremes(bad="#dddddd")      # bad (NaN) = empty
+filled_norms = norms[-1][norms[-1] > 0]
+NORM_RANGE = (float(filled_norms.min()), float(filled_norms.max()))    # one scale for every step
+OCC_LEGEND = [Patch(color="#dddddd", label="empty (zeros)"),
+              Patch(facecolor="none", edgecolor="black", label="white line: prompt | generated")]
 
 
-def draw_occupancy(ax, step: int, labels: bool = True) -> None:
-    ax.imshow(occupancy(step), cmap=OCC_CMAP, vmin=0, vmax=2, aspect="auto", interpolation="nearest")
-    ax.hlines(np.arange(N_kv, L * N_kv, N_kv) - 0.5, -0.5, SHOW - 0.5, color="white", lw=0.3)  # layers
+def draw_occupancy(ax, step: int, labels: bool = True):
+    filled = occupancy(step)[::N_kv] > 0                                 # [L, SHOW], checked above
+    assert np.array_equal(filled, norms[step] > 0)                       # the norms show the same rows
+    img = np.where(filled, norms[step], np.nan)                          # [L, SHOW]
+    im = ax.imshow(img, cmap=NORM_CMAP, vmin=NORM_RANGE[0], vmax=NORM_RANGE[1], aspect="auto",
+                   interpolation="nearest")
+    ax.axvline(S - 0.5, color="white", lw=1.5)
     ax.set_title(f"step {step}: length {S + step}", fontsize=9)
-    ax.set_yticks(np.arange(0, L * N_kv, 5 * N_kv))
+    ax.set_yticks(np.arange(0, L, 5))
     ax.set_yticklabels([f"layer {l}" for l in range(0, L, 5)] if labels else [], fontsize=7)
     ax.set_xticks(np.arange(0, SHOW + 1, 16) - 0.5)
     ax.set_xticklabels(np.arange(0, SHOW + 1, 16), fontsize=7)
     ax.set_xlabel("position", fontsize=8)
+    return im
 
 
 for step in range(N_STEPS + 1):
@@ -269,7 +291,8 @@ from ipywidgets import IntSlider, Output, VBox
 
 def step_png(step: int) -> bytes:
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    draw_occupancy(ax, step)
+    im = draw_occupancy(ax, step)
+    fig.colorbar(im, ax=ax, label="mean ‖k‖ over KV heads")
     ax.legend(handles=OCC_LEGEND, loc="upper right", fontsize=7)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
@@ -293,16 +316,31 @@ display(VBox([slider, view]))
 show_step(slider.value)
 
 # %% [markdown]
-# The same data, static, at steps 0, 4, 8 and 16. Every layer and every KV head grows in lockstep:
-# a decode step writes one row in all 90 of them.
+# The same data, static, at steps 0, 4, 8 and 16. Every layer grows in lockstep: a decode step
+# writes one column, in all 30 layers (and all 3 KV heads of each) at once.
 
 # %%
-fig, axes = plt.subplots(1, 4, figsize=(12, 3.4))
+fig, axes = plt.subplots(1, 4, figsize=(12, 3.6))
 for i, (ax, step) in enumerate(zip(axes, [0, 4, 8, 16])):
-    draw_occupancy(ax, step, labels=(i == 0))
-fig.legend(handles=OCC_LEGEND, loc="lower center", ncol=3, fontsize=8)
-fig.tight_layout(rect=(0, 0.08, 1, 1))
+    im = draw_occupancy(ax, step, labels=(i == 0))
+fig.subplots_adjust(bottom=0.25, right=0.9, wspace=0.25)
+fig.colorbar(im, cax=fig.add_axes([0.92, 0.25, 0.012, 0.63]), label="mean ‖k‖ over KV heads")
+fig.legend(handles=OCC_LEGEND, loc="lower center", ncol=2, fontsize=8)
 plt.show()
+
+# %% [markdown]
+# The colours are not noise. A cached key keeps its size whatever comes later (it is never
+# rewritten), each layer has its own typical size, and the first position stands apart: in most
+# layers its key is much shorter than the others. In numbers, from the final snapshot:
+
+# %%
+final = norms[-1][:, :S + N_STEPS]                                    # [L, T] all filled
+by_layer = final.mean(axis=1)                                         # [L]
+short_first = int(np.sum(final[:, 0] < 0.5 * np.median(final[:, 1:], axis=1)))
+assert all(np.array_equal(norms[t][:, :S + t], final[:, :S + t]) for t in range(N_STEPS + 1))
+print(f"mean ||k|| per layer: from {by_layer.min():.1f} (layer {by_layer.argmin()}) "
+      f"to {by_layer.max():.1f} (layer {by_layer.argmax()})")
+print(f"layers where position 0's key is under half the median length: {short_first} of {L}")
 
 # %% [markdown]
 # ## 4. The cache is exact: decoding equals recomputing
@@ -328,8 +366,9 @@ dec = np.stack(step_logits)                   # [17, V] prefill + 16 decode step
 err = np.abs(dec - recomputed).max(axis=1)    # [17]
 assert err.max() < 1e-3
 assert np.array_equal(np.argmax(recomputed, axis=1), np.array(generated))   # same greedy tokens
-print("max |decode - recompute| over 17 steps < 1e-3:", bool(err.max() < 1e-3))
-print("greedy tokens identical at all 17 steps:", True)
+print(f"max |decode - recompute| over 17 steps: <= {roundup(float(err.max())):.0e} (asserted < 1e-3)")
+print("greedy tokens: recompute", np.argmax(recomputed, axis=1).tolist())
+print("               decode   ", generated)
 print("token positions a decoder runs through the model: with the cache", T,
       "| recomputing at every step", sum(S + t for t in range(N_STEPS + 1)))
 
@@ -347,7 +386,9 @@ print("token positions a decoder runs through the model: with the cache", T,
 # %%
 np.testing.assert_allclose(cache.k[:, :, :T], redo.k[:, :, :T], rtol=0, atol=1e-3)
 np.testing.assert_allclose(cache.v[:, :, :T], redo.v[:, :, :T], rtol=0, atol=1e-3)
-print("cached K and V within 1e-3 of a full recompute:", True)
+kv_dev = max(np.abs(cache.k[:, :, :T] - redo.k[:, :, :T]).max(), np.abs(cache.v[:, :, :T] - redo.v[:, :, :T]).max())
+print(f"cached K and V vs a full recompute: max |difference| <= {roundup(float(kv_dev)):.0e} "
+      f"(asserted < 1e-3)")
 
 # %% [markdown]
 # The differences on the machine that built this notebook (they depend on the CPU and its BLAS, so
@@ -396,10 +437,10 @@ assert k_err < 5e-4, f"max |K_ours - K_HF| = {k_err}"
 assert v_err < 5e-4, f"max |V_ours - V_HF| = {v_err}"
 assert l_err < 1e-3, f"max |decode logits - HF logits| = {l_err}"
 assert np.array_equal(hf_logits.argmax(axis=1), np.array(generated))
-print("max |K_ours - K_HF| < 5e-4:", bool(k_err < 5e-4),
-      f"(the largest |K| is about {int(np.abs(hf_k).max())})")
-print("max |V_ours - V_HF| < 5e-4:", bool(v_err < 5e-4))
-print("max |decode logits - HF full-pass logits| < 1e-3:", bool(l_err < 1e-3))
+print(f"max |K_ours - K_HF| <= {roundup(float(k_err)):.0e} (asserted < 5e-4; the largest |K| is "
+      f"about {int(np.abs(hf_k).max())})")
+print(f"max |V_ours - V_HF| <= {roundup(float(v_err)):.0e} (asserted < 5e-4)")
+print(f"max |decode logits - HF full-pass logits| <= {roundup(float(l_err)):.0e} (asserted < 1e-3)")
 
 # %% [markdown]
 # ## 5. What the cache costs
@@ -445,13 +486,15 @@ for c, seq, batch in cases:
           f" {per_tok / 1024:13.1f} KiB {mib(row['bf16']):>8s} {mib(row['fp32']):>8s}")
 
 # %% [markdown]
-# **A correction to the seed guide on Llama-3.2-1B** (and to the issue that quotes it). The guide
-# writes the right formula, `2 · 16 · 8 · 2048 · 64 · 2` bytes, and gives its value as "≈ 32 MB"
-# (and "≈ 128 MB" without GQA). Its memory-layout section repeats the number from
-# `16 × 8 × max_seq × 64 × 2` bytes, "≈ 32 MB at max_seq = 2048", a product with no factor for V.
+# **A correction to the MLIR-AIR Llama-3.2-1B guide** (Xilinx/mlir-air,
+# `programming_examples/llms/llama32_1b`, docs/explain.md). The guide writes the right formula and
+# the wrong value: "KV cache size = 2 · L · N_kv · max_seq · d_h · 2 bytes = 2 · 16 · 8 · 2048 · 64 ·
+# 2 = ~32 MB", and "Without GQA (N_kv = N_h = 32), this would be ~128 MB". Its memory-layout section
+# repeats the number from a product with no factor for V: "16 × 8 × max_seq × 64 × 2 bytes =
+# 16,384 × max_seq bytes ≈ 32 MB at max_seq=2048".
 # Multiplied out: the K cache alone is 33,554,432 bytes = **32 MiB**; K and V together, in bf16 at
 # 2048 tokens, are 67,108,864 bytes = **64 MiB**; and without GQA (`N_kv = N_h = 32`) they would be
-# 256 MiB, not 128. (Its "3 GB of weights" is off too: the published checkpoint ties its
+# 256 MiB, not 128. (Its "Tiny compared to the 3 GB of weights" is off too: the published checkpoint ties its
 # embeddings and has 1,235,814,400 parameters, 2.47 GB = 2.30 GiB in bf16.)
 
 # %%
@@ -700,8 +743,8 @@ plt.show()
 #   `[0, S)`, each `Engine.decode` writes row `length` in every layer and KV head and advances
 #   `length`. We checked this row by row on the real model, and recomputed layer 0's rows by hand.
 # * Size: `2 · L · N_kv · d_h · seq · batch · bytes_per_element` (`LlamaConfig.kv_bytes`,
-#   `kv_bytes_per_token`). Llama-3.2-1B at 2048 tokens needs 64 MiB in bf16 (the seed's 32 MB is the
-#   K half); Llama 3 70B at 8192 tokens × 32 sequences needs 80 GiB.
+#   `kv_bytes_per_token`). Llama-3.2-1B at 2048 tokens needs 64 MiB in bf16 (the MLIR-AIR guide's
+#   32 MB is the K half); Llama 3 70B at 8192 tokens × 32 sequences needs 80 GiB.
 # * Decoding with the cache equals recomputing from scratch within 1e-3 in the logits, with the same
 #   greedy tokens, for 52 token positions of work instead of 748; not bit for bit, because one-row
 #   and many-row matrix products round differently.

@@ -2,6 +2,7 @@
 traceback; a good run prints an answer and timings; failed conversions leave no debris."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -198,4 +199,184 @@ def test_interrupted_conversion_leaves_nothing(tmp_path, smollm_gguf_path):
         pytest.skip("conversion finished before the signal arrived")
     assert proc.returncode == 130, err[-2000:]
     assert "Traceback" not in err
+    assert residue(cache) == []
+
+
+# ---- sampling seeds and --help ------------------------------------------------------------------------------
+def _seed_of(proc) -> int:
+    import re
+
+    status = proc.stderr.strip().splitlines()[-1]
+    m = re.search(r"\| seed (\d+)$", status)
+    assert m, f"no seed on the status line: {status!r}"
+    return int(m.group(1))
+
+
+def test_sampling_gets_a_fresh_seed_and_prints_it(cache, tiny_dir):
+    """Without --seed every run draws its own seed and prints it; --seed N with that number
+    repeats the run token for token."""
+    args = ["generate", "--model", tiny_dir, "--raw", "--prompt", "w3 w4", "--temperature", "1.5",
+            "--max-new-tokens", "12", "--no-stream"]
+    first, second = run_cli(args, cache=cache), run_cli(args, cache=cache)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    s1, s2 = _seed_of(first), _seed_of(second)
+    assert s1 != s2                                  # 32 random bits each: equal with p = 2**-32
+    again = run_cli(args + ["--seed", str(s1)], cache=cache)
+    assert again.returncode == 0, again.stderr
+    assert _seed_of(again) == s1
+    assert again.stdout == first.stdout
+    assert len(first.stdout.split()) > 2             # it did generate something to compare
+
+
+def test_greedy_status_says_greedy(cache, tiny_dir):
+    p = run_cli(["generate", "--model", tiny_dir, "--raw", "--prompt", "w3 w4", "--max-new-tokens", "2"],
+                cache=cache)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.strip().splitlines()[-1].endswith("| greedy")
+
+
+@pytest.mark.parametrize("args", [["--seed", "-1"], ["--seed", "1.5"], ["--seed", "abc"]])
+def test_bad_seed(cache, args):
+    assert_user_error(run_cli(["generate", "--prompt", "hi", *args], cache=cache), contains="seed")
+
+
+def test_help_shows_every_default(cache):
+    """Each option that has a default shows it in --help (argparse's %(default)s, or a sentence
+    saying what the default is when it is computed at run time)."""
+    from llamanb.cli import build_parser
+
+    ap = build_parser()
+    subs = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name, sp in subs.items():
+        text = " ".join(sp.format_help().split())
+        for act in sp._actions:
+            if not act.option_strings or act.dest == "help":
+                continue
+            if act.default is None or act.default is False:
+                continue                             # nothing to show (a flag, or an optional value)
+            assert f"(default: {act.default})" in text, (name, act.dest, act.default)
+    gen = run_cli(["generate", "--help"], cache=cache)
+    assert gen.returncode == 0
+    flat = " ".join(gen.stdout.split())
+    for shown in ("(default: 256)", "(default: 0.0)", "(default: 1.0)", "(default: float32)",
+                  "--seed SEED random seed for sampling (default: a fresh one"):
+        assert shown in flat, shown
+
+
+# ---- prompt text that is not UTF-8 ----------------------------------------------------------------------------
+def test_prompt_argv_bytes_not_utf8(cache, tiny_dir):
+    """A shell passes the raw byte 0xff; Python hands it over as the lone surrogate U+DCFF
+    (subprocess encodes a str argv with os.fsencode, so the child sees the byte itself)."""
+    p = run_cli(["generate", "--model", tiny_dir, "--raw", "--prompt", "w3 \udcff w4"], cache=cache)
+    assert_user_error(p, contains="not valid UTF-8: byte 0xff")
+    assert residue(cache) == []                      # rejected before any model work
+
+
+def test_system_argv_bytes_not_utf8(cache):
+    p = run_cli(["generate", "--prompt", "hi", "--system", "\udcc3"], cache=cache)
+    assert_user_error(p, contains="--system is not valid UTF-8")
+
+
+def test_prompt_file_not_utf8(tmp_path, cache, tiny_dir):
+    f = tmp_path / "prompt.txt"
+    f.write_bytes("w3 w4 caf\u00e9 ".encode("latin-1"))            # é as one latin-1 byte 0xe9
+    p = run_cli(["generate", "--model", tiny_dir, "--raw", "--prompt-file", f], cache=cache)
+    assert_user_error(p, contains="byte 0xe9 at byte offset 9")
+
+
+def test_prompt_file_and_stdin(tmp_path, cache, tiny_dir):
+    """A UTF-8 prompt file (or '-' for standard input) gives the same answer as --prompt."""
+    f = tmp_path / "prompt.txt"
+    f.write_text("w3 w4 w5", encoding="utf-8")
+    base = ["generate", "--model", tiny_dir, "--raw", "--max-new-tokens", "3", "--no-stream"]
+    direct = run_cli(base + ["--prompt", "w3 w4 w5"], cache=cache)
+    from_file = run_cli(base + ["--prompt-file", f], cache=cache)
+    env = dict(os.environ, LLAMANB_CACHE=str(cache), PYTHONPATH=str(REPO_ROOT))
+    from_stdin = subprocess.run([sys.executable, "-m", "llamanb", *map(str, base), "--prompt-file", "-"],
+                                input=b"w3 w4 w5", cwd=str(REPO_ROOT), env=env, capture_output=True,
+                                timeout=300)
+    assert direct.returncode == from_file.returncode == from_stdin.returncode == 0, from_stdin.stderr
+    assert direct.stdout == from_file.stdout == from_stdin.stdout.decode()
+
+
+def test_prompt_file_missing_or_with_prompt(tmp_path, cache):
+    assert_user_error(run_cli(["generate", "--prompt-file", tmp_path / "none.txt"], cache=cache),
+                      contains="no such file")
+    assert_user_error(run_cli(["generate", "--prompt", "a", "--prompt-file", "b"], cache=cache),
+                      contains="not allowed with")
+
+
+# ---- malformed config.json in a local checkpoint --------------------------------------------------------------
+@pytest.mark.parametrize("change, contains", [
+    ({"hidden_size": "96"}, "hidden_size must be a positive integer"),
+    ({"num_attention_heads": 0}, "num_attention_heads must be a positive integer"),
+    ({"intermediate_size": -128}, "intermediate_size must be a positive integer, got -128"),
+    ({"rms_norm_eps": "1e-5"}, "rms_norm_eps"),
+    ({"eos_token_id": "</s>"}, "eos_token_id"),
+    ({"num_hidden_layers": None}, "num_hidden_layers is null"),
+    ({"tie_word_embeddings": "yes"}, "tie_word_embeddings"),
+])
+def test_malformed_config_values(tmp_path, cache, tiny_dir, change, contains):
+    d = _edited_copy(tiny_dir, tmp_path / "edited", **change)
+    line = assert_user_error(run_cli(["generate", "--model", d, "--prompt", "w3", "--raw"], cache=cache),
+                             contains=contains)
+    assert "config.json" in line
+    assert residue(cache) == []
+
+
+def _rewrite_config(src, dst, text: bytes):
+    shutil.copytree(src, dst)
+    (dst / "config.json").write_bytes(text)
+    return dst
+
+
+@pytest.mark.parametrize("text, contains", [
+    (None, "lacks 'vocab_size'"),                     # a required field removed
+    (b'{"hidden_size": 96,', "not valid JSON"),
+    (b"", "not valid JSON"),
+    (b"[1, 2, 3]", "expected a JSON object"),
+    (b'{"model_type": "llama", "name": "\xff"}', "not UTF-8"),
+])
+def test_broken_config_json(tmp_path, cache, tiny_dir, text, contains):
+    if text is None:
+        cfg = json.loads((tiny_dir / "config.json").read_text())
+        del cfg["vocab_size"]
+        text = json.dumps(cfg).encode()
+    d = _rewrite_config(tiny_dir, tmp_path / "broken", text)
+    line = assert_user_error(run_cli(["info", "--model", d], cache=cache), contains=contains)
+    assert "config.json" in line
+    assert residue(cache) == []
+
+
+def test_broken_tokenizer_config_json(tmp_path, cache, tiny_dir):
+    """Caught before the conversion, so no cache entry with a broken tokenizer is ever written."""
+    d = tmp_path / "badtok"
+    shutil.copytree(tiny_dir, d)
+    (d / "tokenizer_config.json").write_text('{"chat_template": ')
+    assert_user_error(run_cli(["info", "--model", d], cache=cache), contains="tokenizer_config.json")
+    assert residue(cache) == []
+
+
+@pytest.mark.parametrize("variant, contains", [("string_size", "malformed GGUF metadata"),
+                                               ("zero_heads", "head_count must be positive")])
+def test_malformed_gguf_metadata(tmp_path, cache, variant, contains):
+    import gguf
+
+    f = tmp_path / "bad.gguf"
+    w = gguf.GGUFWriter(str(f), "llama")
+    if variant == "string_size":
+        w.add_string("llama.embedding_length", "wide")
+        w.add_head_count(4)
+    else:
+        w.add_embedding_length(96)
+        w.add_head_count(0)
+    w.add_block_count(2)
+    w.add_feed_forward_length(128)
+    w.add_context_length(64)
+    w.add_token_list(["a", "b"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    assert_user_error(run_cli(["info", "--model", f], cache=cache), contains=contains)
     assert residue(cache) == []

@@ -175,3 +175,70 @@ def test_llamanb_kv_cache_bytes_match_accounting():
     cache = KVCache(cfg, 512)
     per_position = cache.nbytes / cache.k.shape[2]
     assert per_position == cfg.kv_bytes_per_token("fp32")
+
+
+# ---- malformed config.json values: one LlamanbError that names the field ------------------------------
+@pytest.mark.parametrize("key, value, fragment", [
+    ("hidden_size", "576", "hidden_size must be a positive integer, got '576'"),
+    ("hidden_size", None, "hidden_size is null"),
+    ("hidden_size", 57.5, "hidden_size must be a positive integer"),
+    ("num_attention_heads", 0, "num_attention_heads must be a positive integer, got 0"),
+    ("num_attention_heads", True, "num_attention_heads"),
+    ("num_hidden_layers", -2, "num_hidden_layers must be a positive integer, got -2"),
+    ("intermediate_size", [1536], "intermediate_size"),
+    ("vocab_size", "big", "vocab_size"),
+    ("max_position_embeddings", 0, "max_position_embeddings"),
+    ("rope_theta", "1e5", "rope_theta must be a finite number > 0"),
+    ("rope_theta", -1.0, "rope_theta"),
+    ("rms_norm_eps", "tiny", "rms_norm_eps"),
+    ("rms_norm_eps", -1e-5, "rms_norm_eps must be a finite number >= 0"),
+    ("eos_token_id", "</s>", "eos_token_id must be a token id"),
+    ("eos_token_id", [2, 10**6], "eos_token_id"),
+    ("bos_token_id", 1.5, "bos_token_id"),
+    ("tie_word_embeddings", "false", "tie_word_embeddings must be true or false"),
+    ("rope_scaling", "llama3", "rope_scaling must be an object"),
+    ("rope_scaling", {"rope_type": "llama3", "factor": "8", "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+     "rope_scaling.factor"),
+    ("rope_scaling", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0},
+     "lacks rope_scaling.'high_freq_factor'"),
+])
+def test_malformed_hf_values_name_the_field(key, value, fragment):
+    cfg = {**SMOLLM2_135M.to_hf(), key: value}
+    with pytest.raises(LlamanbError) as info:
+        LlamaConfig.from_hf(cfg)
+    assert fragment.lower() in str(info.value).lower(), str(info.value)
+
+
+@pytest.mark.parametrize("drop", ["hidden_size", "num_hidden_layers", "num_attention_heads",
+                                  "intermediate_size", "vocab_size"])
+def test_missing_required_hf_field(drop):
+    cfg = {k: v for k, v in SMOLLM2_135M.to_hf().items() if k != drop}
+    with pytest.raises(LlamanbError, match=f"lacks '{drop}'"):
+        LlamaConfig.from_hf(cfg)
+
+
+def test_heads_that_do_not_divide_hidden_without_head_dim():
+    cfg = {k: v for k, v in SMOLLM2_135M.to_hf().items() if k != "head_dim"}
+    with pytest.raises(LlamanbError, match="not a multiple of num_attention_heads"):
+        LlamaConfig.from_hf({**cfg, "num_attention_heads": 7, "num_key_value_heads": 7})
+
+
+@pytest.mark.parametrize("raw", [[], 5, "llama", None])
+def test_config_json_that_is_not_an_object(raw):
+    with pytest.raises(LlamanbError, match="JSON object"):
+        LlamaConfig.from_hf(raw)
+
+
+def test_optional_fields_may_be_null_or_integral_floats():
+    """JSON null for an optional field means its default (as transformers reads it); 576.0 is 576."""
+    cfg = {**SMOLLM2_135M.to_hf(), "head_dim": None, "num_key_value_heads": None, "hidden_size": 576.0}
+    got = LlamaConfig.from_hf(cfg, name=SMOLLM2_135M.name)
+    assert (got.head_dim, got.n_kv_heads, got.hidden) == (576 // 9, 9, 576)
+
+
+@pytest.mark.parametrize("field, value", [("hidden", "576"), ("n_layers", 2.0), ("vocab", None),
+                                          ("rope_theta", "1e4"), ("rms_eps", float("nan"))])
+def test_direct_construction_checks_types(field, value):
+    with pytest.raises(LlamanbError, match=field):
+        SMOLLM2_135M.replace(**{field: value})

@@ -5,8 +5,11 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -96,6 +99,75 @@ def test_markdown_turned_code_is_drift(tmp_path):
     py, _ = make_pair(tmp_path)
     py.write_text(HEADER + body)
     assert len(course.check(tmp_path)) == 1
+
+
+def set_mtime(path, seconds_from_now):
+    t = time.time() + seconds_from_now
+    os.utime(path, (t, t))
+
+
+def edit_ipynb_cell(ipynb, old, new):
+    nb = nbformat.read(ipynb, as_version=4)
+    for c in nb.cells:
+        c.source = c.source.replace(old, new)
+    nbformat.write(nb, ipynb)
+
+
+def test_newer_ipynb_gets_advice_that_keeps_it(tmp_path):
+    """An edit saved from Jupyter without pairing: `make notebooks` would regenerate the .ipynb
+    from the stale .py and throw the edit away, so it must not be the advice."""
+    py, ipynb = make_pair(tmp_path)
+    edit_ipynb_cell(ipynb, "x = 6 * 7", "x = 6 * 9")
+    set_mtime(py, -60)
+    (msg,) = course.check(tmp_path)
+    first = msg.splitlines()[0]
+    assert "the .ipynb is newer" in first and "modified 60 s after" in first
+    assert f"jupytext --to py:percent {ipynb}" in first
+    # the only `make notebooks` offered comes after the edit is carried into the .py
+    assert first.index("jupytext --to py:percent") < first.index("make notebooks")
+
+
+def test_newer_py_gets_advice_that_keeps_it(tmp_path):
+    py, ipynb = make_pair(tmp_path)
+    py.write_text(py.read_text().replace("x = 6 * 7", "x = 6 * 9"))
+    set_mtime(ipynb, -60)
+    (msg,) = course.check(tmp_path)
+    first = msg.splitlines()[0]
+    assert "the .py is newer" in first and f"make notebooks NB={py}" in first
+    assert "jupytext --to" not in first          # that would overwrite the newer .py
+
+
+def test_same_mtime_says_it_cannot_tell(tmp_path):
+    py, ipynb = make_pair(tmp_path)
+    edit_ipynb_cell(ipynb, "x = 6 * 7", "x = 6 * 9")
+    set_mtime(py, 0)
+    os.utime(ipynb, (py.stat().st_atime, py.stat().st_mtime))
+    (msg,) = course.check(tmp_path)
+    assert "cannot tell which side is newer" in msg and "each overwrites the other file" in msg
+
+
+def git(cwd, *args):
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd=cwd,
+                   check=True, capture_output=True)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+@pytest.mark.parametrize("edited", ["py", "ipynb"])
+def test_git_content_decides_over_file_times(tmp_path, edited):
+    """In a clone, file times say nothing (checkout order): the side whose cells differ from the
+    last commit is the edited one, even when the other file was touched later."""
+    git(tmp_path, "init", "-q")
+    py, ipynb = make_pair(tmp_path)
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-qm", "pair")
+    if edited == "py":
+        py.write_text(py.read_text().replace("x = 6 * 7", "x = 6 * 9"))
+        set_mtime(py, -60)                       # the untouched .ipynb looks newer by time
+    else:
+        edit_ipynb_cell(ipynb, "x = 6 * 7", "x = 6 * 9")
+        set_mtime(ipynb, -60)
+    (msg,) = course.check(tmp_path)
+    assert f"the .{edited} is newer (its cells changed since the last commit" in msg
 
 
 def test_missing_halves_are_reported(tmp_path):

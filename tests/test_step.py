@@ -11,6 +11,7 @@ import pytest
 
 from llamanb import Engine
 from llamanb.errors import LlamanbError
+from llamanb.backends.numpy_ref import BLOCK_Q
 from llamanb.step import PAD, Step
 
 RNG = np.random.default_rng(7)
@@ -69,29 +70,48 @@ def test_mixed_step_is_bit_exact_when_batch_invariant(smollm):
     assert np.array_equal(cache.k_all[2, :, :, :len(P2) + 1], ref["p2"][1].k[:, :, :len(P2) + 1])
 
 
-@pytest.mark.parametrize("chunk", [128, 256])
-def test_chunked_prefill_equals_one_shot(smollm_engine, chunk):
-    """A 300-token prompt in chunks (each reading the earlier chunks from the cache) gives the
-    same logits and cache, bit for bit: chunk starts at multiples of the attention's query tile
-    (128) keep every key tile aligned, and every chunk is padded to the row multiple."""
-    ids = [int(t) for t in np.random.default_rng(3).integers(3, 49152, 300)]
-    one = smollm_engine.new_cache(320)
+def _bit_exact_chunk(backend) -> int:
+    """The smallest chunk whose starts keep every row's bits: a multiple of the attention's query
+    tile (so key tiles line up) and of the BLAS row alignment (llamanb.blas.row_align)."""
+    return int(np.lcm(BLOCK_Q, backend.row_align))
+
+
+@pytest.mark.parametrize("times", [1, 2])
+def test_chunked_prefill_equals_one_shot(smollm_engine, times):
+    """A prompt of 2.5 chunks (each reading the earlier chunks from the cache) gives the same
+    logits and cache, bit for bit, when chunk starts keep rows and key tiles aligned, and every
+    chunk is padded to the row multiple."""
+    chunk = times * _bit_exact_chunk(smollm_engine.backend)
+    n = 5 * chunk // (2 * times)
+    ids = [int(t) for t in np.random.default_rng(3).integers(3, 49152, n)]
+    one = smollm_engine.new_cache(n + 8)
     ref = smollm_engine.prefill(ids, one)
-    parts = smollm_engine.new_cache(320)
+    parts = smollm_engine.new_cache(n + 8)
     got = smollm_engine.prefill(ids, parts, chunk=chunk)
-    assert parts.length == one.length == 300
+    assert parts.length == one.length == n
     assert np.array_equal(got, ref)
-    assert np.array_equal(parts.k[:, :, :300], one.k[:, :, :300])
-    assert np.array_equal(parts.v[:, :, :300], one.v[:, :, :300])
+    assert np.array_equal(parts.k[:, :, :n], one.k[:, :, :n])
+    assert np.array_equal(parts.v[:, :, :n], one.v[:, :, :n])
+
+
+def test_unaligned_chunks_agree_within_rounding(smollm_engine):
+    """Any chunk size gives the same answer up to float32 reordering."""
+    ids = [int(t) for t in np.random.default_rng(3).integers(3, 49152, 300)]
+    ref = smollm_engine.prefill(ids, smollm_engine.new_cache(320))
+    got = smollm_engine.prefill(ids, smollm_engine.new_cache(320), chunk=100)
+    assert np.argmax(got) == np.argmax(ref)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=2e-3 * np.abs(ref).max())
 
 
 def test_chunked_collect_matches(smollm_engine):
-    ids = [int(t) for t in np.random.default_rng(4).integers(3, 49152, 200)]
+    chunk = _bit_exact_chunk(smollm_engine.backend)
+    n = chunk + chunk // 2
+    ids = [int(t) for t in np.random.default_rng(4).integers(3, 49152, n)]
     a, b = [], []
-    smollm_engine.prefill(ids, smollm_engine.new_cache(256), collect=a)
-    smollm_engine.prefill(ids, smollm_engine.new_cache(256), collect=b, chunk=128)
+    smollm_engine.prefill(ids, smollm_engine.new_cache(n), collect=a)
+    smollm_engine.prefill(ids, smollm_engine.new_cache(n), collect=b, chunk=chunk)
     assert len(a) == len(b) == 31
-    assert all(x.shape == (200, 576) and np.array_equal(x, y) for x, y in zip(a, b))
+    assert all(x.shape == (n, 576) and np.array_equal(x, y) for x, y in zip(a, b))
 
 
 def test_attention_reads_only_its_own_sequence(smollm_engine):
@@ -171,11 +191,13 @@ def test_compiled_lengths_pad_with_eos_and_chunk(smollm, monkeypatch):
         return real_layers(x, step, cache, collect)
 
     monkeypatch.setattr(eng.backend, "layers", spy)
-    monkeypatch.setattr(eng.backend, "prefill_lengths", (128, 256))
-    ids = [int(t) for t in np.random.default_rng(5).integers(3, 49152, 300)]
-    cache = eng.new_cache(320)
+    q = int(np.lcm(_bit_exact_chunk(eng.backend), eng.backend.row_multiple))   # lengths the
+    monkeypatch.setattr(eng.backend, "prefill_lengths", (q, 2 * q))             # rows stay exact at
+    n = 2 * q + 44
+    ids = [int(t) for t in np.random.default_rng(5).integers(3, 49152, n)]
+    cache = eng.new_cache(n + 8)
     got = eng.prefill(ids, cache)
     eos = smollm.config.eos_ids[0]
-    assert seen == [(256, 256, ids[255]), (128, 44, eos)]              # chunk 256, then 44 -> 128
-    ref = Engine(smollm).prefill(ids, Engine(smollm).new_cache(320), chunk=256)
-    assert np.array_equal(got, ref) and cache.length == 300
+    assert seen == [(2 * q, 2 * q, ids[2 * q - 1]), (q, 44, eos)]   # chunk 2q, then 44 -> q rows
+    ref = Engine(smollm).prefill(ids, Engine(smollm).new_cache(n + 8), chunk=2 * q)
+    assert np.array_equal(got, ref) and cache.length == n

@@ -5,14 +5,19 @@ import json
 import mmap
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TINY_VOCAB, hf_logits, make_tiny_checkpoint
+from conftest import REPO_ROOT, TINY_VOCAB, hf_logits, make_tiny_checkpoint
 
 from llamanb.engine import Engine
 from llamanb.errors import LlamanbError
-from llamanb.io.store import load_model
+from llamanb.io.store import load_model, sweep_abandoned
 
 
 def _reaches_memmap(a: np.ndarray) -> bool:
@@ -184,4 +189,169 @@ def test_corrupt_cached_weights_give_user_error(tiny_dir, fresh_cache):
     st = m.cache_dir / "model.safetensors"
     st.write_bytes(st.read_bytes()[:1000])                         # truncated
     with pytest.raises(LlamanbError):
+        load_model(tiny_dir)
+
+
+# ---- temporaries of killed conversions are swept; live ones are not ------------------------------------
+HOLD_LOCK = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+sys.stdin.read()
+"""
+
+
+def _temps(cache) -> list[str]:
+    return sorted(n for n in os.listdir(cache) if n.startswith(".")) if os.path.isdir(cache) else []
+
+
+def _tree_bytes(d) -> int:
+    return sum(f.stat().st_size for f in Path(d).rglob("*") if f.is_file())
+
+
+@pytest.fixture
+def lock_holder():
+    """Start a process that flocks a directory (as a live conversion does) until it is stopped."""
+    procs = []
+
+    def start(path):
+        p = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(path)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline().strip() == "locked"
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="flock is POSIX")
+def test_sigkilled_conversion_is_swept_by_the_next_load(tiny_dir, fresh_cache, smollm_gguf_path):
+    """Convert the embedded GGUF in a child; while it writes, a sweep must leave its temporary
+    alone (the conversion then goes on); SIGKILL it mid-way: its temporary stays behind; the next
+    load_model -- of another model -- removes it."""
+    env = dict(os.environ, LLAMANB_CACHE=str(fresh_cache), PYTHONPATH=str(REPO_ROOT))
+    child = subprocess.Popen([sys.executable, "-m", "llamanb", "info", "--model", str(smollm_gguf_path)],
+                             cwd=str(REPO_ROOT), env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline and child.poll() is None:
+            t = _temps(fresh_cache)
+            if t and _tree_bytes(fresh_cache / t[0]) > 8 << 20:      # 8 MiB of tensors written
+                break
+            time.sleep(0.05)
+        if child.poll() is not None:
+            pytest.skip("the conversion finished before it could be caught mid-way")
+        (tmp,) = _temps(fresh_cache)
+        assert sweep_abandoned(fresh_cache) == []                     # live: its lock is held
+        assert (fresh_cache / tmp).is_dir()
+        before = _tree_bytes(fresh_cache / tmp)
+        time.sleep(0.3)
+        if child.poll() is None:                                       # still converting, still there
+            assert _tree_bytes(fresh_cache / tmp) >= before
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    if child.returncode == 0:
+        pytest.skip("the conversion finished before SIGKILL arrived")
+    assert child.returncode == -signal.SIGKILL
+    assert _temps(fresh_cache) == [tmp]                               # the debris SIGKILL leaves
+    assert _tree_bytes(fresh_cache / tmp) > 8 << 20
+    m = load_model(tiny_dir)                                          # a later run, another model
+    assert _temps(fresh_cache) == []
+    assert sorted(os.listdir(fresh_cache)) == [m.cache_dir.name]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="flock is POSIX")
+def test_temp_dir_locked_by_a_live_process_is_left_alone(tiny_dir, fresh_cache, lock_holder):
+    m = load_model(tiny_dir)
+    live = fresh_cache / f".{m.cache_dir.name}.abcd1234"
+    dead = fresh_cache / f".{m.cache_dir.name}.wxyz_789"
+    for d in (live, dead):
+        d.mkdir()
+        (d / "model.safetensors").write_bytes(b"\0" * 4096)
+    holder = lock_holder(live)
+    assert load_model(tiny_dir).converted is False
+    assert live.is_dir() and (live / "model.safetensors").is_file()    # held: untouched
+    assert not dead.exists()                                          # nobody holds it: swept
+    holder.kill()
+    holder.wait()
+    assert sweep_abandoned(fresh_cache) == [live]
+    assert _temps(fresh_cache) == []
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="flock is POSIX")
+def test_sweep_waits_for_nobody_and_skips_while_a_temporary_is_being_made(tiny_dir, fresh_cache,
+                                                                         lock_holder):
+    """While another process holds the cache root's lock (it is between creating its temporary
+    and locking it), a sweep removes nothing and returns at once."""
+    m = load_model(tiny_dir)
+    orphan = fresh_cache / f".{m.cache_dir.name}.q1w2e3r4"
+    orphan.mkdir()
+    holder = lock_holder(fresh_cache)
+    t0 = time.perf_counter()
+    assert sweep_abandoned(fresh_cache) == []
+    assert time.perf_counter() - t0 < 5
+    assert orphan.is_dir()
+    holder.kill()
+    holder.wait()
+    assert sweep_abandoned(fresh_cache) == [orphan]
+
+
+def test_sweep_touches_only_llamanb_temporaries(tiny_dir, fresh_cache, tmp_path):
+    """LLAMANB_CACHE may point at a directory that holds other things: only names of the form
+    `.<entry>-<16 hex>.<8 chars>` that are real directories are candidates."""
+    m = load_model(tiny_dir)
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("mine")
+    keep = [fresh_cache / ".git", fresh_cache / ".config", fresh_cache / "notes",
+            fresh_cache / f".{m.cache_dir.name}.short", fresh_cache / ".x-0123456789abcdef.ABCDEFGH"]
+    for d in keep:
+        d.mkdir()
+    (fresh_cache / ".x-0123456789abcdef.abcdefgh.txt").write_text("a file")
+    link = fresh_cache / f".{m.cache_dir.name}.linkname"
+    link.symlink_to(outside, target_is_directory=True)
+    assert sweep_abandoned(fresh_cache) == []
+    assert all(d.is_dir() for d in keep)
+    assert link.is_symlink() and (outside / "keep.txt").read_text() == "mine"
+    assert (m.cache_dir / "llamanb.json").is_file()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="flock is POSIX")
+def test_half_written_derived_file_is_swept(tiny_dir, fresh_cache, lock_holder):
+    """A backend's derived file (e.g. transposed weights) is written as `<tag>.safetensors.tmp<pid>`
+    inside a finished entry: a killed writer's is removed by the next load, a live one's is not."""
+    m = load_model(tiny_dir)
+    Engine(m)                                                    # writes its derived file, if any
+    dead = m.cache_dir / "numpy_derived.safetensors.tmp999999"
+    live = m.cache_dir / "numpy_other.safetensors.tmp999998"
+    for f in (dead, live):
+        f.write_bytes(b"\0" * 4096)
+    holder = lock_holder(live)
+    before = sorted(os.listdir(m.cache_dir))
+    assert load_model(tiny_dir).converted is False
+    assert sorted(os.listdir(m.cache_dir)) == sorted(set(before) - {dead.name})
+    holder.kill()
+    holder.wait()
+    assert sweep_abandoned(fresh_cache) == [live]
+    assert not any(".tmp" in n for n in os.listdir(m.cache_dir))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "not_an_object", "no_name"])
+def test_damaged_entry_metadata_gives_user_error(tiny_dir, fresh_cache, damage):
+    m = load_model(tiny_dir)
+    meta = m.cache_dir / "llamanb.json"
+    text = meta.read_text()
+    meta.write_text({"truncate": text[: len(text) // 2], "not_an_object": "[1, 2]",
+                     "no_name": json.dumps({k: v for k, v in json.loads(text).items() if k != "name"})}[damage])
+    with pytest.raises(LlamanbError, match="damaged cache entry"):
         load_model(tiny_dir)

@@ -8,7 +8,8 @@ from .numpy_ref import NumpyBackend
 BACKENDS = {"numpy": NumpyBackend}
 
 
-LAZY = {"galaxy-emulated": ("llamanb.mesh.backend", "MeshBackend")}   # imported on first use
+LAZY = {"galaxy-emulated": ("llamanb.mesh.backend", "MeshBackend"),   # imported on first use
+        "tcp": ("llamanb.tcp.backend", "TCPBackend")}
 
 
 def make_backend(name: str, weights, **options) -> Backend:

@@ -17,6 +17,8 @@ backend also declares the shapes it can run, so the engine (not the cache, not t
                           a prompt with EOS rows to the smallest that fits and splits a longer one
                           into chunks that read the earlier chunks from the cache
     row_multiple          every multi-row step is padded to a multiple of this many rows
+    row_align             a sequence whose rows must not depend on its neighbours in the step
+                          starts at a row that is a multiple of this (padding rows in between)
     kv_dtype              the dtype its KV cache stores
     kv_position_multiple  its attention reads keys in whole tiles of this many positions
 """
@@ -37,6 +39,7 @@ class Backend(ABC):
     description: str = ""
     prefill_lengths: tuple[int, ...] | None = None
     row_multiple: int = 1
+    row_align: int = 1
     kv_dtype = np.float32
     kv_position_multiple: int = 1
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..blas import row_multiple
+from ..blas import row_align, row_multiple
 from ..kv.base import KVStore
 from ..step import Step
 from ..numerics import to_bf16
@@ -38,6 +38,7 @@ class NumpyBackend(Backend):
             raise ValueError(f"dtype must be float32 or bf16, got {dtype!r}")
         self.dtype = dtype
         self.row_multiple = row_multiple()         # see llamanb.blas: rows computed uniformly
+        self.row_align = row_align()               # ... and at which offsets within a GEMM
         self.kv_position_multiple = KEY_TILE        # prefill attention reads whole key tiles
         self.rnd = to_bf16 if dtype == "bf16" else (lambda a: a)
         if dtype == "bf16":

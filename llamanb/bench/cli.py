@@ -18,6 +18,10 @@ def main(args) -> int:
 
     from ..io.store import load_model
 
+    if getattr(args, "batching", False):
+        from .batching import main as batching
+
+        return batching(args)
     t_start, cpu = time.perf_counter(), CpuShare()
     engines = ["llamanb"]
     if not args.no_transformers:

@@ -86,6 +86,9 @@ class GGUFSource:
         try:
             hidden = int(m["llama.embedding_length"])
             n_heads = int(m["llama.attention.head_count"])
+            if n_heads < 1:
+                raise LlamanbError(f"{self.path.name}: GGUF llama.attention.head_count must be "
+                                   f"positive, got {n_heads}")
             head_dim = int(m.get("llama.attention.key_length") or m.get("llama.rope.dimension_count")
                            or hidden // n_heads)
             eos = [m[k] for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
@@ -104,6 +107,8 @@ class GGUFSource:
                 eos_ids=tuple(dict.fromkeys(int(e) for e in eos)))
         except KeyError as e:
             raise LlamanbError(f"{self.path.name}: GGUF metadata lacks {e.args[0]}") from None
+        except (TypeError, ValueError, ZeroDivisionError) as e:    # a string or 0 where a size belongs
+            raise LlamanbError(f"{self.path.name}: malformed GGUF metadata ({e})") from None
 
     def hf_name(self, gguf_name: str) -> str | None:
         if gguf_name in _TOP_MAP:

@@ -22,14 +22,17 @@ class HFSource:
         cfg_path = self.path / "config.json"
         if not cfg_path.is_file():
             raise LlamanbError(f"{self.path}: not an HF checkpoint directory (no config.json)")
-        try:
-            raw = json.loads(cfg_path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise LlamanbError(f"{cfg_path}: not valid JSON") from None
+        raw = _read_json(cfg_path)
+        if not isinstance(raw, dict):
+            raise LlamanbError(f"{cfg_path}: expected a JSON object, got a JSON {type(raw).__name__}")
         if raw.get("model_type", "llama") != "llama":
             raise LlamanbError(f"{cfg_path}: model_type {raw.get('model_type')!r} is not llama")
         stop = self._generation_eos()
-        cfg = LlamaConfig.from_hf(raw, name=self.path.name)
+        try:
+            cfg = LlamaConfig.from_hf(raw, name=self.path.name)
+        except LlamanbError as e:                       # say which file
+            msg = str(e).removeprefix("config.json: ").removeprefix("config.json ")
+            raise LlamanbError(f"{cfg_path}: {msg}") from None
         if stop:
             cfg = cfg.replace(eos_ids=tuple(dict.fromkeys(cfg.eos_ids + stop)))
         self.config = cfg
@@ -53,18 +56,20 @@ class HFSource:
         if not p.is_file():
             return ()
         try:
-            eos = json.loads(p.read_text()).get("eos_token_id")
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return ()
-        return tuple(eos) if isinstance(eos, list) else ((eos,) if isinstance(eos, int) else ())
+            eos = json.loads(p.read_bytes().decode("utf-8")).get("eos_token_id")
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+            return ()                                   # optional: a broken one is ignored
+        ids = eos if isinstance(eos, list) else [eos]
+        return tuple(e for e in ids if isinstance(e, int) and not isinstance(e, bool) and e >= 0)
 
     def _open_shards(self) -> list[SafetensorsFile]:
         index = self.path / "model.safetensors.index.json"
         if index.is_file():
-            try:
-                weight_map = json.loads(index.read_text())["weight_map"]
-            except (json.JSONDecodeError, KeyError):
-                raise LlamanbError(f"{index}: not a safetensors index") from None
+            raw = _read_json(index)
+            weight_map = raw.get("weight_map") if isinstance(raw, dict) else None
+            if not isinstance(weight_map, dict) or not all(
+                    isinstance(v, str) for v in weight_map.values()):
+                raise LlamanbError(f"{index}: not a safetensors index (no weight_map of file names)")
             names = sorted(set(weight_map.values()))
         elif (self.path / "model.safetensors").is_file():
             names = ["model.safetensors"]
@@ -82,4 +87,26 @@ class HFSource:
         return self.where[hf_name].get(hf_name)
 
     def tokenizer_files(self) -> dict[str, str]:
-        return {n: (self.path / n).read_text() for n in _TOKENIZER_FILES if (self.path / n).is_file()}
+        out = {}
+        for n in _TOKENIZER_FILES:
+            f = self.path / n
+            if not f.is_file():
+                continue
+            if n.endswith(".json"):
+                _read_json(f)                           # reject it now, not at every later load
+            try:
+                out[n] = f.read_text(encoding="utf-8")
+            except UnicodeDecodeError as e:
+                raise LlamanbError(f"{f}: not UTF-8 text (byte offset {e.start})") from None
+        return out
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise LlamanbError(f"{path}: not UTF-8 text (byte offset {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise LlamanbError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    except OSError as e:
+        raise LlamanbError(f"{path}: cannot read ({e.strerror})") from None

@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import os
 import struct
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 
 from ..errors import LlamanbError
+from . import locks
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64,
            "I32": np.int32, "I8": np.int8, "U8": np.uint8, "BF16": np.uint16}
@@ -89,11 +91,13 @@ class SafetensorsFile:
 
 
 def write_safetensors(path: Path, tensors: Iterable[tuple[str, tuple[int, ...], "callable"]],
-                      metadata: dict | None = None) -> None:
+                      metadata: dict | None = None, lock: bool = True) -> None:
     """Stream tensors to `path` in the given order. Each item is (name, shape, produce) where
     produce() returns the float32 array; only one tensor is in memory at a time. The header needs
     the shapes up front, which is why they are given separately. Writes to a temp file, then
-    renames, so a crash never leaves a half-written file under `path`."""
+    renames, so a crash never leaves a half-written file under `path`. With `lock`, the temp file
+    is created under its directory's lock and flocked until renamed, so that a later run can tell
+    the debris of a killed writer from a live one's (io.locks; the store sweeps it)."""
     items = list(tensors)
     header: dict = {"__metadata__": {k: str(v) for k, v in (metadata or {}).items()}}
     offset = 0
@@ -105,7 +109,13 @@ def write_safetensors(path: Path, tensors: Iterable[tuple[str, tuple[int, ...], 
     blob += b" " * (-len(blob) % 8)                  # keep tensor data 8-byte aligned
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
+        with ExitStack() as stack:
+            if lock:
+                with locks.locked(path.parent):
+                    f = stack.enter_context(open(tmp, "wb"))
+                    locks.lock_open_file(f)
+            else:
+                f = stack.enter_context(open(tmp, "wb"))
             f.write(struct.pack("<Q", len(blob)))
             f.write(blob)
             for name, shape, produce in items:
@@ -115,7 +125,7 @@ def write_safetensors(path: Path, tensors: Iterable[tuple[str, tuple[int, ...], 
                 f.write(a.tobytes())
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+            os.replace(tmp, path)                  # still locked: the name is never unlocked debris
     finally:
         if tmp.exists():
             tmp.unlink()

@@ -7,12 +7,20 @@
 The cache directory is itself an HF checkpoint in float32: transformers can load it as is.
 A conversion is built in a temporary directory and renamed into place when complete, so an
 interrupted run leaves nothing that a later run would mistake for a finished cache.
+
+A run killed outright (SIGKILL, power loss) cannot clean up, so its temporary directory stays.
+Each conversion therefore holds an exclusive flock on its temporary directory for as long as it
+runs (the kernel drops the lock when the process dies, however it dies), and every load sweeps
+the temporaries whose lock it can take: those are abandoned. Making a temporary and locking it
+happen under a lock on the cache root, which the sweeper holds too, so a sweep never sees a live
+conversion's directory in the instant before it is locked.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -24,6 +32,7 @@ import numpy as np
 
 from ..config import LlamaConfig
 from ..errors import LlamanbError
+from . import locks
 from .safetensors import SafetensorsFile, write_safetensors
 from ..tokenizer import ChatTokenizer
 from ..weights import Weights, check_shapes, tensor_specs
@@ -55,7 +64,12 @@ def default_model_path() -> Path:
 
 def resolve(spec: str | os.PathLike | None) -> Path:
     """The path a model spec names; None, "" or "default" mean the embedded model."""
-    return default_model_path() if spec in (None, "", "default") else Path(spec).expanduser()
+    if spec is None or (isinstance(spec, str) and spec in ("", "default")):
+        return default_model_path()
+    if not isinstance(spec, (str, os.PathLike)):
+        raise LlamanbError(f"a model is named by a path (str or os.PathLike) or None for the "
+                           f"embedded one, got {type(spec).__name__} {spec!r:.40}")
+    return Path(spec).expanduser()
 
 
 def open_source(spec: str | os.PathLike | None):
@@ -92,19 +106,68 @@ def cache_dir_for(path: Path, name: str) -> Path:
     return cache_root() / f"{_slug(name)}-{_cache_key(path)}"
 
 
+# ---- temporaries: locked while in use, swept once abandoned (see io/locks.py) ----------------------
+# `.<name>-<16 hex key>.<mkdtemp's 8 characters>`: the only directory names a sweep may delete;
+# `<name>.safetensors.tmp<pid>` inside a finished entry: a derived file being written.
+_TEMP_NAME = re.compile(r"^\..+-[0-9a-f]{16}\.[a-z0-9_]{8}$")
+_TEMP_FILE = re.compile(r"^.+\.safetensors\.tmp[0-9]+$")
+
+
+def sweep_abandoned(root: Path | None = None) -> list[Path]:
+    """Remove what conversions and derived-file writers left when they died (their lock is
+    free); leave a live one's temporaries alone. Returns what was removed."""
+    root = cache_root() if root is None else Path(root)
+    removed = []
+    if not locks.AVAILABLE or not root.is_dir():
+        return removed
+    with locks.locked(root, blocking=False) as held:
+        if not held:                   # someone is creating a temporary (or sweeping): next time
+            return removed
+        entries = sorted(root.iterdir())
+        for d in entries:
+            if not _TEMP_NAME.match(d.name) or d.is_symlink() or not d.is_dir():
+                continue
+            with locks.locked(d, blocking=False) as abandoned:
+                if abandoned:
+                    shutil.rmtree(d, ignore_errors=True)
+                    if not d.exists():
+                        removed.append(d)
+    for d in entries:                  # finished entries: half-written derived files
+        if d.name.startswith(".") or d.is_symlink() or not (d / "llamanb.json").is_file():
+            continue
+        with locks.locked(d, blocking=False) as held:
+            if not held:
+                continue
+            for f in sorted(d.iterdir()):
+                if _TEMP_FILE.match(f.name) and f.is_file() and not f.is_symlink():
+                    with locks.locked(f, blocking=False) as abandoned:
+                        if abandoned:
+                            f.unlink(missing_ok=True)
+                            removed.append(f)
+    return removed
+
+
+def _new_temp(parent: Path, name: str) -> tuple[Path, int | None]:
+    """A fresh temporary directory for `name` under parent, and the fd that holds its lock."""
+    with locks.locked(parent):
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=parent))
+        return tmp, locks.lock_fd(tmp)
+
+
 def convert(source, dest: Path) -> None:
     """Write the source as a float32 HF checkpoint into dest, atomically."""
     cfg: LlamaConfig = source.config
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    tmp, lock = _new_temp(dest.parent, dest.name)
     try:
         specs = tensor_specs(cfg)
         write_safetensors(tmp / "model.safetensors",
                           [(name, shape, (lambda n=name: source.get(n))) for name, shape in specs],
-                          metadata={"format": "pt", "llamanb": FORMAT_VERSION})
-        (tmp / "config.json").write_text(json.dumps(cfg.to_hf(), indent=1))
+                          metadata={"format": "pt", "llamanb": FORMAT_VERSION},
+                          lock=False)                      # tmp is locked as a whole
+        (tmp / "config.json").write_text(json.dumps(cfg.to_hf(), indent=1), encoding="utf-8")
         for fname, text in source.tokenizer_files().items():
-            (tmp / fname).write_text(text)
+            (tmp / fname).write_text(text, encoding="utf-8")
         info = {"format_version": FORMAT_VERSION, "source": str(source.path), "source_kind": source.kind,
                 "name": cfg.name, "eos_ids": list(cfg.eos_ids), "bos_id": cfg.bos_id,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
@@ -119,6 +182,8 @@ def convert(source, dest: Path) -> None:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+        if lock is not None:
+            os.close(lock)
 
 
 def derived_arrays(weights: Weights, tag: str, producers: dict) -> dict:
@@ -154,9 +219,14 @@ class Model:
 
 
 def load_cached(cache_dir: Path) -> Model:
-    info = json.loads((cache_dir / "llamanb.json").read_text())
-    cfg = LlamaConfig.from_hf(json.loads((cache_dir / "config.json").read_text()), name=info["name"])
-    cfg = cfg.replace(eos_ids=tuple(info["eos_ids"]), bos_id=info["bos_id"])
+    try:
+        info = json.loads((cache_dir / "llamanb.json").read_text(encoding="utf-8"))
+        cfg = LlamaConfig.from_hf(json.loads((cache_dir / "config.json").read_text(encoding="utf-8")),
+                                  name=info["name"])
+        cfg = cfg.replace(eos_ids=tuple(info["eos_ids"]), bos_id=info["bos_id"])
+    except (OSError, ValueError, KeyError, TypeError, LlamanbError) as e:   # JSON errors are ValueErrors
+        raise LlamanbError(f"damaged cache entry {cache_dir} ({type(e).__name__}: {str(e)[:80]}); "
+                           f"delete it and run again") from None
     st = SafetensorsFile(cache_dir / "model.safetensors")
     check_shapes(cfg, {n: tuple(t["shape"]) for n, t in st.table.items()}, str(cache_dir))
     weights = Weights.from_getter(cfg, st.get, st.span, store_dir=cache_dir, deriver=derived_arrays)
@@ -170,6 +240,7 @@ def load_model(spec: str | os.PathLike | None = None) -> Model:
     path = resolve(spec)
     if not path.exists():
         raise LlamanbError(f"model not found: {path}")
+    sweep_abandoned()
     # The key hashes the source's path, size and mtime: a changed file gets a fresh conversion.
     probe = cache_root().glob(f"*-{_cache_key(path)}")
     found = next((d for d in probe if (d / "llamanb.json").is_file()), None)

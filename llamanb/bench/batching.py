@@ -1,0 +1,152 @@
+"""`python -m llamanb bench --batching`: one request at a time vs static vs continuous batching.
+
+The workload: N requests, all queued at t = 0, with prompt and output lengths drawn from fixed
+ranges (llamanb.serve.workload.mixed_workload: slices of the benchmark's English text; no stop
+ids, so every request generates exactly its max_new_tokens whatever the tokens are). Three ways
+to serve it, on one llamanb engine (numpy, float32, the default -- not batch-invariant -- rows;
+llamanb.serve.engine.ServeEngine: decode-only steps run unpadded):
+
+    one at a time   llamanb.generate for each request in turn (prefill, then GEMV decodes)
+    static          BatchRunner(policy="static"): a batch of `slots` requests is admitted only
+                    when the previous batch has finished, so it waits for its longest member
+    continuous      BatchRunner: a finished request's slot is refilled in the next step
+
+Throughput = generated tokens / wall seconds from the first step to the last token. Latency is
+per request, from t = 0 (all arrived together) to its last token; time to first token likewise.
+Rounds are interleaved (one at a time, then every slot count's static and continuous run),
+round 0 is a warm-up, and the table shows medians of the timed rounds.
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import numpy as np
+
+SLOT_COUNTS = (1, 2, 4, 8, 16)
+TARGETS = {"continuous / one at a time, 8 slots": 3.0, "continuous / static, 8 slots": 1.3}
+
+
+def _summary(tokens: int, seconds: float, lat: list[float], ttft: list[float]) -> dict:
+    pct = lambda v, q: float(np.percentile(v, q))                          # noqa: E731
+    return {"tokens": tokens, "seconds": seconds, "tok_s": tokens / seconds,
+            "latency_p50_s": pct(lat, 50), "latency_p90_s": pct(lat, 90),
+            "ttft_p50_s": pct(ttft, 50), "ttft_p90_s": pct(ttft, 90)}
+
+
+def one_at_a_time(engine, work) -> tuple[dict, list[list[int]]]:
+    from ..generate import generate
+
+    t0, lat, ttft, outs = time.perf_counter(), [], [], []
+    for prompt, k in work:
+        r = generate(engine, prompt, k, stop_ids=())
+        outs.append(r.ids)
+        now = time.perf_counter()
+        ttft.append(now - t0 - r.decode_s)
+        lat.append(now - t0)
+    return _summary(sum(map(len, outs)), time.perf_counter() - t0, lat, ttft), outs
+
+
+def batched(engine, work, slots: int, policy: str) -> tuple[dict, list[list[int]]]:
+    from ..serve.runner import BatchRunner
+
+    runner = BatchRunner(engine, slots=slots, block=16, kv_positions=16 * 1024, policy=policy)
+    reqs = [runner.add(p, k, stop_ids=()) for p, k in work]
+    t0 = time.perf_counter()
+    runner.run()
+    out = _summary(sum(len(r.output) for r in reqs), time.perf_counter() - t0,
+                   [r.t_finished - t0 for r in reqs], [r.t_first_token - t0 for r in reqs])
+    out.update(steps=len(runner.history),
+               mean_requests_per_step=float(np.mean([len(h.rows) for h in runner.history])),
+               peak_kv_blocks=max(h.blocks_used for h in runner.history))
+    return out, [r.output for r in reqs]
+
+
+def measure(model_spec, runs: int, n_requests: int = 16, slot_counts=SLOT_COUNTS,
+            progress=lambda m: None, **workload) -> dict:
+    """workload: prompt_range / new_range for mixed_workload (tests use short ones)."""
+    from ..io.store import load_model
+    from ..serve.engine import ServeEngine
+    from ..serve.workload import mixed_workload
+    from .runners import PROMPT_TEXT
+
+    model = load_model(model_spec)
+    engine = ServeEngine(model)
+    unit = model.tokenizer.encode(PROMPT_TEXT, add_special_tokens=False)
+    work = mixed_workload(unit, n_requests, **workload)
+    modes = [("one_at_a_time", 1)] + [(p, s) for s in slot_counts for p in ("static", "continuous")]
+    samples = {m: [] for m in modes}
+    agree = {}
+    for rnd in range(runs + 1):
+        tag = "warm-up" if rnd == 0 else f"run {rnd}/{runs}"
+        for mode in modes:
+            if mode[0] == "one_at_a_time":
+                res, outs = one_at_a_time(engine, work)
+                ref = outs
+            else:
+                res, outs = batched(engine, work, mode[1], mode[0])
+                agree[mode] = sum(a == b for a, b in zip(outs, ref))
+            progress(f"  {tag} [{mode[0]}, {mode[1]} slots]: {res['tok_s']:.1f} tok/s")
+            if rnd:
+                samples[mode].append(res)
+    table = {}
+    for (policy, slots), rs in samples.items():
+        med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+        med["same_tokens_as_one_at_a_time"] = agree.get((policy, slots), len(work))
+        table[f"{policy}/{slots}"] = {"policy": policy, "slots": slots, **med,
+                                      "samples_tok_s": [r["tok_s"] for r in rs]}
+    base = table["one_at_a_time/1"]["tok_s"]
+    ratios = []
+    if 8 in slot_counts:
+        c, s = table["continuous/8"]["tok_s"], table["static/8"]["tok_s"]
+        for name, v in (("continuous / one at a time, 8 slots", c / base),
+                        ("continuous / static, 8 slots", c / s)):
+            ratios.append({"name": name, "value": v, "target": TARGETS[name],
+                           "pass": v >= TARGETS[name]})
+    return {"workload": {"requests": len(work), "prompt_tokens": [len(p) for p, _ in work],
+                         "max_new_tokens": [k for _, k in work]},
+            "engine": f"{engine.backend.description}, float32, not batch-invariant; prompt steps "
+                      f"padded to {engine.backend.row_multiple} rows, decode-only steps unpadded",
+            "runs": runs, "table": table, "ratios": ratios}
+
+
+def report(res: dict) -> str:
+    w = res["workload"]
+    lines = [f"batching: {w['requests']} requests queued at t = 0, prompts {min(w['prompt_tokens'])}-"
+             f"{max(w['prompt_tokens'])} tokens, outputs {min(w['max_new_tokens'])}-"
+             f"{max(w['max_new_tokens'])} tokens ({sum(w['max_new_tokens'])} in all); "
+             f"{res['engine']}; medians of {res['runs']} runs after a warm-up", ""]
+    head = (f"{'mode':<14} {'slots':>5} {'tok/s':>8} {'x 1-at-a-time':>14} {'latency p50':>12} "
+            f"{'p90':>7} {'TTFT p50':>9} {'p90':>7} {'same tokens':>12}")
+    lines += [head, "-" * len(head)]
+    base = res["table"]["one_at_a_time/1"]["tok_s"]
+    for row in res["table"].values():
+        lines.append(f"{row['policy'].replace('_', ' '):<14} {row['slots']:>5} {row['tok_s']:>8.1f} "
+                     f"{row['tok_s'] / base:>13.2f}x {row['latency_p50_s']:>11.1f}s "
+                     f"{row['latency_p90_s']:>6.1f}s {row['ttft_p50_s']:>8.1f}s "
+                     f"{row['ttft_p90_s']:>6.1f}s {row['same_tokens_as_one_at_a_time']:>7}/"
+                     f"{w['requests']}")
+    lines.append("")
+    for r in res["ratios"]:
+        lines.append(f"{r['name']:<40} {r['value']:>6.2f}x  target >= {r['target']:.1f}x "
+                     f"{'PASS' if r['pass'] else 'MISS'}")
+    lines.append("same tokens: requests whose tokens equal one-at-a-time generation (rows in a "
+                 "batch round differently from a lone GEMV decode unless the engine is "
+                 "batch-invariant; `llamanb batch --check` checks identity with it)")
+    return "\n".join(lines)
+
+
+def main(args) -> int:
+    from .report import write_json
+
+    def progress(msg):
+        print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+    progress("batching: one at a time vs static vs continuous, interleaved rounds")
+    res = measure(args.model, args.runs, progress=progress)
+    print(report(res))
+    if args.json:
+        write_json(args.json, {"batching": res})
+        progress(f"wrote {args.json}")
+    return 0

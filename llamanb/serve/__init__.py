@@ -1,0 +1,15 @@
+"""Serving many requests through one engine: continuous batching (notebook 10).
+
+    request.py    a request: prompt, sampling, its tokens so far, where it is in its life
+    scheduler.py  iteration-level scheduling: who runs in the next step, and how many rows
+    runner.py     the loop: schedule -> engine.step -> sample and retire, once per iteration
+    engine.py     the engine as a server runs it (decode-only steps unpadded)
+    dry.py        a stand-in for the model, to look at scheduling alone
+    workload.py   request files (JSON / JSONL) and the benchmark's mixed workload
+    cli.py        `python -m llamanb batch FILE`
+"""
+from .request import Request, Status
+from .runner import BatchRunner
+from .scheduler import Scheduler
+
+__all__ = ["BatchRunner", "Request", "Scheduler", "Status"]

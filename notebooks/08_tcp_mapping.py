@@ -1,0 +1,674 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 08 · Llama as an einsum program on Furiosa's TCP
+#
+# **What you will build.** Furiosa's RNGD card is a *Tensor Contraction Processor* (TCP): its
+# Contraction Engine executes einsums (broadcast, multiply, reduce over named axes), a Tensor DMA
+# engine moves tensors between HBM and the on-chip data memory (DM), and a Vector Engine does the
+# elementwise work. The "Transformer Architecture" chapter of Furiosa's TCP programming book
+# (furiosa-ai, furiosa-opt book, kernel examples) writes Llama 3 70B as a chain of such steps and
+# names the engine of each. As prose it cannot be run; here it becomes a program:
+#
+# 1. the chapter's op list as **data** (`llamanb.tcp.program`): each op with its einsum over named
+#    axes, its engine, what it moves between HBM and DM, and a note where the chapter is wrong;
+# 2. an **interpreter** (`llamanb.tcp.interpret`) that runs that list with `numpy.einsum` on the
+#    embedded model's real weights, for a batch of sequences, prefill then decode, and reproduces
+#    the numpy engine's tokens; the same program plugs into the engine as backend `"tcp"`;
+# 3. a **roofline cost model** (`llamanb.tcp.cost`) built from RNGD's published specifications that
+#    says, op by op, where the time goes for Llama 3.1 8B and Llama 3 70B, and compares its
+#    predictions with Furiosa's published throughput.
+#
+# No TCP is used. The program runs on the CPU (the backend says "emulated"), and every time below
+# that concerns RNGD is an **estimate** from specifications, never a measurement.
+
+# %% [markdown]
+# ## 0. Setup
+
+# %%
+import warnings
+
+warnings.filterwarnings("ignore")
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from llamanb import Engine, generate, load_model
+from llamanb.config import LLAMA3_70B, LLAMA31_8B, SMOLLM2_135M
+
+model = load_model()
+engine = Engine(model)                          # the numpy reference engine
+cfg = model.config
+print(cfg.name, "| L =", cfg.n_layers, "D =", cfg.hidden, "h_q =", cfg.n_heads, "h_kv =", cfg.n_kv_heads,
+      "d_k =", cfg.head_dim, "F =", cfg.ffn, "V =", cfg.vocab)
+
+# %% [markdown]
+# ## 1. The chapter's axes
+#
+# The chapter names every axis: `B` (batch), `s_in` (new tokens), `s` (tokens so far, the keys),
+# `s_max`, `h_q`, `h_kv`, `G = h_q / h_kv`, `d_k`, `d_k' = d_k / 2`, `f = 2` (which member of a RoPE
+# pair), `D`, `F`, `V`. We add `r = 2`, the output member of a RoPE pair: an einsum must tell the
+# axis it contracts from the one it writes. `dims` gives each axis its size for one step;
+# here a prefill of 2 sequences of 16 tokens for the three models of this chapter.
+
+# %%
+from llamanb.tcp.program import dims
+
+for c in (SMOLLM2_135M, LLAMA31_8B, LLAMA3_70B):
+    d = dims(c, 2, 16)
+    print(f"{c.name:<22}", "  ".join(f"{k}={v}" for k, v in d.items() if k not in ("s_max",)))
+
+# %% [markdown]
+# ## 2. One einsum by hand: the Q projection
+#
+# `Q = einsum(x_norm, w_q)` with `x_norm [B, s_in, D]` and `w_q [D, h_q, d_k]` is, on a TCP, three
+# moves: **broadcast** both operands to the product of all their axes `[B, s_in, D, h_q, d_k]`,
+# **multiply** elementwise (the Contraction Engine), **reduce** the axis that is not in the result,
+# `D` (the reducers). We write exactly that in numpy on layer 0 of the embedded model, for 3 tokens.
+
+# %%
+from llamanb.ops import rms_norm
+from llamanb.tcp.interpret import layout
+
+lay = layout(model.weights)                     # the chapter's weight layouts, made once
+w_q = lay.layers[0]["w_q"]                      # [D, h_q, d_k]
+ids = np.array([[1, 9690, 198]])                # [B=1, s_in=3]
+x = model.weights.embed[ids]                    # [1, 3, D]
+x_norm = rms_norm(x[0], model.weights.layers[0].attn_norm, cfg.rms_eps)[None]       # [1, 3, D]
+product = x_norm[:, :, :, None, None] * w_q[None, None, :, :, :]                      # [1, 3, D, h_q, d_k]
+Q_hand = product.sum(axis=2)                                                          # [1, 3, h_q, d_k]
+print("broadcast product:", product.shape, "-> reduced over D:", Q_hand.shape)
+
+# %% [markdown]
+# The package's op holds the same einsum as data; its numpy subscripts are derived from the axis
+# names, and its FLOPs from their sizes (2 per point of the broadcast product).
+
+# %%
+from llamanb.tcp.program import program
+
+prefill = program(cfg, "prefill")
+q_op = next(op for op in prefill.layer if op.name == "q_proj")
+print(q_op.formula())
+print("subscripts:", q_op.subscripts, "| reduced:", q_op.reduced, "| broadcast:", q_op.broadcast)
+Q_pkg = np.einsum(q_op.subscripts, x_norm, w_q)
+print("max |hand - package| =", f"{np.abs(Q_hand - Q_pkg).max():.1e}")
+assert np.allclose(Q_hand, Q_pkg, atol=1e-4)
+assert q_op.flops(dims(cfg, 1, 3)) == 2 * product.size
+
+# %% [markdown]
+# ## 3. The program: every op and its engine
+#
+# The prefill program, layer ops once (they repeat `L` times). An engine marked `*` is not named
+# by the chapter and was inferred (an einsum goes to the Contraction Engine, a table lookup to the
+# Tensor DMA). `view` ops are the chapter's "Reshape (noop)": the same bytes under other axes; the
+# program checks each one really is a reshape (no transpose hidden in it).
+
+# %%
+def listing(prog):
+    for op, times in prog.ops():
+        eng = op.engine + ("" if op.stated else " *")
+        print(f"{op.section:<8} {op.name:<13} x{times:<3} {eng:<20} {op.formula()}")
+
+
+listing(prefill)
+
+# %% [markdown]
+# Decode differs in three places: `s_in = 1`, the score and weighted-sum einsums read the whole
+# cache from HBM (`kv_cache_K`, `kv_cache_V`) instead of the prompt's own K and V, and there is no
+# causal mask (one new row sees every cached row).
+
+# %%
+decode = program(cfg, "decode")
+for op in decode.layer:
+    if op.name in ("attn_scores", "attn_values", "store_k"):
+        print(f"{op.name:<12} {op.formula():<75} moves: {op.moves}")
+print("causal_mask in decode:", any(op.name == "causal_mask" for op in decode.layer))
+
+# %% [markdown]
+# What crosses between HBM and DM, per kind of op (the cost model in section 8 counts the bytes):
+
+# %%
+moves = {}
+for op, _ in prefill.ops() + decode.ops():
+    moves.setdefault(op.moves, set()).add(op.name)
+for m, names in sorted(moves.items()):
+    print(f"{m:<55} {', '.join(sorted(names))}")
+
+# %% [markdown]
+# ## 4. Where the chapter is wrong, and what the program does instead
+#
+# Each correction lives in the op it concerns (`op.note`), quoting the chapter. All of them:
+
+# %%
+import textwrap
+
+from llamanb.tcp.program import CORRECTIONS
+
+for k, v in CORRECTIONS.items():
+    print(f"- {k}:\n" + textwrap.fill(v, 100, initial_indent="    ", subsequent_indent="    "))
+
+# %% [markdown]
+# Two of them change the numbers, so we measure them. First the RoPE pairing. The chapter rotates
+# *consecutive* pairs `(x_2i, x_2i+1)` with its `[s_max, d_k', 2, 2]` table (the table's
+# orientation is derived in notebook 02). HF checkpoints pair `x_i` with `x_{i + d_k/2}`, so `layout`
+# permutes each head's `d_k` columns of `w_q` and `w_k` once. Without that permutation the program
+# runs, with every shape right, and computes another model (here its first token happens to be the
+# same; its logits are not):
+
+# %%
+from llamanb.tcp.interpret import Interpreter
+
+prompt = model.tokenizer.encode_prompt("What is the capital of France?")
+run = Interpreter(lay)
+right = run.prefill([prompt], run.new_cache(1, len(prompt)))[0]
+ref = engine.prefill(prompt, engine.new_cache(len(prompt)))
+
+
+def variant(**changes):
+    """The same program on weights with some layer arrays replaced."""
+    bad = layout(model.weights)
+    for i, lw in enumerate(bad.layers):
+        lw.update({k: f(i) for k, f in changes.items()})
+    r = Interpreter(bad)
+    return r.prefill([prompt], r.new_cache(1, len(prompt)))[0]
+
+
+hf_order = variant(w_q=lambda i: model.weights.split_qkv(i)[0].T.reshape(cfg.hidden, cfg.n_heads, cfg.head_dim),
+                   w_k=lambda i: model.weights.split_qkv(i)[1].T.reshape(cfg.hidden, cfg.n_kv_heads, cfg.head_dim))
+tok = model.tokenizer
+for name, lg in (("pairs permuted (program)", right), ("HF order, consecutive pairs", hf_order)):
+    print(f"{name:<28} max |logits - engine| = {np.abs(lg - ref).max():7.4f}   next token {tok.decode([int(lg.argmax())])!r}")
+print(f"{'numpy engine':<28} {'':>34} next token {tok.decode([int(ref.argmax())])!r}")
+
+# %% [markdown]
+# Second, the group axis. The chapter reads `h_q` as `[G, h_kv]`: query head `h` would share K/V
+# head `h mod h_kv`. Llama's heads (and HF's `repeat_kv`) are `[h_kv, G]`: head `h` reads K/V head
+# `h // G`. The program's own check refuses the chapter's reading as a view, since it would need a
+# transpose:
+
+# %%
+from llamanb.errors import LlamanbError
+from llamanb.tcp.ops import check_view
+
+try:
+    check_view(("B", "h_q", "s_in", "d_k"), ("B", "G", "h_kv", "s_in", "d_k"), "chapter's GQA view")
+except LlamanbError as e:
+    print("refused:", e)
+
+# %% [markdown]
+# To measure what it would compute, we relabel the query heads (and the matching rows of `w_o`)
+# so that the program's `[h_kv, G]` grouping pairs them the chapter's way:
+
+# %%
+G, hkv = cfg.group, cfg.n_kv_heads
+chapter_heads = np.array([g * hkv + k for k in range(hkv) for g in range(G)])   # slot k*G+g <- head g*h_kv+k
+grouped_wrong = variant(w_q=lambda i: lay.layers[i]["w_q"][:, chapter_heads],
+                        w_o=lambda i: lay.layers[i]["w_o"][chapter_heads])
+print(f"[G, h_kv] grouping: max |logits - engine| = {np.abs(grouped_wrong - ref).max():.3f}, "
+      f"next token {tok.decode([int(grouped_wrong.argmax())])!r}")
+print("first heads' K/V head, Llama:", [h // G for h in range(6)], " chapter:", [h % hkv for h in range(6)])
+
+# %% [markdown]
+# Third, the decode position. The chapter's decode step holds `s - 1` cached rows, writes the new
+# row at index `s - 1`, and gives RoPE `position(0) = s`. One decode step after our prompt, with the
+# angle of position `s - 1` (the program) and of `s` (the chapter's text), against the engine:
+
+# %%
+import copy
+
+cache0 = run.new_cache(1, len(prompt) + 2)                # room for the RoPE row of position s
+run.prefill([prompt], cache0)
+new = int(ref.argmax())                                     # the token the prompt predicts
+ecache = engine.new_cache(len(prompt) + 1)
+engine.prefill(prompt, ecache)
+ref_dec = engine.decode(new, ecache)
+
+
+def decode_at(position):
+    cache = copy.deepcopy(cache0)
+    d = dims(cfg, 1, 1, len(prompt) + 1)
+    d["s_max"] = cache.s_max
+    h = run.layers(run.programs["decode"], lay.w_emb[[[new]]], np.array([position]), d, cache)
+    return run.head(h, d)[0][0]
+
+
+s_now = len(prompt) + 1                                    # s counts the new row
+for name, pos in (("position s - 1 (program)", s_now - 1), ("position s (chapter)", s_now)):
+    print(f"{name:<26} max |logits - engine| = {np.abs(decode_at(pos) - ref_dec).max():.4f}")
+
+# %% [markdown]
+# ## 5. The program runs the model
+#
+# Two prompts of equal length as one batch (`B = 2`; the chapter's `B` axis shares one `s_in`),
+# prefill and four greedy decode steps, sampling on the "host" (an argmax). Each sequence is then run
+# alone through the numpy engine: the same tokens, and the logits agree to float32 rounding.
+
+# %%
+a = tok.encode_prompt("Name a color.")
+b = tok.encode_prompt("Name a fruit.")
+print("prompt lengths:", len(a), len(b))
+tokens, logits = run.generate([a, b], 5)                   # tokens [2, 5], logits 5 x [2, V]
+worst = 0.0
+for row, p in enumerate((a, b)):
+    res = generate(engine, p, max_new_tokens=5)
+    cache = engine.new_cache(len(p) + 5)
+    ref_logits = [engine.prefill(p, cache)] + [engine.decode(t, cache) for t in res.ids[:4]]
+    worst = max(worst, max(np.abs(lg[row] - r).max() / np.abs(r).max() for lg, r in zip(logits, ref_logits)))
+    print(f"sequence {row}: program {tokens[row].tolist()}  engine {res.ids}  -> {tok.decode(res.ids)!r}")
+    assert tokens[row].tolist() == res.ids
+print(f"largest logit difference, relative to the largest logit: {worst:.0e} (< 1e-4)")
+assert worst < 1e-4
+
+# %% [markdown]
+# The same program on the engine's seam: `Engine(model, backend="tcp")` runs every block through
+# the interpreter (one sequence of a step at a time) and the engine's own KV cache.
+
+# %%
+tcp_engine = Engine(model, backend="tcp")
+print(tcp_engine.backend.description)
+out = generate(tcp_engine, prompt, max_new_tokens=8)
+print(repr(out.text))
+assert out.ids == generate(engine, prompt, max_new_tokens=8).ids
+
+# %% [markdown]
+# ## 6. FLOPs, derived from the axes
+#
+# Every einsum's FLOPs come from its axis sizes. Summed per op name over a step they must equal
+# `llamanb.flops`' closed forms (notebook 01), which know nothing about einsums. Prefill is compared
+# with the *full* score rectangle, because the chapter computes all `s_in x s_in` scores and then
+# masks; RoPE's 2x2 einsums are extra (llamanb.flops leaves them out). Prefill of 512 tokens and one
+# decode step at 2048 tokens of context, batch 4:
+
+# %%
+from llamanb.flops import OPS, decode_flops, prefill_flops, total
+
+print(f"{'model':<22} {'prefill GFLOP':>14} {'llamanb.flops':>14} {'RoPE':>8} {'decode GFLOP':>13} {'llamanb.flops':>14}")
+for c in (SMOLLM2_135M, LLAMA31_8B, LLAMA3_70B):
+    pf = program(c, "prefill").flops(dims(c, 4, 512))
+    df = program(c, "decode").flops(dims(c, 4, 1, 2049))
+    ref_p, ref_d = prefill_flops(c, 512, attention="full", batch=4), decode_flops(c, 2048, batch=4)
+    assert {k: pf[k] for k in OPS} == ref_p and {k: df[k] for k in OPS} == ref_d
+    rope = pf["rope_q"] + pf["rope_k"]
+    print(f"{c.name:<22} {sum(pf[k] for k in OPS) / 1e9:>14,.1f} {total(ref_p) / 1e9:>14,.1f} "
+          f"{rope / 1e9:>8,.2f} {sum(df[k] for k in OPS) / 1e9:>13,.2f} {total(ref_d) / 1e9:>14,.2f}")
+
+# %% [markdown]
+# ## 7. RNGD's numbers, and how far to trust them
+#
+# The cost model reads one table. Peak rates, HBM and clock are Furiosa's own published
+# specifications; the DM size and bandwidth come only from secondary sources; the card-to-card
+# link is our assumption (nothing published gives RNGD-to-RNGD all-reduce performance).
+
+# %%
+from llamanb.tcp.cost import RNGD
+
+for k, v in RNGD.sources.items():
+    print(f"{k:<7} {v}")
+print(f"\nridge points (FLOP per HBM byte where compute time = HBM time): "
+      + ", ".join(f"{f} {r:.0f}" for f, r in RNGD.ridge.items()))
+
+# %% [markdown]
+# ## 8. One op on the roofline, by hand
+#
+# Decode of Llama 3.1 8B, one sequence, FP8 weights: the FFN's gate projection reads
+# `D x F` one-byte weights once and does `2 D F` FLOPs, an intensity of 2 FLOP/byte, far left of
+# the FP8 ridge (341). Its time is the weight stream, `D F / 1.5 TB/s` per layer:
+
+# %%
+from llamanb.tcp.cost import op_costs, step_time
+
+c8 = LLAMA31_8B
+t_gate = c8.n_layers * c8.hidden * c8.ffn * 1.0 / RNGD.hbm_bw
+costs = {c.name: c for c in op_costs(c8, "decode", 1, 1, 2048, weights="fp8")}
+print(f"by hand: {t_gate * 1e3:.3f} ms | package: {costs['gate_proj'].time_s * 1e3:.3f} ms, "
+      f"intensity {costs['gate_proj'].intensity:.1f}, bound by {costs['gate_proj'].bound}")
+assert np.isclose(t_gate, costs["gate_proj"].time_s)
+
+# %% [markdown]
+# The whole step, op by op (estimated, one RNGD). Views and the host's sampling take no time
+# in the model and are left out.
+
+# %%
+def table(cs, top=None):
+    print(f"{'op':<14} {'xL':>3} {'GFLOP':>9} {'HBM MB':>9} {'FLOP/B':>7} {'bound':>8} {'us':>9}")
+    for c in sorted(cs, key=lambda c: -c.time_s)[:top]:
+        if c.time_s:
+            print(f"{c.name:<14} {c.times:>3} {c.flops / 1e9:>9.2f} {c.hbm_bytes / 1e6:>9.1f} "
+                  f"{c.intensity:>7.1f} {c.bound:>8} {c.time_s * 1e6:>9.1f}")
+    print(f"step: {step_time(cs) * 1e3:.2f} ms (estimated)")
+
+
+table(list(costs.values()))
+
+# %% [markdown]
+# The same model for the three models of this chapter, bf16 weights: time to first token for one
+# prompt of 2048 tokens, and a decode step at 2048 tokens of context for batch 1 and 64, each with
+# the op that takes longest. Llama 3 70B (141 GB in bf16) does not fit one 48 GB card: it is split
+# over 8 (tensor parallel, section 12 states the link).
+
+# %%
+print(f"{'model':<22} {'cards':>5} {'TTFT 2048':>10} {'top op':>19} {'decode B=1':>11} {'tok/s':>6} "
+      f"{'decode B=64':>12} {'tok/s':>7} {'top op':>12}")
+for c, cards in ((SMOLLM2_135M, 1), (LLAMA31_8B, 1), (LLAMA3_70B, 8)):
+    pre = op_costs(c, "prefill", 1, 2048, cards=cards)
+    d1, d64 = (op_costs(c, "decode", B, 1, 2048, cards=cards) for B in (1, 64))
+    top = lambda cs: max(cs, key=lambda x: x.time_s).name
+    print(f"{c.name:<22} {cards:>5} {step_time(pre) * 1e3:>8.1f}ms {top(pre):>19} {step_time(d1) * 1e3:>9.2f}ms "
+          f"{1 / step_time(d1):>6.0f} {step_time(d64) * 1e3:>10.2f}ms {64 / step_time(d64):>7.0f} {top(d64):>12}")
+
+# %% [markdown]
+# ## 9. The roofline: every op a point
+#
+# x: FLOPs per byte crossing HBM; y: the FLOP/s the model grants the op. Ops with no HBM traffic
+# (activations that stay in DM) are drawn at the right edge. Prefill of 1 x 2048 tokens and decode
+# at 2048 tokens of context for batch 1 and batch 64, Llama 3.1 8B with bf16 weights.
+
+# %%
+RIGHT = 1e5
+
+
+def roofline(ax, cs, fmt="bf16", label=None, marker="o", color=None):
+    peak, ridge = RNGD.peak[fmt], RNGD.ridge[fmt]
+    xs = np.logspace(-1, 5, 200)
+    ax.loglog(xs, np.minimum(peak, xs * RNGD.hbm_bw), color="0.5", lw=1)
+    ax.axvline(ridge, color="0.8", ls=":", lw=1)
+    pts = [(min(c.intensity, RIGHT), c.flops / c.time_s) for c in cs if c.flops and c.time_s]
+    ax.scatter(*zip(*pts), s=22, marker=marker, label=label, color=color, alpha=0.8)
+    ax.set_xlabel("FLOP per HBM byte")
+    ax.set_ylabel("FLOP/s (estimated)")
+    ax.set_ylim(1e10, 2 * peak)
+    ax.text(1.6 * RIGHT, 0.3 * peak, "on chip:\nno HBM bytes", fontsize=7, ha="right", va="top", color="0.4")
+
+
+fig, ax = plt.subplots(figsize=(7, 4.5))
+pre = op_costs(c8, "prefill", 1, 2048)
+roofline(ax, pre, label="prefill 1 x 2048", color="C0")
+roofline(ax, op_costs(c8, "decode", 1, 1, 2048), label="decode B=1", color="C1", marker="s")
+roofline(ax, op_costs(c8, "decode", 64, 1, 2048), label="decode B=64", color="C2", marker="^")
+for c in pre:
+    if c.name in ("gate_proj", "attn_scores", "lm_head", "softmax"):
+        ax.annotate(c.name, (min(c.intensity, RIGHT), c.flops / c.time_s), fontsize=7, xytext=(4, -10),
+                    textcoords="offset points")
+ax.set_title("Llama 3.1 8B on one RNGD (bf16 weights): ridge at 171 FLOP/B", fontsize=9)
+ax.legend(fontsize=8, loc="lower right")
+plt.show()
+
+# %% [markdown]
+# In prefill the projections sit at `2 s_in / 2 bytes = 2048` FLOP/B: compute-bound. The LM head
+# sees one row (the last), so it is memory-bound even in prefill. The chapter's attention scores
+# are `[B, h_q, s_in, s_in]`: 32 x 2048 x 2048 x 2 bytes = 256 MB per layer here, more than the DM
+# can keep (section 10), so the score einsum writes them to HBM and lands below the ridge, and the
+# scale, mask and softmax each read and write them again. In decode every projection slides to
+# intensity `B` and the attention einsums stay at `G = 4`, whatever the batch: each cached key
+# meets only the `G` query heads of its group.
+#
+# **Move the sliders** (in a live notebook) to see the ops cross the ridge: batch size and
+# sequence length, prefill or decode. The figure below the widget is the same drawing, static, for
+# four settings.
+
+# %%
+import io
+
+from IPython.display import Image, display
+from ipywidgets import Dropdown, IntSlider, Output, VBox
+
+
+def roofline_png(phase, B, s):
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    cs = op_costs(c8, phase, B, s) if phase == "prefill" else op_costs(c8, phase, B, 1, s)
+    roofline(ax, cs, color="C0" if phase == "prefill" else "C1")
+    ax.set_title(f"{phase}, B = {B}, s = {s}: step {step_time(cs) * 1e3:.1f} ms (estimated)", fontsize=9)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+phase_w = Dropdown(options=["prefill", "decode"], value="decode", description="phase")
+batch_w = IntSlider(value=1, min=1, max=256, description="B")
+seq_w = IntSlider(value=2048, min=16, max=8192, step=16, description="s")
+view = Output()
+
+
+def redraw(_=None):
+    view.outputs = ()
+    view.append_display_data(Image(roofline_png(phase_w.value, batch_w.value, seq_w.value)))
+
+
+for w in (phase_w, batch_w, seq_w):
+    w.observe(redraw, names="value")
+display(VBox([phase_w, batch_w, seq_w, view]))
+redraw()
+
+# %%
+settings = [("decode", 1, 2048), ("decode", 256, 2048), ("prefill", 1, 64), ("prefill", 4, 512)]
+fig, axes = plt.subplots(1, 4, figsize=(15, 3.6), sharey=True)
+for ax, (phase, B, s) in zip(axes, settings):
+    cs = op_costs(c8, phase, B, s) if phase == "prefill" else op_costs(c8, phase, B, 1, s)
+    roofline(ax, cs, color="C0" if phase == "prefill" else "C1")
+    above = sum(c.bound == "compute" for c in cs)
+    ax.set_title(f"{phase} B={B} s={s}\n{above} compute-bound ops", fontsize=9)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## 10. What fits on chip
+#
+# RNGD has 256 MB of DM (a secondary-source number). The model keeps an activation in DM when it
+# fits in half of it (the other half streams weights). The largest tensors of one layer:
+
+# %%
+from llamanb.tcp.ops import shape
+
+
+def biggest(c, phase, B, s_in, s, cards=1, n=5):
+    d = dims(c, B, s_in, s)
+    d.update(h_q=d["h_q"] // cards, h_kv=max(d["h_kv"] // cards, 1), F=d["F"] // cards)
+    sizes = {}
+    for op in program(c, phase).layer:
+        for name, axes in zip(op.args + (op.out,), op.arg_axes + (op.out_axes,)):
+            sizes[name] = np.prod(shape(axes, d)) * (1 if name.startswith("w_") else 2)
+    return sorted(sizes.items(), key=lambda kv: -kv[1])[:n]
+
+
+for c, phase, B, s_in, s, cards in ((LLAMA31_8B, "prefill", 1, 2048, 2048, 1), (LLAMA3_70B, "prefill", 1, 2048, 2048, 1),
+                                     (LLAMA3_70B, "prefill", 1, 2048, 2048, 8), (LLAMA3_70B, "decode", 64, 1, 4096, 8)):
+    big = ", ".join(f"{k} {v / 2**20:.0f} MB" + ("" if v <= RNGD.sram_bytes / 2 else " (spills)") for k, v in
+                    biggest(c, phase, B, s_in, s, cards))
+    print(f"{c.name} {phase} B={B} s={s} on {cards} card(s), fp8 weights / bf16 activations:\n    {big}")
+
+# %% [markdown]
+# The 70B model's FFN weights do not fit in DM on one card, and no model's whole set of weights
+# does, so weights stream from HBM every step. The chapter's un-tiled attention scores for 2048
+# tokens spill to HBM on one card (256 MB for 8B, 512 MB for 70B per layer) and fit once 8 cards
+# split the heads.
+#
+# ## 11. Where the time goes, per engine
+#
+# Each op's time is charged to the engine that binds it: the Contraction Engine when compute-bound,
+# the Tensor DMA when HBM-bound, the Vector Engine when its DM traffic binds, the link for
+# all-reduces. Estimated shares for a prefill of 2048 tokens and a decode step at 2048 tokens:
+
+# %%
+from llamanb.tcp.cost import engine_share
+
+cases = [("SmolLM2 prefill", SMOLLM2_135M, "prefill", 1, 1), ("SmolLM2 decode B=1", SMOLLM2_135M, "decode", 1, 1),
+         ("8B prefill", LLAMA31_8B, "prefill", 1, 1), ("8B decode B=1", LLAMA31_8B, "decode", 1, 1),
+         ("8B decode B=64", LLAMA31_8B, "decode", 64, 1), ("70B x8 prefill", LLAMA3_70B, "prefill", 1, 8),
+         ("70B x8 decode B=64", LLAMA3_70B, "decode", 64, 8)]
+engines = ["Contraction Engine", "Tensor DMA (HBM)", "Vector Engine", "inter-card link"]
+shares = []
+for name, c, phase, B, cards in cases:
+    cs = (op_costs(c, "prefill", B, 2048, weights="fp8", cards=cards) if phase == "prefill"
+          else op_costs(c, "decode", B, 1, 2048, weights="fp8", cards=cards))
+    sh = engine_share(cs)
+    shares.append([sh.get(e, 0.0) for e in engines])
+    print(f"{name:<20} {step_time(cs) * 1e3:9.2f} ms  " + "  ".join(f"{e.split()[0]} {sh.get(e, 0):4.0%}" for e in engines))
+
+fig, ax = plt.subplots(figsize=(8, 3.2))
+left = np.zeros(len(cases))
+for j, e in enumerate(engines):
+    vals = np.array([s[j] for s in shares])
+    ax.barh([c[0] for c in cases], vals, left=left, label=e)
+    left += vals
+ax.invert_yaxis()
+ax.set_xlabel("share of the step (estimated)")
+ax.legend(fontsize=7, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+plt.show()
+
+# %% [markdown]
+# The Vector Engine bars are the least certain: they rest on the DM bandwidth of secondary sources
+# (2 TB/s). They are large for SmolLM2's prefill because its 9 heads x 2048 x 2048 scores are scaled,
+# masked and normalised at that rate while its small matrices take the Contraction Engine little
+# time. For the 70B prompt on 8 cards, the assumed link takes more than half.
+#
+# The chapter's comparison table calls decode "Memory-bound (KV cache access)". Memory-bound, yes;
+# but at batch 1 it is the weights, not the KV cache, that fill the HBM stream: for Llama 3.1 8B at
+# 2048 tokens the cache is 0.27 GB against 7.5 GB of weights. The cache takes over only when
+# `B x s` grows:
+
+# %%
+for B, s in ((1, 2048), (16, 2048), (64, 4096)):
+    cs = op_costs(c8, "decode", B, 1, s, weights="fp8")
+    kv = sum(c.hbm_bytes for c in cs if c.name in ("attn_scores", "attn_values"))
+    w = sum(c.hbm_bytes for c in cs if c.name.endswith("proj") or c.name == "lm_head")
+    print(f"B={B:<3} s={s}: KV cache {kv / 1e9:5.2f} GB, weights {w / 1e9:4.2f} GB -> KV share {kv / (kv + w):4.0%}")
+
+# %% [markdown]
+# ## 12. Predictions against Furiosa's published throughput
+#
+# Furiosa's RNGD page (through secondary summaries) gives Llama 3.1 8B on one card in FP8 at 128
+# input / 4096 output tokens: about 3,935 tok/s; and Llama 3.1 70B on 8 cards at 2048 / 128: about
+# 957 tok/s. Neither states the batch. Llama 3.1 70B has Llama 3 70B's shapes (only its RoPE
+# scaling and context differ), so `LLAMA3_70B` stands in for it.
+#
+# Our assumptions: FP8 weights (the 70B precision is not stated either), a bf16 KV cache, the
+# largest batch whose cache fits in 48 GB beside the weights, prompts prefilled one at a time, then
+# all sequences decoded together; tok/s counts output tokens.
+
+# %%
+from llamanb.tcp.cost import PUBLISHED, max_batch, workload
+
+results = []
+for p in PUBLISHED:
+    B = max_batch(p["cfg"], p["n_in"] + p["n_out"], weights=p["weights"], cards=p["cards"])
+    w = workload(p["cfg"], B, p["n_in"], p["n_out"], weights=p["weights"], cards=p["cards"])
+    err = w.tok_s / p["tok_s"] - 1
+    results.append((p, B, w, err))
+    print(f"{p['model']} ({p['cards']} card(s), {p['n_in']} in / {p['n_out']} out): batch {B}, "
+          f"TTFT {w.ttft_s * 1e3:.0f} ms, decode step {w.step_s_first * 1e3:.1f}..{w.step_s_last * 1e3:.1f} ms\n"
+          f"    estimated {w.tok_s:,.0f} tok/s vs published {p['tok_s']:,.0f} -> error {err:+.0%}")
+
+# %% [markdown]
+# The 8B estimate lands within a few percent, but only because the batch was chosen by a rule
+# (fill the memory) that happens to suit: the curve below shows how steeply tok/s depends on it. The
+# 70B estimate is half of Furiosa's number. In our model each 2048-token prefill spends more time in
+# the 160 all-reduces over the assumed PCIe link than in compute; with a free link the same model
+# goes *above* the published number. The link, and how well all-reduces hide behind compute, decide
+# this case, and nothing published pins them down.
+
+# %%
+import dataclasses
+
+free = dataclasses.replace(RNGD, link_bw=float("inf"), link_latency_s=0.0)
+p70 = PUBLISHED[1]
+B70 = results[1][1]
+w_free = workload(p70["cfg"], B70, 2048, 128, spec=free, weights="fp8", cards=8)
+pre = op_costs(p70["cfg"], "prefill", 1, 2048, weights="fp8", cards=8)
+link = sum(c.time_s for c in pre if c.bound == "link")
+print(f"70B prefill of one 2048-token prompt on 8 cards: {step_time(pre) * 1e3:.0f} ms, "
+      f"of which all-reduce {link * 1e3:.0f} ms (estimated)")
+print(f"with a free link: {w_free.tok_s:,.0f} tok/s ({w_free.tok_s / p70['tok_s'] - 1:+.0%} vs published)")
+
+# %% [markdown]
+# Turned around: what would it take to reproduce each published number in this model? For the 8B
+# run, the batch (tok/s grows with it), with either KV-cache format; for the 70B run, the all-reduce
+# bandwidth per card at the memory-filling batch. A bisection on the (monotonic) estimate:
+
+# %%
+def smallest(f, lo, hi, target, integer=True):
+    """Smallest x in [lo, hi] with f(x) >= target for an increasing f; None if f(hi) < target."""
+    if f(hi) < target:
+        return None
+    while (hi - lo > 1) if integer else (hi / lo > 1.01):
+        mid = (lo + hi) // 2 if integer else (lo * hi) ** 0.5
+        lo, hi = (lo, mid) if f(mid) >= target else (mid, hi)
+    return hi
+
+
+p8 = PUBLISHED[0]
+for kv in ("bf16", "fp8"):
+    Bmax = max_batch(p8["cfg"], p8["n_in"] + p8["n_out"], weights="fp8", kv=kv)
+    need = smallest(lambda B: workload(p8["cfg"], B, 128, 4096, weights="fp8", kv=kv, samples=16).tok_s,
+                    1, Bmax, p8["tok_s"])
+    print(f"Llama 3.1 8B, {kv} KV cache: " + (f"batch >= {need} reaches {p8['tok_s']:,.0f} tok/s (memory allows {Bmax})"
+                                             if need else f"not reachable: at the largest batch that fits ({Bmax})"))
+link = smallest(lambda bw: workload(p70["cfg"], B70, 2048, 128, spec=dataclasses.replace(RNGD, link_bw=bw),
+                                    weights="fp8", cards=8, samples=16).tok_s, 64e9, 64e12, p70["tok_s"], integer=False)
+print(f"Llama 3.1 70B, 8 cards, batch {B70}: the all-reduce needs about {link / 1e9:,.0f} GB/s per card "
+      f"(assumed: {RNGD.link_bw / 1e9:.0f} GB/s)")
+
+# %% [markdown]
+# So the 8B number is consistent with this model if the KV cache is FP8 and a few dozen sequences
+# are in flight; with a bf16 cache, memory runs out first. The 70B number would need an all-reduce
+# about ten times faster than a PCIe Gen5 x16 link, which says less about the link than about the
+# model: a sum over ops cannot let all-reduces hide behind the next layer's compute, as a pipelined
+# runtime would, and we do not know how Furiosa counted tokens.
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+for ax, (p, Bmax, w, err) in zip(axes, results):
+    Bs = np.unique(np.geomspace(1, Bmax, 12).astype(int))
+    for kv, ls in (("bf16", "-"), ("fp8", "--")):
+        ax.plot(Bs, [workload(p["cfg"], int(B), p["n_in"], p["n_out"], weights="fp8", kv=kv,
+                              cards=p["cards"], samples=16).tok_s for B in Bs], ls, label=f"estimate, {kv} KV cache")
+    if p["cards"] > 1:
+        ax.plot(Bs, [workload(p["cfg"], int(B), p["n_in"], p["n_out"], spec=free, weights="fp8", cards=p["cards"],
+                              samples=16).tok_s for B in Bs], ":", color="C4", label="estimate, free link")
+    ax.axhline(p["tok_s"], color="k", lw=1, label="published")
+    ax.scatter([Bmax], [w.tok_s], color="C3", zorder=3, label=f"our prediction (B = {Bmax})")
+    ax.set_xscale("log")
+    ax.set_xlabel("batch B")
+    ax.set_ylabel("output tok/s")
+    ax.set_title(f"{p['model']}, {p['cards']} card(s), FP8 weights", fontsize=9)
+    ax.legend(fontsize=7)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **What a roofline cannot see.** It grants every op the full peak or the full bandwidth, so it is
+# an upper bound on speed for the traffic it assumes, and a lower bound on traffic only if the
+# compiler does no better than op-by-op (it fuses and tiles, and would keep attention scores on
+# chip with a FlashAttention-style loop the chapter does not write). It does not see: the
+# efficiency the Contraction Engine reaches on real shapes, overlap *between* ops, how a
+# serving stack interleaves prefills with decode steps (continuous batching), the host's share
+# (tokenization, sampling, PCIe transfers of logits), power or thermal limits (150 W per card), or
+# the actual batch and precision Furiosa used.
+#
+# ## Summary
+#
+# * The chapter's Llama is a short list of steps; as data, with named axes, every einsum's
+#   subscripts and FLOPs follow from the names, and its FLOP totals equal `llamanb.flops` for the
+#   three models.
+# * Run with numpy on the embedded model, the list reproduces the numpy engine's greedy tokens
+#   (batch 2, prefill + decode) with logits equal to float32 rounding, and the backend `"tcp"` does
+#   the same through the engine's seam.
+# * The chapter's errors, each fixed in the data and quoted: V's layout, the decode cache index and
+#   RoPE position, the `[G, h_kv]` grouping (a measured change of the next token), consecutive RoPE
+#   pairs on HF weights (likewise), the RoPE table's orientation, tied heads, where sampling runs.
+# * Estimated on RNGD's specifications (FP8 weights, bf16 KV cache, the largest batch that fits):
+#   Llama 3.1 8B on one card 3,667 tok/s against 3,935 published (-7 %; an FP8 KV cache and
+#   batch >= 35 reproduce it); Llama 3.1 70B on 8 cards 467 against 957 (-51 %), decided by the
+#   all-reduces over an assumed link that nothing published describes.
