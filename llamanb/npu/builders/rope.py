@@ -33,8 +33,12 @@ def rope_lut(positions, n_heads: int, freqs: np.ndarray) -> np.ndarray:
 
 
 def rope(rows: int, n_heads: int, head_dim: int, herd_xy=(8, 1), tile_rows: int | None = None,
-         flat: bool = False, name: str = "rope") -> KernelSpec:
-    """y [rows, n_heads*head_dim] = x rotated by the table lut (same shape)."""
+         flat: bool = False, name: str = "rope", symbol: str = SYMBOL,
+         link_with: str = OBJECT) -> KernelSpec:
+    """y [rows, n_heads*head_dim] = x rotated by the table lut (same shape).
+
+    Q and K in one stitched module have different L1 tiles (n_heads vs n_kv_heads rows), so one of
+    them needs another symbol (as gemv's second K does); the declaration records the C kernel."""
     positive(rows=rows, n_heads=n_heads, head_dim=head_dim)
     if head_dim % 2:
         from ...errors import LlamanbError
@@ -50,12 +54,12 @@ def rope(rows: int, n_heads: int, head_dim: int, herd_xy=(8, 1), tile_rows: int 
             rows // tiles, tr)
     t = ddr_type((rows, width), flat)
     l1 = memref((tr * n_heads, head_dim), "bf16", 2)
-    ext = Extern(SYMBOL, OBJECT, (l1, l1, l1, "i32", "i32"))
+    ext = Extern(symbol, link_with, (l1, l1, l1, "i32", "i32"), impl=SYMBOL)
 
     b = Body(n_args=3)
     with launch(b, name, (1, 1), ["%arg0", "%arg1", "%arg2"], [t] * 3) as (_, lo):
         with segment(b, name, lo, [t] * 3) as (_, so):
-            with herd(b, name, (hx, hy), so, [t] * 3, "rope", link_with=OBJECT) as ((tx, ty), h):
+            with herd(b, name, (hx, hy), so, [t] * 3, "rope", link_with=link_with) as ((tx, ty), h):
                 x, lut, y = (flatten(b, v, t) for v in h)
                 flat_t = memref((rows * width,))
                 lx, ll, ly = (b.alloc(l1, f"{k}_l1") for k in ("x", "lut", "y"))
@@ -68,7 +72,7 @@ def rope(rows: int, n_heads: int, head_dim: int, herd_xy=(8, 1), tile_rows: int 
                               src_strides=[one])
                     b.op("func.call", [lx, ll, ly, b.const(tr * n_heads, "i32"),
                                        b.const(head_dim, "i32")], [l1, l1, l1, "i32", "i32"],
-                         props={"callee": f"@{SYMBOL}"})
+                         props={"callee": f"@{symbol}"})
                     b.dma(y, flat_t, ly, l1, dst_ofs=[start], dst_sizes=[size], dst_strides=[one])
                 for buf in (lx, ll, ly):
                     b.dealloc(buf, l1)
@@ -82,5 +86,5 @@ def rope(rows: int, n_heads: int, head_dim: int, herd_xy=(8, 1), tile_rows: int 
             Arg("lut", shape, "weight", "cos | sin of each position's angles, per head"),
             Arg("y", shape, "output", "rotated rows"))
     return fits(KernelSpec(name=name, args=args, text=module_text(name, [t] * 3, b, [ext]),
-                      model=model, herd=(hx, hy), tiles={"tile_rows": tr}, links=(OBJECT,),
-                      externs=(SYMBOL,)))
+                      model=model, herd=(hx, hy), tiles={"tile_rows": tr}, links=(link_with,),
+                      externs=(symbol,)))

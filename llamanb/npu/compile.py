@@ -1,0 +1,285 @@
+"""Compiling a kernel or stitched group into an artifact directory in the cache, once.
+
+    art = compile(spec)                   # Artifact(path, key, mode, cache_hit, seconds, manifest)
+    art.path / "module.mlir"              # the module text (verified when MLIR bindings exist)
+    art.path / "plan.json"                # the launch plan, read back from that text
+    art.manifest["mode"]                  # "emulated" (host builds) or "xrt" (mlir-air + Peano)
+
+    $LLAMANB_CACHE/npu-artifacts/<name>-<key[:20]>/
+        manifest.json    format, name, mode, key, arguments with roles, launches, links, toolchain
+        module.mlir      plan.json
+        emulated: host-kernels.so (the g++ build of kernels/*.cc the emulator calls), when built
+        xrt:      <object>.o per linked kernel (Peano), and what XRTBackend.compile wrote (ELF...)
+
+key = sha256(format, mode, module text, every kernel source and header, the toolchain's version
+lines). Same key, same directory: a second compile is a cache hit and builds nothing. A directory is
+assembled under a temporary name beside its final one and renamed into place (os.replace), so an
+interrupted compile leaves nothing that looks finished, and two processes racing both end with one
+complete artifact.
+
+The real path imports mlir-air (`air.ir`, `air.backend.xrt.XRTBackend`) and Peano lazily, inside
+`_compile_xrt`; without them mode="auto" falls back to "emulated" and says so in the manifest.
+A kernel compiled under a second symbol (matvec_bf16_k1536 in mv_k1536.o, the MLIR-AIR Llama guide's
+mv_k8192.o trick) is the same source built with -D<kernel>=<symbol>.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import LlamanbError
+from ..io.store import cache_root
+from . import hostbuild
+from .extern import SOURCES
+from .plan import read_plan
+from .textir import read_module
+
+FORMAT = "llamanb-npu-artifact-v1"
+MODES = ("auto", "emulated", "xrt")
+STATS = {"compiled": 0, "hits": 0}        # counted per process (tests count cache hits here)
+
+
+@dataclass(frozen=True)
+class Artifact:
+    path: Path
+    name: str
+    key: str
+    mode: str                 # "emulated" | "xrt"
+    cache_hit: bool
+    seconds: float            # wall time of this call (0-ish on a hit)
+    manifest: dict
+
+    @property
+    def text(self) -> str:
+        return (self.path / "module.mlir").read_text()
+
+    @property
+    def plan(self) -> dict:
+        return json.loads((self.path / "plan.json").read_text())
+
+    def __str__(self) -> str:
+        how = "cache hit" if self.cache_hit else f"compiled in {self.seconds:.2f} s"
+        return (f"{self.name}: {self.mode} artifact {self.path.name} ({how}, "
+                f"{self.manifest['launches']} launch(es), {len(self.manifest['args'])} arguments)")
+
+
+def artifacts_root() -> Path:
+    return cache_root() / "npu-artifacts"
+
+
+def plan_json(text: str) -> dict:
+    """The launch plan of a module, as JSON-able data (read back from the text)."""
+    p = read_plan(text)
+    return {
+        "func": p.func,
+        "args": [{"name": n, "type": t} for n, t in p.args],
+        "externs": p.externs,
+        "launches": [{
+            "index": lp.index, "sym": lp.sym, "sizes": list(lp.sizes), "args": list(lp.args),
+            "operands": list(lp.operands), "l2_bytes": lp.l2_bytes, "tiles": lp.tiles,
+            "herds": [{"sym": h.sym, "op": h.op, "size": list(h.size), "instances": h.instances,
+                       "tiles": h.tiles, "l1_bytes": h.l1_bytes,
+                       "externs": [list(e) for e in h.externs]} for h in lp.herds]}
+            for lp in p.launches]}
+
+
+def links(text: str) -> list[dict]:
+    """Each external kernel the module declares: symbol, object, the C kernel it is, its source."""
+    out = []
+    for sym, d in read_module(text).externs.items():
+        impl = str(d.attrs.get("llamanb.impl", sym))
+        if impl not in SOURCES:
+            raise LlamanbError(f"@{sym} is no known external kernel (known: {', '.join(SOURCES)})")
+        out.append({"symbol": sym, "object": str(d.attrs.get("link_with", "")), "impl": impl,
+                    "source": SOURCES[impl]})
+    return out
+
+
+def _air_available() -> bool:
+    try:
+        importlib.import_module("air.ir")
+        importlib.import_module("air.backend.xrt")
+        return True
+    except Exception:                     # noqa: BLE001 - any failure means "not usable here"
+        return False
+
+
+def _peano_version(peano_dir) -> str:
+    import subprocess
+
+    from .peano import peano_clang
+
+    clang = peano_clang(peano_dir)
+    out = subprocess.run([str(clang), "--version"], capture_output=True, text=True, timeout=60)
+    return (out.stdout.splitlines() or [str(clang)])[0]
+
+
+def resolve_mode(mode: str, peano_dir=None) -> tuple[str, str]:
+    """(mode to use, why) -- "auto" is "xrt" when mlir-air and Peano are both here."""
+    if mode not in MODES:
+        raise LlamanbError(f"compile mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode != "auto":
+        return mode, ""
+    if not _air_available():
+        return "emulated", "mlir-air (air.ir, air.backend.xrt) is not installed"
+    try:
+        _peano_version(peano_dir)
+    except LlamanbError as e:
+        return "emulated", str(e)
+    return "xrt", ""
+
+
+def toolchain(mode: str, peano_dir=None) -> dict:
+    if mode == "emulated":
+        cxx, why = hostbuild.compiler()
+        ver = hostbuild._VERSIONS.get(cxx, "").splitlines()[:1] if cxx else []
+        return {"host_cxx": (ver[0] if ver else "") or why, "host_flags": list(hostbuild.FLAGS)}
+    air = importlib.import_module("air")
+    return {"mlir_air": str(getattr(air, "__version__", "unknown")),
+            "peano": _peano_version(peano_dir)}
+
+
+def fingerprint(text: str, mode: str, tools: dict, kernels_dir: Path = hostbuild.KERNELS_DIR) -> str:
+    h = hashlib.sha256(f"{FORMAT}\0{mode}\0".encode())
+    h.update(text.encode())
+    for p in hostbuild.sources(kernels_dir) if Path(kernels_dir).is_dir() else []:
+        h.update(b"\0" + p.name.encode() + b"\0" + p.read_bytes())
+    h.update(json.dumps(tools, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def _write(path: Path, data: str) -> None:
+    path.write_text(data)
+
+
+def _verify(text: str) -> str:
+    from . import verify as V
+
+    if not V.available():
+        return "skipped: MLIR Python bindings not installed"
+    V.verify(text)
+    return "verified by upstream MLIR (parse + verify)"
+
+
+def _compile_emulated(spec, tmp: Path) -> dict:
+    built = hostbuild.build()
+    if built is None:
+        return {"host_build": None, "host_build_reason": hostbuild.reason() or "not built"}
+    shutil.copyfile(built.path, tmp / "host-kernels.so")
+    return {"host_build": "host-kernels.so", "host_build_key": built.key}
+
+
+def _compile_xrt(spec, tmp: Path, lk: list[dict], peano_dir=None) -> dict:
+    """Peano objects for the linked kernels, then mlir-air's XRTBackend on the module."""
+    import subprocess
+
+    from .peano import PEANO_FLAGS, peano_clang
+
+    clang = peano_clang(peano_dir)
+    objects = {}
+    for link in lk:
+        obj = link["object"]
+        if obj in objects:
+            continue
+        define = [] if link["symbol"] == link["impl"] else [f"-D{link['impl']}={link['symbol']}"]
+        argv = [str(clang), *PEANO_FLAGS, *define, "-c",
+                str(hostbuild.KERNELS_DIR / link["source"]), "-o", str(tmp / obj)]
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+        if run.returncode != 0:
+            errors = [ln for ln in run.stderr.splitlines() if "error" in ln.lower()][:3]
+            raise LlamanbError(f"Peano failed on {link['source']}: " + " | ".join(errors))
+        objects[obj] = link["source"]
+    air_ir = importlib.import_module("air.ir")
+    xrt_backend = importlib.import_module("air.backend.xrt")
+    want = {"verbose": False, "output_format": "elf", "instance_name": spec.name}
+    params = inspect.signature(xrt_backend.XRTBackend).parameters
+    backend = xrt_backend.XRTBackend(**{k: v for k, v in want.items() if k in params})
+    before = set(os.listdir(tmp))
+    cwd = os.getcwd()
+    os.chdir(tmp)                  # aircc writes its project and outputs into the working dir
+    try:
+        with air_ir.Context():
+            module = air_ir.Module.parse(spec.text)
+            backend.compile(module)
+    finally:
+        os.chdir(cwd)
+        if hasattr(backend, "unload"):
+            backend.unload()
+    return {"objects": objects, "backend_outputs": sorted(set(os.listdir(tmp)) - before)}
+
+
+def compile(spec, mode: str = "auto", root: Path | None = None, peano_dir=None) -> Artifact:
+    """The artifact of `spec` (a KernelSpec or stitched group), compiled now or found in the cache."""
+    t0 = time.perf_counter()
+    if not getattr(spec, "text", None) or not getattr(spec, "name", None):
+        raise LlamanbError(f"compile needs a KernelSpec (name, text), got {type(spec).__name__}")
+    mode, why = resolve_mode(mode, peano_dir)
+    tools = toolchain(mode, peano_dir)
+    key = fingerprint(spec.text, mode, tools)
+    root = Path(root) if root is not None else artifacts_root()
+    final = root / f"{spec.name}-{key[:20]}"
+    if (final / "manifest.json").is_file():
+        manifest = json.loads((final / "manifest.json").read_text())
+        if manifest.get("key") == key:
+            STATS["hits"] += 1
+            return Artifact(final, spec.name, key, mode, True, time.perf_counter() - t0, manifest)
+    plan = plan_json(spec.text)          # before anything is written: a bad module fails here
+    lk = links(spec.text)
+    verified = _verify(spec.text)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{spec.name}-{key[:8]}-", suffix=".tmp"))
+    try:
+        _write(tmp / "module.mlir", spec.text)
+        _write(tmp / "plan.json", json.dumps(plan, indent=1))
+        extra = _compile_emulated(spec, tmp) if mode == "emulated" else \
+            _compile_xrt(spec, tmp, lk, peano_dir)
+        manifest = {
+            "format": FORMAT, "name": spec.name, "mode": mode, "key": key,
+            "note": ("emulated: runs on llamanb's emulated NPU2 (llamanb.npu.emulator), "
+                     "no device code was built" if mode == "emulated" else
+                     "compiled by mlir-air's XRTBackend for the NPU"),
+            "why_mode": why,
+            "verified": verified,
+            "args": [{"slot": i, "name": a.name, "shape": list(a.shape), "dtype": a.dtype,
+                      "role": a.role} for i, a in enumerate(spec.args)],
+            "launches": len(plan["launches"]),
+            "herds": [{"op": h["op"], "size": h["size"], "tiles": h["tiles"]}
+                      for lp in plan["launches"] for h in lp["herds"]],
+            "tiles": dict(getattr(spec, "tiles", {}) or {}),
+            "links": lk,
+            "toolchain": tools,
+            **extra,
+        }
+        _write(tmp / "manifest.json", json.dumps(manifest, indent=1))
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            # another process finished the same key first: keep theirs
+            if not (final / "manifest.json").is_file():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    STATS["compiled"] += 1
+    manifest = json.loads((final / "manifest.json").read_text())
+    return Artifact(final, spec.name, key, mode, False, time.perf_counter() - t0, manifest)
+
+
+def load(path) -> Artifact:
+    """An artifact directory written by compile (LlamanbError when it is not one)."""
+    path = Path(path)
+    try:
+        manifest = json.loads((path / "manifest.json").read_text())
+    except (OSError, ValueError) as e:
+        raise LlamanbError(f"{path} is not an NPU artifact ({e.__class__.__name__})") from None
+    if manifest.get("format") != FORMAT:
+        raise LlamanbError(f"{path}: artifact format {manifest.get('format')!r}, want {FORMAT}")
+    return Artifact(path, manifest["name"], manifest["key"], manifest["mode"], True, 0.0, manifest)
