@@ -130,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .serve.cli import add_parser as add_batch_parser
     add_batch_parser(sub, _model_arg, _positive_int)
+    from .npu.cli import add_parser as add_npu_parser
+    add_npu_parser(sub, _model_arg, _positive_int)
     return ap
 
 
@@ -234,11 +236,17 @@ def cmd_batch(a) -> int:
     return batch(a)
 
 
+def cmd_npu(a) -> int:
+    from .npu.cli import main as npu
+
+    return npu(a)
+
+
 def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
     try:
         return {"generate": cmd_generate, "verify": cmd_verify, "bench": cmd_bench,
-                "info": cmd_info, "batch": cmd_batch}[a.cmd](a)
+                "info": cmd_info, "batch": cmd_batch, "npu": cmd_npu}[a.cmd](a)
     except LlamanbError as e:
         print(f"llamanb: error: {e}", file=sys.stderr)
         return 2

@@ -640,14 +640,15 @@ plt.show()
 # ## 8. The real path
 #
 # With `ttnn` and a Tenstorrent card, `llamanb.mesh.backend.TtnnMeshBackend` opens the mesh
-# device, uploads W1/W3/W2 once with ttnn's 2-D mesh mapper in their block-float dtypes, and runs
-# the MLP sub-block in the demo's order with ttnn's own collectives (`ttnn.reduce_scatter`,
-# `ttnn.all_gather`, `ttnn.all_reduce`, each with a `cluster_axis`). Attention and the LM head are
-# not written for ttnn yet. ttnn is imported only there (the wheel exists for CPython 3.10 and
+# device, uploads the weights once with ttnn's 2-D mesh mapper in their block-float dtypes, and
+# runs the QKV and WO projections and the MLP sub-block in the demo's order with ttnn's own
+# collectives (`ttnn.reduce_scatter`, `ttnn.all_gather`, `ttnn.all_reduce`, each with a
+# `cluster_axis`). The attention core (RoPE, KV cache, SDPA), RMSNorm and the LM head are not
+# written for ttnn yet. ttnn is imported only there (the wheel exists for CPython 3.10 and
 # 3.12 only, needs numpy < 2, and computes nothing without a card); the tests drive the path with
-# a fake ttnn module whose "devices" are this notebook's emulated mesh, and check that its MLP
-# equals the emulated one. The tests also run a tiny random Llama with 8 K/V heads on the full
-# 8×4 mesh against transformers' logits. On this machine:
+# a fake ttnn module whose "devices" are this notebook's emulated mesh, and check that its
+# projections and MLP equal the emulated ones. The tests also run a tiny random Llama with 8 K/V
+# heads on the full 8×4 mesh against transformers' logits. On this machine:
 
 # %% tags=["NBVAL_IGNORE_OUTPUT"]
 from llamanb.mesh.backend import ttnn_available

@@ -105,6 +105,27 @@ def test_ttnn_mlp_equals_the_emulated_mlp(smollm, shape):
     assert [c for c in t.calls if c[0] == "all_reduce"][0][2] == cfg.head_axis
 
 
+def test_ttnn_projections_equal_the_emulated_ones(smollm):
+    """QKV (all-reduced over the hidden axis) and WO (all-reduced over the head axis) through
+    the fake ttnn equal the emulated layers' products on a 3x4 mesh."""
+    pytest.importorskip("torch")
+    t = fake_ttnn()
+    cfg = MeshConfig((3, 4))
+    fmts = {"wqkv": "bfloat8_b", "wo": "bfloat8_b"}
+    tt = TtnnMeshBackend(smollm.weights, cfg, ttnn=t, weight_dtypes=fmts)
+    emu = MeshBackend(smollm.weights, cfg, weight_formats=fmts).tp
+    rng = np.random.default_rng(1)
+    h = rng.standard_normal((4, smollm.config.hidden)).astype(np.float32)
+    got = tt.qkv(3, tt.to_device(h, {1: 1}))
+    want = ccl.all_reduce(emu.matmul(emu.to_mesh(h), emu._w(3, "wqkv"), {}), 1)
+    assert all(np.allclose(got[r, c], want[r, c], rtol=1e-5, atol=1e-5) for r in range(3) for c in range(4))
+    attn = rng.standard_normal((4, smollm.config.q_dim)).astype(np.float32)
+    got = tt.to_host(tt.wo(3, tt.to_device(attn, {0: 1})), {1: 1})
+    want = ccl.all_reduce(emu.matmul(emu.mesh.shard(attn, {0: 1}), emu._w(3, "wo"), {1: 1}), 0).gather()
+    assert np.allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert [c[2] for c in t.calls if c[0] == "all_reduce"] == [1, 0]
+
+
 def test_weights_go_up_once_sharded_in_their_formats(smollm):
     pytest.importorskip("torch")
     t = fake_ttnn()

@@ -112,8 +112,9 @@ class MeshBackend(Backend):
 class TtnnMeshBackend(Backend):
     """The same placement through ttnn on a real mesh device. Built only when ttnn imports and a
     device opens. What runs through ttnn so far: placing tensors with ttnn's mesh mappers, the
-    collectives (ttnn.all_reduce / reduce_scatter / all_gather along a cluster_axis) and the MLP
-    sub-block in the demo's order. Attention and the LM head are not written for ttnn yet."""
+    collectives (ttnn.all_reduce / reduce_scatter / all_gather along a cluster_axis), the QKV and
+    WO projections with their all-reduces, and the MLP sub-block, in the demo's order. The
+    attention core (RoPE, KV cache, SDPA), RMSNorm and the LM head are not written for ttnn yet."""
 
     name = "galaxy-ttnn"
     emulated = False
@@ -172,6 +173,35 @@ class TtnnMeshBackend(Backend):
                 w2=self.to_device(lw.w_down.T, {ha: 0, xa: 1}, self.weight_dtypes["w2"]))
         return self._mlp[layer]
 
+    def attn_weights(self, layer: int) -> dict:
+        """WQKV [H, (N_h + 2 N_kv) d] with each head group's Q, K and V columns side by side (the
+        emulated layers' order), and WO [N_h d, H], uploaded once."""
+        if ("attn", layer) not in self._mlp:
+            c, m, lw, pl = self.config, self.mesh_config, self.weights.layers[layer], self.place
+            d, ha, xa = c.head_dim, m.head_axis, m.hidden_axis
+            groups = []
+            for p in range(pl.P):
+                q0, k0 = p * pl.heads * d, c.q_dim + p * pl.kv_heads * d
+                v0 = c.q_dim + c.kv_dim + p * pl.kv_heads * d
+                groups += [lw.wqkv[q0:q0 + pl.heads * d], lw.wqkv[k0:k0 + pl.kv_heads * d],
+                           lw.wqkv[v0:v0 + pl.kv_heads * d]]
+            wqkv = np.concatenate(groups).T                          # [H, P * group columns]
+            self._mlp["attn", layer] = dict(
+                wqkv=self.to_device(wqkv, {ha: 1, xa: 0}, self.weight_dtypes.get("wqkv", "bfloat8_b")),
+                wo=self.to_device(lw.wo.T, {ha: 0, xa: 1}, self.weight_dtypes.get("wo", "bfloat8_b")))
+        return self._mlp["attn", layer]
+
+    def qkv(self, layer: int, h):
+        """Normalised rows (hidden split over the hidden axis) -> q|k|v of each chip's head group,
+        summed over the hidden axis (the demo's prefill all-reduce on cluster_axis 1)."""
+        w = self.attn_weights(layer)
+        return self.all_reduce(self.ttnn.linear(h, w["wqkv"]), self.mesh_config.hidden_axis)
+
+    def wo(self, layer: int, attn):
+        """Attention output of each chip's heads -> WO, summed over the head axis."""
+        w = self.attn_weights(layer)
+        return self.all_reduce(self.ttnn.linear(attn, w["wo"]), self.mesh_config.head_axis)
+
     # --- collectives: ttnn's own, one cluster_axis at a time ----------------------------------------
     def _ccl_kw(self, cluster_axis: int) -> dict:
         return dict(cluster_axis=cluster_axis, num_links=self.mesh_config.num_links,
@@ -199,8 +229,8 @@ class TtnnMeshBackend(Backend):
         return self.all_reduce(t.linear(a, w["w2"]), m.head_axis)
 
     def block(self, layer, x, step, cache):
-        raise LlamanbError("the ttnn mesh path runs the MLP and the collectives; its attention is "
-                           "not written yet (use backend 'galaxy-emulated')")
+        raise LlamanbError("the ttnn mesh path runs the projections, the MLP and the collectives; its "
+                           "attention is not written yet (use backend 'galaxy-emulated')")
 
     def head(self, x):
         raise LlamanbError("the ttnn mesh path has no LM head yet (use backend 'galaxy-emulated')")

@@ -11,8 +11,8 @@ Following the MLIR-AIR Llama guide (Xilinx/mlir-air, programming_examples/llms/l
                            residual add                                                (8 launches)
   decode   rms_gemv_rope   the same first half with GEMVs                               (6 launches)
            o_gemv_ffn      the same second half with GEMVs                              (8 launches)
-           lm_head_gemv    final RMSNorm, then the LM head as `parts` GEMVs over row slices
-Decode attention over the cache runs on the host, between the two decode groups.
+           lm_head_gemv    the LM head as `lm_parts` GEMVs over row slices of the vocabulary
+Decode attention over the cache and the final RMSNorm (one row) run on the host.
 
 Inside one module an external kernel's declaration has one type, so a second L1 shape needs a
 second symbol (the guide's mv_k8192.o): the down projection's K = ffn gets `matvec_bf16_k<ffn>`
@@ -117,9 +117,8 @@ def decode_groups(cfg, lm_parts: int = 8) -> dict[str, Group]:
         Member(res, {"a": "down", "b": "h", "out": "out"}, "res2")]
     part = cfg.vocab // lm_parts
     t_v = _tile_m([part], H)
-    head = [Member(norm, {"x": "x", "w": "final_norm", "y": "xn"}, "norm")] + [
-        Member(gv(part, H, t_v), {"a": f"w_head{i}", "x": "xn", "y": f"logits{i}"}, f"part{i}")
-        for i in range(lm_parts)]
+    head = [Member(gv(part, H, t_v), {"a": f"w_head{i}", "x": "xn", "y": f"logits{i}"},
+                   f"part{i}") for i in range(lm_parts)]
     out = {}
     for name, members in (("rms_gemv_rope", first), ("o_gemv_ffn", second),
                           ("lm_head_gemv", head)):
