@@ -8,7 +8,8 @@ pyxrt and an NPU bound to amdxdna).
     decode (one row), per layer:
         rms_gemv_rope  -> q, k, v; K/V to the cache; attention over the cache on the host
         o_gemv_ffn     -> the next layer's x
-    head: lm_head_gemv (final RMSNorm + the vocabulary in row slices), once per logit row.
+    head: the final RMSNorm on the host, then lm_head_gemv (the vocabulary in row slices), once
+    per logit row.
 
 So a prefill is 3L+1 NPU calls and a decode token 2L+1 (counted by the device, not typed here).
 Weights are rounded to bf16 once and laid out as the kernels want them (GEMV weights [out, in]
@@ -148,7 +149,7 @@ class NPU2Backend(Backend):
                                         for k, v in named.items()}, bo_key=f"{gname}.L{i}")
         spec = self.groups["lm_head_gemv"].spec
         V, n = self.config.vocab, self.config.vocab // self.parts
-        head = {spec.arg_index("final_norm"): to_bf16(self.weights.final_norm)}
+        head = {}
         for p in range(self.parts):
             head[spec.arg_index(f"w_head{p}")] = np.ascontiguousarray(
                 to_bf16(self.weights.lm_head[p * n:(p + 1) * n]))
@@ -277,9 +278,14 @@ class NPU2Backend(Backend):
         return out.reshape(R, c.hidden)
 
     def head(self, x: np.ndarray) -> np.ndarray:
+        """The final RMSNorm on the host (as the MLIR-AIR guide does), then lm_head_gemv."""
+        from ..ops import rms_norm
+
         rows = []
-        for r in np.asarray(x, np.float32):
-            o = self._call("lm_head_gemv", None, {"x": to_bf16(r)})
+        xn = to_bf16(rms_norm(np.asarray(x, np.float32), self.weights.final_norm,
+                              self.config.rms_eps))
+        for r in xn:
+            o = self._call("lm_head_gemv", None, {"xn": r})
             rows.append(np.concatenate([o[f"logits{p}"] for p in range(self.parts)]))
         return np.stack(rows)
 

@@ -10,7 +10,7 @@ first call of each set (the steady state), a prefill of S rows and a decode toke
                          from device  q, k, v; attn; out
     decode, per layer    to device    x, lut_q, lut_k; attn, x
                          from device  q, k, v; out
-    LM head, per row     to device    x [H]           from device  logits [V]
+    LM head, per row     to device    xn [H] (normed on the host)   from device  logits [V]
   aliasing (prefill q/k/v and the attention output stay in shared buffers; the MLIR-AIR guide's
   "D2" future work): to device x, lut_q, lut_k; x -- from device k, v (for the host KV cache); out
 
