@@ -126,3 +126,36 @@ def test_bad_calls(kc):
         kc.compile_and_cache("g2", "module text", {})
     with pytest.raises(LlamanbError, match="JSON"):
         kc.compile_and_cache("g3", gemv(M, K), {"f": object()})
+
+
+def test_real_compile_records_the_xclbin_with_a_fake_toolchain(tmp_path, monkeypatch):
+    import types
+
+    from llamanb.npu import compile as npu_compile
+
+    art_dir = tmp_path / "art"
+    art_dir.mkdir()
+    (art_dir / "final.xclbin").write_bytes(b"x")
+    (art_dir / "insts.bin").write_bytes(b"\0" * 8)
+
+    def fake_compile(spec, mode="auto", **kw):
+        assert mode == "xrt"
+        return types.SimpleNamespace(path=art_dir, manifest={"backend_outputs": [
+            "final.xclbin", "insts.bin"]})
+
+    monkeypatch.setattr(npu_compile, "compile", fake_compile)
+    loaded = []
+
+    class FakeDevice:
+        emulated = False
+        counters = None
+
+        def kernel(self, artifact):
+            loaded.append(artifact)
+            return object()
+
+    kc = KernelCache(FakeDevice(), root=tmp_path / "cache")
+    kc.compile_and_cache("gemv", gemv(M, K), {})
+    m = json.loads((tmp_path / "cache" / "gemv" / "manifest.json").read_text())
+    assert m["emulated"] is False and m["xclbin"].endswith("final.xclbin")
+    assert loaded[0].insts.endswith("insts.bin") and loaded[0].kernel_name == "MLIR_AIE"

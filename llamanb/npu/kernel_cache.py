@@ -161,14 +161,21 @@ class KernelCache:
         self.stats["builds"] += 1
 
     def _compile_real(self, spec, out: Path, backend_kwargs) -> dict:
-        """A real build (mlir-air's XRT backend), delegated to llamanb.npu.compile."""
-        try:
-            from .compile import compile as compile_spec
-        except ImportError:
-            raise LlamanbError("compiling for a real NPU2 needs llamanb.npu.compile and mlir-air")
-        art = compile_spec(spec, out_dir=out, emulated=False, **_jsonable(backend_kwargs))
-        return {"xclbin": str(art.xclbin), "insts": str(art.insts),
-                "kernel_name": art.kernel_name}
+        """A real build through llamanb.npu.compile (mlir-air's XRTBackend + Peano); the xclbin
+        and instruction stream it wrote are recorded in this entry's manifest."""
+        from .compile import compile as compile_spec
+
+        art = compile_spec(spec, mode="xrt", **{k: v for k, v in _jsonable(backend_kwargs).items()
+                                                if k in ("peano_dir",)})
+        files = [Path(art.path) / f for f in art.manifest.get("backend_outputs", [])]
+        xclbin = next((f for f in files if f.suffix == ".xclbin"), None)
+        insts = next((f for f in files if f.name.endswith(("insts.bin", "insts.txt"))
+                      or f.suffix == ".bin"), None)
+        if xclbin is None or insts is None:
+            raise LlamanbError(f"{spec.name}: the XRT build wrote {[f.name for f in files]}; "
+                               f"this runtime loads an xclbin and its instruction stream")
+        return {"xclbin": str(xclbin), "insts": str(insts), "kernel_name": "MLIR_AIE",
+                "artifact": str(art.path)}
 
     def _spec_from_manifest(self, name: str, m: dict) -> KernelSpec:
         text = (self.root / name / m["module"]).read_text()
