@@ -23,8 +23,9 @@
 # save, watch the embedded model answer through the NPU2 runtime, count every call and byte, and
 # hold a cost model built from hardware specifications against the published Llama-3.2-1B timings.
 #
-# The NPU here is the **emulated NPU2** of notebook 05: it runs the same stitched MLIR-AIR modules
-# on numpy. Bytes and calls are counted exactly as a real device would move them; times labelled
+# The NPU here is the **emulated NPU2** of notebook 05. Sections 1–3 interpret the MLIR text op by
+# op; the backend in sections 4–6 runs each stitched group's numpy semantics by default (ten times
+# faster; `execute="text"` interprets the text instead and gives the same tokens, a test checks it). Bytes and calls are counted exactly as a real device would move them; times labelled
 # *estimated* come from the cost model and were never measured.
 
 # %%

@@ -18,6 +18,10 @@ K-major as HF stores them, GEMM weights [in, out]), then preloaded into one buff
 are weights by role but change with the positions, so they are passed as inputs every call -- the
 raw index sets are built here from the roles minus those tables.
 
+Emulated, each call runs by default the stitched group's numpy semantics (execute="model",
+the members' numpy models in launch order, ~10x faster); execute="text" interprets the module
+text op by op (llamanb.npu.emulator). Buffers, syncs, calls and bytes are the same either way.
+
 A step the compiled prefill cannot run (rows of several sequences, or a chunk that starts after
 position 0) computes its attention on the host over the cache, and says so in `host_attention`.
 The stitched groups come from llamanb.npu.groups; every call goes through llamanb.npu.kernel_cache.
@@ -93,8 +97,11 @@ class NPU2Backend(Backend):
         self.device = device if device is not None else EmulatedDevice(execute=execute)
         self.emulated = bool(self.device.emulated)
         self.name = "npu2-emulated" if self.emulated else "npu2"
-        self.description = ("emulated NPU2 (MLIR-AIR groups on a numpy emulator; NPU times are "
-                            "cost-model estimates)" if self.emulated else "AMD NPU2 through XRT")
+        how = ("the groups' numpy semantics" if getattr(self.device, "execute", "") == "model"
+               else "their MLIR text interpreted")
+        self.description = (f"emulated NPU2 (stitched MLIR-AIR groups run as {how}; NPU times "
+                            f"are cost-model estimates)" if self.emulated else
+                            "AMD NPU2 through XRT")
         super().__init__(weights)
         c = self.config
         if not isinstance(seq, int) or seq < 1:
