@@ -244,6 +244,25 @@ print(f"emulation wall time so far {b.counters.wall_s:.1f} s (numpy interpreter,
       f"estimated NPU time {b.counters.estimated_s * 1e3:.1f} ms (cost model)")
 
 # %% [markdown]
+# **One decode token on the array.** The 2L+1 calls of a token are three kinds of ELF; stepping
+# through their launches (the tile-usage widget of notebook 05) shows that a decode token keeps
+# at most one row of eight tiles busy: every GEMV is a `[8, 1]` herd streaming weight rows.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from llamanb.npu import tileview
+
+token_groups = {n: b.groups[n].spec for n in ("rms_gemv_rope", "o_gemv_ffn", "lm_head_gemv")}
+tileview.widget(token_groups)
+
+# %%
+fig = tileview.overview(token_groups, ncols=6)
+plt.show()
+for n, g in token_groups.items():
+    print(f"{n:<14} {b.groups[n].launches:2d} launches, tiles per launch "
+          f"{[h[2] for h in b.groups[n].herds]}")
+
+# %% [markdown]
 # ## 6. Host broker or aliasing
 #
 # Between the three prefill ELFs the host brokers every hand-off: Q, K and V come back and go
