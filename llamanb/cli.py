@@ -119,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tokens generated in each decode measurement")
     b.add_argument("--no-transformers", action="store_true", help="measure llamanb only")
     b.add_argument("--no-bf16", action="store_true", help="skip transformers bf16")
+    b.add_argument("--backend", default="numpy", help="also measure this llamanb backend (e.g. "
+                   "npu2-emulated) beside the numpy engine, as a ratio in the same run")
     b.add_argument("--batching", action="store_true", help="instead: one request at a time vs "
                    "static vs continuous batching (llamanb only, slot counts 1-16)")
 

@@ -24,6 +24,14 @@ def main(args) -> int:
         return batching(args)
     t_start, cpu = time.perf_counter(), CpuShare()
     engines = ["llamanb"]
+    backend = getattr(args, "backend", "numpy") or "numpy"
+    if backend != "numpy":                       # measured side by side with the numpy engine
+        from ..backends import BACKENDS, LAZY
+
+        if backend not in BACKENDS and backend not in LAZY:
+            raise LlamanbError(f"unknown backend {backend!r}; available: "
+                               f"{', '.join({**BACKENDS, **LAZY})}")
+        engines.append(f"llamanb@{backend}")
     if not args.no_transformers:
         missing = [m for m in ("torch", "transformers") if find_spec(m) is None]
         if missing:

@@ -14,6 +14,11 @@ DECODE_CONTEXT = 128                     # prompt length before the decode steps
 LABELS = {"llamanb": "llamanb (numpy fp32)", "transformers_fp32": "transformers fp32",
           "transformers_bf16": "transformers bf16"}
 
+
+def label(engine: str) -> str:
+    """Table label of an engine name: "llamanb", "llamanb@<backend>", "transformers_<dtype>"."""
+    return LABELS.get(engine) or f"llamanb ({engine.split('@', 1)[1]})"
+
 # A fixed English text; its token ids, repeated and truncated, are every engine's prompt.
 PROMPT_TEXT = (
     "The old lighthouse stood at the end of a narrow spit of rock, where the harbour met the open "
@@ -30,13 +35,14 @@ PROMPT_TEXT = (
 # --- process memory --------------------------------------------------------------------------
 
 class LlamanbRunner:
-    def __init__(self, model_spec):
+    def __init__(self, model_spec, backend: str = "numpy"):
         from ..engine import Engine
         from ..io.store import load_model
 
         self.model = load_model(model_spec)
-        self.engine = Engine(self.model)
-        self.info = {"backend": self.engine.backend.description, "dtype": "float32",
+        self.engine = Engine(self.model, backend)
+        dtype = getattr(self.engine.backend, "dtype", "float32")
+        self.info = {"backend": self.engine.backend.description, "dtype": dtype,
                      "threads": f"numpy/OpenBLAS {openblas_info()['threads']}"}
 
     def prefill(self, ids) -> float:
@@ -87,8 +93,8 @@ class TransformersRunner:
 
 
 def make_runner(engine: str, model_spec, cache_dir):
-    if engine == "llamanb":
-        return LlamanbRunner(model_spec)
+    if engine == "llamanb" or engine.startswith("llamanb@"):
+        return LlamanbRunner(model_spec, engine.partition("@")[2] or "numpy")
     return TransformersRunner(cache_dir, engine.rsplit("_", 1)[1])
 
 

@@ -78,6 +78,7 @@ class _Attn:
 class NPU2Backend(Backend):
     name = "npu2-emulated"
     emulated = True
+    dtype = "bf16"                  # weights and activations in bfloat16, float32 accumulation
     kv_dtype = np.float32
     row_multiple = 1
     kv_position_multiple = KEY_TILE
