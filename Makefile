@@ -30,7 +30,7 @@ $(VENV)/.test-installed: $(VENV)/.run-installed
 	@touch $@
 
 run: $(VENV)/.run-installed
-	$(PY) -m llamanb generate $${MODEL:+--model "$$MODEL"} $${PROMPT:+--prompt "$$PROMPT"}
+	$(PY) -m llamanb generate $${MODEL:+--model "$$MODEL"} $${PROMPT:+--prompt "$$PROMPT"} $${BACKEND:+--backend "$$BACKEND"}
 
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
 
@@ -68,7 +68,7 @@ lab: notebook-env
 	  --ServerApp.root_dir=notebooks
 
 verify: $(VENV)/.run-installed
-	$(PY) -m llamanb verify $${MODEL:+--model "$$MODEL"}
+	$(PY) -m llamanb verify $${MODEL:+--model "$$MODEL"} $${BACKEND:+--backend "$$BACKEND"}
 
 bench: $(VENV)/.test-installed
 	$(PY) -m llamanb bench $${MODEL:+--model "$$MODEL"} $${JSON:+--json "$$JSON"}

@@ -60,6 +60,17 @@ def _model_arg(p):
                         "the embedded SmolLM2-135M-Instruct)")
 
 
+def _backend_arg(p) -> None:
+    p.add_argument("--backend", default="numpy", help="numpy (default), npu2-emulated, npu2, ... "
+                   "(an NPU2 backend runs bf16; --dtype applies to numpy)")
+
+
+def _engine(model, backend: str, dtype: str = "float32"):
+    from .engine import Engine
+
+    return Engine(model, backend, **({"dtype": dtype} if backend == "numpy" else {}))
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="python -m llamanb", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
@@ -85,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dtype", choices=["float32", "bf16"], default="float32",
                    help="bf16 rounds weights and every op's output to bfloat16")
     g.add_argument("--no-stream", action="store_true", help="print the answer only when complete")
+    _backend_arg(g)
 
     v = sub.add_parser("verify", help="check llamanb against HF transformers references")
     _model_arg(v)
@@ -97,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="prompt for --diagnose")
     v.add_argument("--steps", type=_positive_int, default=32, help="greedy steps for --live")
     v.add_argument("--save", default=None, help="with --live: write the fresh references here")
+    _backend_arg(v)
 
     b = sub.add_parser("bench", help="llamanb vs transformers on this machine")
     _model_arg(b)
@@ -142,7 +155,9 @@ def cmd_generate(a) -> int:
     where = "converted and cached" if model.converted else "memory-mapped from cache"
     print(f"model: {model.config.name} ({model.config.n_params() / 1e6:.1f} M params, {where}: "
           f"{model.cache_dir})", file=sys.stderr)
-    engine = Engine(model, dtype=a.dtype)
+    engine = _engine(model, a.backend, a.dtype)
+    counters = getattr(engine.backend, "counters", None)
+    c0 = counters.copy() if counters is not None else None
     stream = None if a.no_stream else (lambda t, s: print(s, end="", flush=True))
     if not a.no_stream and a.raw:
         print(prompt, end="", flush=True)
@@ -150,11 +165,18 @@ def cmd_generate(a) -> int:
     if a.no_stream:
         print((prompt if a.raw else "") + r.text, end="")
     print()
-    print(f"[{engine.backend.description}, {a.dtype}] load {model.load_s:.2f} s | "
+    dtype = a.dtype if a.backend == "numpy" else "bf16"
+    print(f"[{engine.backend.description}, {dtype}] load {model.load_s:.2f} s | "
           f"prefill {len(ids)} tok in {r.prefill_s:.3f} s ({r.prefill_tok_s:.1f} tok/s) | "
           f"decode {r.decode_steps} tok in {r.decode_s:.3f} s ({r.decode_tok_s:.1f} tok/s) | "
           f"stop: {r.stop_reason} | {f'seed {seed}' if params.temperature > 0 else 'greedy'}",
           file=sys.stderr)
+    if c0 is not None:                 # a device backend: its calls and bytes, per token
+        d, n = counters - c0, max(1, r.decode_steps + 1)
+        print(f"[{engine.backend.name}] {d.dispatches / n:.1f} NPU calls/token, "
+              f"{d.bytes_to_device / n:,.0f} B to / {d.bytes_from_device / n:,.0f} B from the "
+              f"device per token (prefill included); estimated NPU time "
+              f"{d.estimated_s * 1e3:.1f} ms (cost model, not measured)", file=sys.stderr)
     return 0
 
 
@@ -182,7 +204,7 @@ def cmd_verify(a) -> int:
         return verify.diagnose_cli(a.model, a.prompt)
     if a.live:
         return verify.live_cli(a.model, a.steps, a.save)
-    return verify.reference_cli(a.model, a.reference)
+    return verify.reference_cli(a.model, a.reference, backend=a.backend)
 
 
 def cmd_bench(a) -> int:

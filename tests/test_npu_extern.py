@@ -365,3 +365,17 @@ def test_peano_missing(tmp_path, monkeypatch):
 def test_host_builds_go_to_the_llamanb_cache():
     built = hostbuild.build()
     assert Path(os.environ["LLAMANB_CACHE"]) in built.path.parents
+
+
+def test_models_round_inputs_to_bf16_and_skip_values_already_bf16():
+    """Kernel inputs are bfloat16 in memory: float32 inputs are rounded (ml_dtypes as the
+    reference); inputs already holding bfloat16 values (weights in a buffer) pass unchanged."""
+    import ml_dtypes
+
+    from llamanb.npu.extern import _bf16_input
+
+    x = np.random.default_rng(0).standard_normal((64, 48)).astype(np.float32)
+    want = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    assert np.array_equal(_bf16_input("x", x), want)
+    assert _bf16_input("w", want) is want
+    assert np.array_equal(_bf16_input("b", x.astype(ml_dtypes.bfloat16)), want)

@@ -108,13 +108,15 @@ def summary(results: list[CaseResult], out=sys.stdout) -> int:
     return 0 if passed == len(results) else 1
 
 
-def reference_cli(model_spec, reference) -> int:
+def reference_cli(model_spec, reference, backend: str = "numpy") -> int:
     path = Path(reference) if reference else default_reference()
     ref = read_reference(path)
     model = load_model(model_spec)
-    print(f"verify: {model.config.name} (numpy engine, float32) against {path.name}: "
+    engine = Engine(model, backend)
+    what = "numpy engine, float32" if backend == "numpy" else engine.backend.description
+    print(f"verify: {model.config.name} ({what}) against {path.name}: "
           f"{ref.get('reference', 'unknown system')}")
-    return summary(run_reference(model, ref))
+    return summary(run_reference(model, ref, engine))
 
 
 def live_references(model: Model, steps: int, prompts_file: Path | None = None) -> dict:

@@ -88,7 +88,11 @@ def _bf16_input(name: str, a) -> np.ndarray:
         raise LlamanbError(f"{name}: expected float32 (bfloat16 values) or bfloat16, got {a.dtype}")
     if a.size >= 2**31:
         raise LlamanbError(f"{name}: {a.size} elements do not fit the kernels' int32 sizes")
-    return to_bf16(a.astype(np.float32))
+    if a.dtype.name == "bfloat16":
+        return a.astype(np.float32)                                # exact
+    if a.size and a.flags.c_contiguous and not int(np.bitwise_or.reduce(a.reshape(-1).view(np.uint32))) & 0xFFFF:
+        return a            # low 16 bits all zero: already bfloat16 values, no rounding pass
+    return to_bf16(a)
 
 
 def _rope_args(x, lut):

@@ -1,0 +1,355 @@
+"""KernelCache: compiled kernels on disk, loaded kernels in the process, buffer objects per bo_key.
+
+The contract of the MLIR-AIR Llama runtime, in our own code:
+
+    kc = KernelCache(device)                               # EmulatedDevice() unless given
+    kc.compile_and_cache("o_ffn", spec, {"seq": 64})       # disk: artifacts + manifest.json
+    outs = kc.load_and_run("o_ffn", {"seq": 64}, *arrays,  # one call; a tuple as long as arrays
+                           output_indices=[8], static_input_indices={1, 3, 5, 7},
+                           intermediate_indices={2, 4}, bo_key="o_ffn.L3")
+    outs = kc.call("o_ffn", *arrays, bo_key="o_ffn.L3")    # the same sets, derived from the roles
+
+Three caches:
+  disk     root/<name>/{module.mlir, manifest.json}: manifest holds the fingerprint of the module
+           text + backend_kwargs + toolchain; a stale entry (fingerprint differs) is rebuilt, a
+           corrupt one (unreadable manifest, missing file) is reported and rebuilt.
+  process  name -> the loaded kernel (for a real NPU: xclbin registered, hw_context, instructions)
+  buffers  (name, bo_key) -> one BO per argument. Static (weights) and intermediate slots are
+           written and synced on the first call for a bo_key only; every later call writes the
+           inputs and reads back only `output_indices`. One bo_key per layer keeps each layer's
+           weights resident: memory for speed.
+
+Every written byte goes through the device's counters (llamanb.npu.runtime), so the bytes a call
+moves are measured, not computed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import LlamanbError
+from .runtime import FROM_DEVICE, TO_DEVICE, EmulatedDevice, read, write
+from .spec import Arg, KernelSpec
+
+FORMAT = "llamanb-kernel-cache-v1"
+_EMULATOR_SOURCES = ("emulator.py", "interp_ops.py", "textir.py", "plan.py")
+
+
+def toolchain_fingerprint(emulated: bool) -> dict:
+    """What built an artifact: for the emulated NPU2 the interpreter's own sources and numpy; for a
+    real one, mlir-air's and XRT's versions (looked up lazily)."""
+    here = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for name in _EMULATOR_SOURCES:
+        h.update((here / name).read_bytes())
+    fp = {"emulated": emulated, "emulator": h.hexdigest()[:16], "numpy": np.__version__,
+          "python": platform.python_version()}
+    if not emulated:
+        try:
+            from importlib.metadata import version
+            fp["mlir-air"] = version("mlir-air")
+        except Exception:      # noqa: BLE001 -- a missing distribution is a fact, not an error
+            fp["mlir-air"] = "unknown"
+    return fp
+
+
+def _cache_dir() -> Path:
+    from ..io.store import cache_root
+    return Path(cache_root()) / "npu-kernels"
+
+
+def _jsonable(kw) -> dict:
+    try:
+        return json.loads(json.dumps(kw or {}, sort_keys=True))
+    except TypeError as e:
+        raise LlamanbError(f"backend_kwargs must be JSON-serialisable: {e}")
+
+
+class KernelCache:
+    def __init__(self, device=None, root: str | Path | None = None):
+        self.device = device if device is not None else EmulatedDevice()
+        self.root = Path(root) if root is not None else _cache_dir()
+        self._kernels: dict = {}           # name -> (kernel handle, spec, fingerprint)
+        self._bos: dict = {}               # (name, bo_key) -> [BO per argument]
+        self._written: set = set()         # (name, bo_key, index) of static/intermediate slots
+        self._aliased: set = set()         # (name, bo_key, index) bound to another kernel's BO
+        self.stats = {"disk_hits": 0, "builds": 0, "stale_rebuilt": 0, "corrupt_rebuilt": 0,
+                      "process_hits": 0, "bo_sets": 0}
+        self.messages: list[str] = []      # what was rebuilt and why
+
+    # ------------------------------------------------------------ disk
+    def fingerprint(self, spec: KernelSpec, backend_kwargs) -> str:
+        h = hashlib.sha256(spec.text.encode())
+        h.update(json.dumps(_jsonable(backend_kwargs), sort_keys=True).encode())
+        h.update(json.dumps(toolchain_fingerprint(self.device.emulated), sort_keys=True).encode())
+        return h.hexdigest()
+
+    def _manifest(self, name: str) -> dict | None:
+        """The entry's manifest; None if absent; LlamanbError-free: corrupt -> 'corrupt'."""
+        d = self.root / name
+        mf = d / "manifest.json"
+        if not d.exists():
+            return None
+        try:
+            m = json.loads(mf.read_text())
+            if m.get("format") != FORMAT or not (d / m["module"]).is_file():
+                raise ValueError("format or files")
+            for key in ("fingerprint", "args", "herd", "name"):
+                m[key]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            return {"corrupt": f"{mf}: {type(e).__name__}: {e}"}
+        return m
+
+    def compile_and_cache(self, name: str, module: KernelSpec, backend_kwargs=None) -> Path:
+        """The artifact directory for `module` (a KernelSpec), built unless a fresh one exists."""
+        if not isinstance(module, KernelSpec):
+            raise LlamanbError(f"compile_and_cache({name!r}): module must be a KernelSpec, "
+                               f"got {type(module).__name__}")
+        if not name or "/" in name or name.startswith("."):
+            raise LlamanbError(f"kernel name must be a plain file name, got {name!r}")
+        fp = self.fingerprint(module, backend_kwargs)
+        m = self._manifest(name)
+        d = self.root / name
+        if m is not None and "corrupt" in m:
+            self.messages.append(f"{name}: corrupt cache entry ({m['corrupt']}); rebuilt")
+            self.stats["corrupt_rebuilt"] += 1
+        elif m is not None and m["fingerprint"] != fp:
+            self.messages.append(f"{name}: stale cache entry (fingerprint changed); rebuilt")
+            self.stats["stale_rebuilt"] += 1
+        elif m is not None:
+            self.stats["disk_hits"] += 1
+            self._remember(name, module, fp)
+            return d
+        self._build(name, module, backend_kwargs, fp)
+        self._remember(name, module, fp)
+        return d
+
+    def _build(self, name: str, spec: KernelSpec, backend_kwargs, fp: str) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=self.root))
+        try:
+            (tmp / "module.mlir").write_text(spec.text)
+            manifest = {
+                "format": FORMAT, "name": name, "func": spec.name, "fingerprint": fp,
+                "emulated": bool(self.device.emulated),
+                "toolchain": toolchain_fingerprint(self.device.emulated),
+                "backend_kwargs": _jsonable(backend_kwargs), "module": "module.mlir",
+                "args": [{"name": a.name, "shape": list(a.shape), "role": a.role,
+                          "dtype": a.dtype, "doc": a.doc} for a in spec.args],
+                "herd": list(spec.herd), "tiles": dict(spec.tiles),
+                "links": list(spec.links), "externs": list(spec.externs),
+                "params": {k: v for k, v in spec.params.items()
+                           if isinstance(v, (int, float, str, bool))},
+            }
+            if not self.device.emulated:
+                manifest.update(self._compile_real(spec, tmp, backend_kwargs))
+            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
+            d = self.root / name
+            if d.exists():
+                shutil.rmtree(d)
+            os.replace(tmp, d)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self.stats["builds"] += 1
+
+    def _compile_real(self, spec, out: Path, backend_kwargs) -> dict:
+        """A real build through llamanb.npu.compile (mlir-air's XRTBackend + Peano); the xclbin
+        and instruction stream it wrote are recorded in this entry's manifest."""
+        from .compile import compile as compile_spec
+
+        art = compile_spec(spec, mode="xrt", **{k: v for k, v in _jsonable(backend_kwargs).items()
+                                                if k in ("peano_dir",)})
+        files = [Path(art.path) / f for f in art.manifest.get("backend_outputs", [])]
+        xclbin = next((f for f in files if f.suffix == ".xclbin"), None)
+        insts = next((f for f in files if f.name.endswith(("insts.bin", "insts.txt"))
+                      or f.suffix == ".bin"), None)
+        if xclbin is None or insts is None:
+            raise LlamanbError(f"{spec.name}: the XRT build wrote {[f.name for f in files]}; "
+                               f"this runtime loads an xclbin and its instruction stream")
+        return {"xclbin": str(xclbin), "insts": str(insts), "kernel_name": "MLIR_AIE",
+                "artifact": str(art.path)}
+
+    def _spec_from_manifest(self, name: str, m: dict) -> KernelSpec:
+        text = (self.root / name / m["module"]).read_text()
+        args = tuple(Arg(a["name"], tuple(a["shape"]), a["role"], a.get("doc", ""),
+                         a.get("dtype", "bf16")) for a in m["args"])
+        return KernelSpec(name=m.get("func", name), args=args, text=text, model=None,
+                          herd=tuple(m["herd"]), tiles=m.get("tiles", {}),
+                          links=tuple(m.get("links", ())), externs=tuple(m.get("externs", ())),
+                          params=m.get("params", {}))
+
+    # ------------------------------------------------------------ process
+    def _remember(self, name: str, spec: KernelSpec, fp: str) -> None:
+        have = self._kernels.get(name)
+        if have is not None and have[2] == fp:
+            return
+        if have is not None:                         # a rebuilt kernel: its old buffers go too
+            self._drop_buffers(name)
+        self._kernels[name] = (self.device.kernel(self._artifact(name, spec)), spec, fp)
+
+    def _artifact(self, name, spec):
+        if self.device.emulated:
+            return spec
+        m = json.loads((self.root / name / "manifest.json").read_text())
+
+        class _Art:
+            pass
+        a = _Art()
+        a.name, a.spec = name, spec
+        a.xclbin, a.insts, a.kernel_name = m["xclbin"], m["insts"], m["kernel_name"]
+        return a
+
+    def _drop_buffers(self, name: str) -> None:
+        for key in [k for k in self._bos if k[0] == name]:
+            del self._bos[key]
+        self._written = {w for w in self._written if w[0] != name}
+
+    def load(self, name: str):
+        """(kernel, spec): from the process cache, else from the disk cache."""
+        if name in self._kernels:
+            self.stats["process_hits"] += 1
+            return self._kernels[name][:2]
+        m = self._manifest(name)
+        if m is None:
+            raise LlamanbError(f"unknown kernel {name!r}: compile_and_cache it first "
+                               f"(cache {self.root})")
+        if "corrupt" in m:
+            raise LlamanbError(f"kernel {name!r}: corrupt cache entry ({m['corrupt']}); "
+                               f"compile_and_cache rebuilds it")
+        spec = self._spec_from_manifest(name, m)
+        self.stats["disk_hits"] += 1
+        self._kernels[name] = (self.device.kernel(self._artifact(name, spec)), spec,
+                               m["fingerprint"])
+        return self._kernels[name][:2]
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self._kernels)
+
+    # ------------------------------------------------------------ buffers and calls
+    def buffers(self, name: str, bo_key=None) -> list:
+        """The BO set of (name, bo_key), allocated on first use."""
+        _, spec = self.load(name)
+        key = (name, bo_key if bo_key is not None else name)
+        if key not in self._bos:
+            self._bos[key] = [self.device.alloc(a.shape, f"{name}:{a.name}", a.dtype)
+                              for a in spec.args]
+            self.stats["bo_sets"] += 1
+        return self._bos[key]
+
+    def alias(self, name: str, bo_key, index: int, src: str, src_key, src_index: int) -> None:
+        """Bind slot `index` of (name, bo_key) to the BO of slot `src_index` of (src, src_key):
+        what one kernel writes there the next reads in place, never crossing to the host (the
+        MLIR-AIR guide's "D2" future work). Neither slot is written by load_and_run again (a
+        host that must fill one writes the shared BO itself)."""
+        _, spec = self.load(name)
+        _, sspec = self.load(src)
+        for nm, sp, i in ((name, spec, index), (src, sspec, src_index)):
+            if not 0 <= i < len(sp.args):
+                raise LlamanbError(f"alias: index {i} is out of range for {nm}")
+        if spec.args[index].shape != sspec.args[src_index].shape:
+            raise LlamanbError(f"alias: {name}.{spec.args[index].name} {spec.args[index].shape} "
+                               f"and {src}.{sspec.args[src_index].name} "
+                               f"{sspec.args[src_index].shape} differ in shape")
+        bos = self.buffers(name, bo_key)
+        bos[index] = self.buffers(src, src_key)[src_index]
+        self._aliased.add((name, bo_key if bo_key is not None else name, index))
+        self._aliased.add((src, src_key if src_key is not None else src, src_index))
+
+    def resident_bytes(self) -> int:
+        """Device bytes held by every BO set (the memory side of per-layer buffers)."""
+        seen = {id(b): b.nbytes for bos in self._bos.values() for b in bos}
+        return sum(seen.values())
+
+    @staticmethod
+    def _index_set(what: str, idx, n: int) -> frozenset:
+        if idx is None:
+            return frozenset()
+        try:
+            s = frozenset(int(i) for i in idx)
+        except (TypeError, ValueError):
+            raise LlamanbError(f"{what} must be a collection of argument indices, got {idx!r}")
+        bad = sorted(i for i in s if not 0 <= i < n)
+        if bad:
+            raise LlamanbError(f"{what}: index {bad[0]} is out of range for a kernel with "
+                               f"{n} arguments (0..{n - 1})")
+        return s
+
+    def preload(self, name: str, arrays: dict, bo_key=None) -> None:
+        """Write and sync static slots ({index: array}) for bo_key before any call."""
+        _, spec = self.load(name)
+        bos = self.buffers(name, bo_key)
+        idx = self._index_set("preload indices", arrays.keys(), len(spec.args))
+        for i in sorted(idx):
+            self._check(spec, i, arrays[i])
+            write(bos[i], arrays[i], self.device.counters)
+            bos[i].sync(TO_DEVICE)
+            self._written.add((name, bo_key if bo_key is not None else name, i))
+
+    @staticmethod
+    def _check(spec, i, x) -> None:
+        a = spec.args[i]
+        if not isinstance(x, np.ndarray) or x.dtype != np.float32 or tuple(x.shape) != a.shape:
+            got = f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}"
+            raise LlamanbError(f"{spec.name}: argument {i} ({a.name}) must be a float32 array of "
+                               f"shape {a.shape}, got {got}")
+
+    def load_and_run(self, name: str, backend_kwargs, *inputs, output_indices=None,
+                     static_input_indices=None, intermediate_indices=None, bo_key=None) -> tuple:
+        """Run kernel `name` once; a tuple as long as `inputs` (read-back arrays at
+        output_indices -- every index when None -- and empty arrays elsewhere).
+
+        Static and intermediate slots are written on the first call per bo_key only (an input
+        may be None there once written); every other slot not in output_indices is written every
+        call."""
+        kernel, spec = self.load(name)
+        n = len(spec.args)
+        if len(inputs) != n:
+            raise LlamanbError(f"{name} takes {n} arrays ({', '.join(a.name for a in spec.args)}), "
+                               f"got {len(inputs)}")
+        static = self._index_set("static_input_indices", static_input_indices, n)
+        inter = self._index_set("intermediate_indices", intermediate_indices, n)
+        outs = (frozenset(range(n)) if output_indices is None
+                else self._index_set("output_indices", output_indices, n))
+        key = bo_key if bo_key is not None else name
+        bos = self.buffers(name, bo_key)
+        c = self.device.counters
+        for i, x in enumerate(inputs):
+            if (name, key, i) in self._aliased:
+                continue                               # another kernel's BO: already there
+            once = i in static or i in inter
+            if once and (name, key, i) in self._written:
+                continue
+            if output_indices is not None and i in outs and not once:
+                continue                               # a pure output: nothing to write
+            self._check(spec, i, x)
+            write(bos[i], x, c)
+            bos[i].sync(TO_DEVICE)
+            if once:
+                self._written.add((name, key, i))
+        self.device.run(kernel, bos)
+        result = []
+        for i in range(n):
+            if i in outs:
+                bos[i].sync(FROM_DEVICE)
+                result.append(read(bos[i], c))
+            else:
+                result.append(np.empty((0,), np.float32))
+        return tuple(result)
+
+    def call(self, name: str, *inputs, bo_key=None, backend_kwargs=None) -> tuple:
+        """load_and_run with the index sets derived from the kernel's argument roles:
+        weights static, intermediates written once, outputs read back."""
+        _, spec = self.load(name)
+        return self.load_and_run(name, backend_kwargs, *inputs,
+                                 output_indices=spec.output_indices,
+                                 static_input_indices=spec.static_indices,
+                                 intermediate_indices=spec.intermediate_indices, bo_key=bo_key)

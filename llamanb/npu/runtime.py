@@ -1,0 +1,346 @@
+"""The NPU runtime: a device, buffer objects (BOs) and kernel runs -- emulated, or real through pyxrt.
+
+A buffer object is memory both the host and the NPU can reach. The host never hands the NPU a
+numpy array; it writes into a BO's host mapping, then syncs it:
+
+    dev = EmulatedDevice()                          # or XrtDevice() on a Ryzen AI machine
+    bo = dev.alloc((576,), "x")                     # a BO: host mapping + device side
+    bo.map()[...] = x                               # host memcpy into the mapping (counted)
+    bo.sync(TO_DEVICE)                              # flush to the device (bytes counted)
+    k = dev.kernel(spec)                            # a loaded kernel (its MLIR text / ELF)
+    dev.run(k, [bo_x, bo_w, bo_y])                  # one dispatch
+    bo_y.sync(FROM_DEVICE); y = bo_y.map()          # read back
+
+The emulated device keeps each BO's host and device contents apart (a sync really copies), runs
+the module text on llamanb.npu.emulator, and counts: dispatches, bytes synced each way, host
+memcpys into/out of mappings. Each run is also charged the cost model's *estimated* NPU time
+(llamanb.npu.cost), kept apart from the wall time the emulation itself took: the emulator is a
+numpy interpreter, so its wall time says nothing about the NPU.
+
+Values are bf16 on the device. Host arrays here are float32 holding bf16 values (the emulator's
+convention); byte counts use the device's bf16 size (Arg.nbytes), not the float32 host copy.
+
+The real path (XrtDevice) imports pyxrt only when constructed: xrt.device(index),
+xrt.xclbin / hw_context, xrt.kernel, xrt.bo with `.map()` and `.sync(direction)`, and a run per
+dispatch. Tests drive it with a fake pyxrt module.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from ..errors import LlamanbError
+
+TO_DEVICE, FROM_DEVICE = "to_device", "from_device"
+_ITEM = {"bf16": 2, "f32": 4, "i32": 4}
+
+
+@dataclass
+class Counters:
+    """What a device did. `estimated_s` is the cost model's NPU time (an estimate, never measured);
+    `wall_s` is the time the host spent inside run() (the emulation or the real dispatch)."""
+
+    dispatches: int = 0
+    bytes_to_device: int = 0
+    bytes_from_device: int = 0
+    syncs_to_device: int = 0
+    syncs_from_device: int = 0
+    host_memcpys: int = 0
+    host_memcpy_bytes: int = 0
+    estimated_s: float = 0.0
+    wall_s: float = 0.0
+    per_kernel: dict = field(default_factory=dict)     # name -> [calls, estimated_s]
+
+    def copy(self) -> "Counters":
+        c = Counters(**{k: v for k, v in self.__dict__.items() if k != "per_kernel"})
+        c.per_kernel = {k: list(v) for k, v in self.per_kernel.items()}
+        return c
+
+    def __sub__(self, other: "Counters") -> "Counters":
+        c = Counters(**{k: getattr(self, k) - getattr(other, k) for k in self.__dict__
+                        if k != "per_kernel"})
+        for k, (n, t) in self.per_kernel.items():
+            n0, t0 = other.per_kernel.get(k, (0, 0.0))
+            if n - n0:
+                c.per_kernel[k] = [n - n0, t - t0]
+        return c
+
+    def __str__(self) -> str:
+        return (f"{self.dispatches} dispatches, {self.bytes_to_device:,} B to device, "
+                f"{self.bytes_from_device:,} B from device, {self.host_memcpys} host memcpys "
+                f"({self.host_memcpy_bytes:,} B); estimated NPU time {self.estimated_s * 1e3:.3f} ms "
+                f"(cost model, not measured)")
+
+
+class BufferObject(Protocol):
+    name: str
+    shape: tuple
+    nbytes: int
+
+    def map(self) -> np.ndarray: ...
+    def sync(self, direction: str) -> None: ...
+
+
+class Device(Protocol):
+    """What the KernelCache and the NPU2 backend need from a device."""
+
+    counters: Counters
+    emulated: bool
+
+    def alloc(self, shape, name: str = "", dtype: str = "bf16") -> BufferObject: ...
+    def kernel(self, artifact) -> object: ...
+    def run(self, kernel, bos: Sequence[BufferObject]) -> None: ...
+
+
+def _shape(shape) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+    except (TypeError, ValueError):
+        raise LlamanbError(f"a buffer shape must be a tuple of positive integers, got {shape!r}")
+    if not shape or any(s <= 0 for s in shape):
+        raise LlamanbError(f"a buffer shape must be a tuple of positive integers, got {shape!r}")
+    return shape
+
+
+def _direction(direction: str) -> str:
+    if direction not in (TO_DEVICE, FROM_DEVICE):
+        raise LlamanbError(f"sync direction must be {TO_DEVICE!r} or {FROM_DEVICE!r}, "
+                           f"got {direction!r}")
+    return direction
+
+
+def write(bo: BufferObject, array: np.ndarray, counters: Counters) -> None:
+    """Host memcpy of `array` into the BO's mapping (one counted memcpy of the device size)."""
+    m = bo.map()
+    a = np.asarray(array, dtype=np.float32)
+    if a.size != m.size:
+        raise LlamanbError(f"buffer {bo.name or '?'} holds {m.size} values {tuple(bo.shape)}, "
+                           f"got an array of shape {a.shape}")
+    m.reshape(-1)[...] = a.reshape(-1)
+    counters.host_memcpys += 1
+    counters.host_memcpy_bytes += bo.nbytes
+
+
+def read(bo: BufferObject, counters: Counters) -> np.ndarray:
+    """Host memcpy out of the BO's mapping into a fresh array (counted)."""
+    out = np.array(bo.map(), dtype=np.float32, copy=True).reshape(bo.shape)
+    counters.host_memcpys += 1
+    counters.host_memcpy_bytes += bo.nbytes
+    return out
+
+
+# ---------------------------------------------------------------- the emulated device
+
+class EmulatedBO:
+    """A BO of the emulated NPU2: a host mapping and a separate device copy; sync copies."""
+
+    def __init__(self, device: "EmulatedDevice", shape, name: str, dtype: str):
+        self.device, self.name, self.dtype = device, name, dtype
+        self.shape = _shape(shape)
+        self.size = int(np.prod(self.shape))
+        self.nbytes = self.size * _ITEM[dtype]
+        self._host = np.zeros(self.shape, np.float32)
+        self.device_array = np.zeros(self.shape, np.float32)   # what the NPU sees
+
+    def map(self) -> np.ndarray:
+        return self._host
+
+    def sync(self, direction: str) -> None:
+        c = self.device.counters
+        if _direction(direction) == TO_DEVICE:
+            self.device_array[...] = self._host
+            c.bytes_to_device += self.nbytes
+            c.syncs_to_device += 1
+        else:
+            self._host[...] = self.device_array
+            c.bytes_from_device += self.nbytes
+            c.syncs_from_device += 1
+
+    def __repr__(self) -> str:
+        return f"EmulatedBO({self.name}: {list(self.shape)} {self.dtype}, {self.nbytes:,} B)"
+
+
+@dataclass
+class EmulatedKernel:
+    name: str
+    spec: object                   # a KernelSpec (or an artifact with .text and .args)
+    estimated_s: float             # the cost model's time per run
+
+
+class EmulatedDevice:
+    """The emulated NPU2 (says so): BO contents kept, every dispatch and byte counted."""
+
+    emulated = True
+    description = "emulated NPU2 (numpy interpreter of the MLIR-AIR text; times are estimates)"
+
+    def __init__(self, cost=None, externs: dict | None = None, execute: str = "text"):
+        """execute="text": interpret the MLIR text (llamanb.npu.emulator; faithful, slow);
+        "model": run the spec's numpy semantics (same buffers and counts, ~10x faster; a spec
+        read back from disk has no model and is interpreted)."""
+        if execute not in ("text", "model"):
+            raise LlamanbError(f"execute must be 'text' or 'model', got {execute!r}")
+        self.execute = execute
+        self.counters = Counters()
+        self.cost = cost                      # callable(spec) -> seconds, or None: llamanb.npu.cost
+        self.externs = externs
+        self.last_run = None
+
+    def alloc(self, shape, name: str = "", dtype: str = "bf16") -> EmulatedBO:
+        if dtype not in _ITEM:
+            raise LlamanbError(f"buffer dtype must be one of {', '.join(_ITEM)}, got {dtype!r}")
+        return EmulatedBO(self, shape, name, dtype)
+
+    def kernel(self, artifact) -> EmulatedKernel:
+        spec = getattr(artifact, "spec", artifact)
+        if not hasattr(spec, "text") or not hasattr(spec, "args"):
+            raise LlamanbError(f"the emulated NPU2 runs a kernel spec or an artifact holding one, "
+                               f"got {type(artifact).__name__}")
+        if self.cost is None:
+            from .cost import kernel_time
+            est = kernel_time(spec)
+        else:
+            est = float(self.cost(spec))
+        return EmulatedKernel(spec.name, spec, est)
+
+    def run(self, kernel: EmulatedKernel, bos: Sequence[EmulatedBO]) -> None:
+        from .emulator import run as emulate
+
+        if len(bos) != len(kernel.spec.args):
+            raise LlamanbError(f"{kernel.name} takes {len(kernel.spec.args)} buffers, "
+                               f"got {len(bos)}")
+        t0 = time.perf_counter()
+        arrays = [b.device_array for b in bos]
+        if self.execute == "model" and getattr(kernel.spec, "model", None) is not None:
+            kernel.spec.model(*arrays)
+            self.last_run = None
+        else:
+            self.last_run = emulate(kernel.spec, *arrays, externs=self.externs)
+        c = self.counters
+        c.wall_s += time.perf_counter() - t0
+        c.dispatches += 1
+        c.estimated_s += kernel.estimated_s
+        pk = c.per_kernel.setdefault(kernel.name, [0, 0.0])
+        pk[0] += 1
+        pk[1] += kernel.estimated_s
+
+
+# ---------------------------------------------------------------- the real device (pyxrt)
+
+def have_pyxrt() -> bool:
+    try:
+        import pyxrt  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class XrtBO:
+    """A pyxrt buffer object seen as a float32 array of bf16 values on the host.
+
+    pyxrt maps a BO as raw bytes; bf16 is the high half of a float32, so the host view is kept
+    as float32 and converted on sync: to_device packs the top 16 bits (after llamanb's rounding),
+    from_device widens them back."""
+
+    def __init__(self, device: "XrtDevice", bo, shape, name: str, dtype: str):
+        self.device, self.bo, self.name, self.dtype = device, bo, name, dtype
+        self.shape = _shape(shape)
+        self.nbytes = int(np.prod(self.shape)) * _ITEM[dtype]
+        self._host = np.zeros(self.shape, np.float32)
+
+    def map(self) -> np.ndarray:
+        return self._host
+
+    def sync(self, direction: str) -> None:
+        xrt, c = self.device.xrt, self.device.counters
+        raw = np.frombuffer(self.bo.map(), dtype=np.uint8)[:self.nbytes]
+        if _direction(direction) == TO_DEVICE:
+            if self.dtype == "bf16":
+                from ..numerics import to_bf16
+                bits = (to_bf16(self._host).view(np.uint32) >> 16).astype(np.uint16)
+                raw[...] = bits.reshape(-1).view(np.uint8)
+            else:
+                raw[...] = self._host.reshape(-1).view(np.uint8)
+            self.bo.sync(xrt.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE)
+            c.bytes_to_device += self.nbytes
+            c.syncs_to_device += 1
+        else:
+            self.bo.sync(xrt.xclBOSyncDirection.XCL_BO_SYNC_BO_FROM_DEVICE)
+            if self.dtype == "bf16":
+                wide = raw.view(np.uint16).astype(np.uint32) << 16
+                self._host.reshape(-1)[...] = wide.view(np.float32)
+            else:
+                self._host.reshape(-1)[...] = raw.view(np.float32)
+            c.bytes_from_device += self.nbytes
+            c.syncs_from_device += 1
+
+
+@dataclass
+class XrtKernel:
+    name: str
+    kernel: object                 # pyxrt.kernel
+    instr: object                  # pyxrt.bo holding the instruction stream
+    n_instr: int
+    estimated_s: float
+
+
+class XrtDevice:
+    """A real NPU2 through pyxrt (imported here, not at package import)."""
+
+    emulated = False
+    description = "AMD NPU2 through XRT (pyxrt)"
+    OPCODE = 3                      # the NPU kernel's "run the instruction stream" opcode
+
+    def __init__(self, index: int = 0, xrt=None):
+        if xrt is None:
+            try:
+                import pyxrt as xrt
+            except ImportError:
+                raise LlamanbError("the npu2 backend needs pyxrt (XRT's Python bindings) and an "
+                                   "NPU bound to amdxdna; use --backend npu2-emulated instead")
+        self.xrt = xrt
+        self.device = xrt.device(index)
+        self.counters = Counters()
+        self._contexts: dict = {}
+
+    def alloc(self, shape, name: str = "", dtype: str = "bf16", group: int = 0) -> XrtBO:
+        nbytes = int(np.prod(_shape(shape))) * _ITEM[dtype]
+        bo = self.xrt.bo(self.device, nbytes, self.xrt.bo.host_only, group)
+        return XrtBO(self, bo, shape, name, dtype)
+
+    def kernel(self, artifact) -> XrtKernel:
+        """artifact: an object with .xclbin (path), .insts (path of the uint32 instruction
+        stream), .kernel_name and .spec -- what llamanb.npu.compile writes for a real build."""
+        for attr in ("xclbin", "insts", "kernel_name"):
+            if not getattr(artifact, attr, None):
+                raise LlamanbError(f"artifact {getattr(artifact, 'name', '?')} has no {attr}: "
+                                   f"it was not compiled for a real NPU2 (emulated artifact?)")
+        xrt = self.xrt
+        key = str(artifact.xclbin)
+        if key not in self._contexts:
+            xclbin = xrt.xclbin(key)
+            self.device.register_xclbin(xclbin)
+            self._contexts[key] = xrt.hw_context(self.device, xclbin.get_uuid())
+        kern = xrt.kernel(self._contexts[key], artifact.kernel_name)
+        instr = np.fromfile(artifact.insts, dtype=np.uint32)
+        ibo = xrt.bo(self.device, instr.nbytes, xrt.bo.cacheable, kern.group_id(1))
+        ibo.write(instr.tobytes(), 0)
+        ibo.sync(xrt.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE)
+        from .cost import kernel_time
+        spec = getattr(artifact, "spec", None)
+        return XrtKernel(artifact.kernel_name, kern, ibo, int(instr.size),
+                         kernel_time(spec) if spec is not None else 0.0)
+
+    def run(self, kernel: XrtKernel, bos: Sequence[XrtBO]) -> None:
+        t0 = time.perf_counter()
+        r = kernel.kernel(self.OPCODE, kernel.instr, kernel.n_instr, *[b.bo for b in bos])
+        r.wait()
+        c = self.counters
+        c.wall_s += time.perf_counter() - t0
+        c.dispatches += 1
+        c.estimated_s += kernel.estimated_s
+        pk = c.per_kernel.setdefault(kernel.name, [0, 0.0])
+        pk[0] += 1
+        pk[1] += kernel.estimated_s

@@ -1,0 +1,57 @@
+"""Host <-> device bytes of the NPU2 backend, in closed form from the model config.
+
+The backend (llamanb.npu.backend) moves, per call, exactly the arguments its index sets say:
+inputs every call, outputs read back, weights and intermediates once per buffer set. After the
+first call of each set (the steady state), a prefill of S rows and a decode token move:
+
+  host broker (every hand-off between ELFs goes through the host)
+    prefill, per layer   to device    x, lut_q, lut_k (rms_gemms_rope); q, k, v (flash_attn);
+                                      attn, x (o_ffn)
+                         from device  q, k, v; attn; out
+    decode, per layer    to device    x, lut_q, lut_k; attn, x
+                         from device  q, k, v; out
+    LM head, per row     to device    xn [H] (normed on the host)   from device  logits [V]
+  aliasing (prefill q/k/v and the attention output stay in shared buffers; the MLIR-AIR guide's
+  "D2" future work): to device x, lut_q, lut_k; x -- from device k, v (for the host KV cache); out
+
+`static_luts=True` counts the RoPE tables as written once (as upstream does for a fixed prompt
+length at positions 0..S-1); the backend itself passes them every call, because a chunk of a long
+prompt starts elsewhere. All values are bf16 (2 bytes). tests/test_npu_backend.py checks these
+formulas against the bytes the emulated device counts.
+"""
+from __future__ import annotations
+
+from ..config import LlamaConfig
+
+BF16 = 2
+
+
+def prefill_bytes(cfg: LlamaConfig, S: int, aliasing: bool = False,
+                  static_luts: bool = False) -> dict:
+    """{"to_device", "from_device"} bytes of one steady-state prefill of S rows (+ one head row)."""
+    H, qd, kvd, L = cfg.hidden, cfg.q_dim, cfg.kv_dim, cfg.n_layers
+    luts = 0 if static_luts else S * (qd + kvd)
+    if aliasing:
+        to = S * H + luts + S * H
+        back = S * 2 * kvd + S * H
+    else:
+        to = (S * H + luts) + S * (qd + 2 * kvd) + (S * qd + S * H)
+        back = S * (qd + 2 * kvd) + S * qd + S * H
+    return {"to_device": BF16 * (L * to + H), "from_device": BF16 * (L * back + cfg.vocab)}
+
+
+def decode_bytes(cfg: LlamaConfig) -> dict:
+    """{"to_device", "from_device"} bytes of one steady-state decode token."""
+    H, qd, kvd, L = cfg.hidden, cfg.q_dim, cfg.kv_dim, cfg.n_layers
+    to = (H + qd + kvd) + (qd + H)
+    back = (qd + 2 * kvd) + H
+    return {"to_device": BF16 * (L * to + H), "from_device": BF16 * (L * back + cfg.vocab)}
+
+
+def weight_bytes(cfg: LlamaConfig, phase: str = "both") -> int:
+    """Bytes preloaded once into the per-layer buffers (bf16): decode and/or prefill layouts, each
+    holding every layer's projections and norms, plus the LM head."""
+    H, F, qd, kvd, L = cfg.hidden, cfg.ffn, cfg.q_dim, cfg.kv_dim, cfg.n_layers
+    layer = H * (qd + 2 * kvd) + qd * H + 3 * H * F + 2 * H
+    layouts = {"both": 2, "prefill": 1, "decode": 1}[phase]
+    return BF16 * (layouts * L * layer + cfg.vocab * H + H)
