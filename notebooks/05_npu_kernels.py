@@ -510,7 +510,46 @@ for name, spec in big.items():
 # `gemv down` declares `@matvec_bf16_k8192` in `mv_k8192.o`, upstream's trick (its `mv_k8192.o` is
 # `mv.cc` compiled with the entry point renamed), with `tile_m = 2` rows per L1 tile instead of 8
 # because each row is four times longer.
+
+# %% [markdown]
+# ## 6. Compiling a kernel: an artifact in the cache, then a cache hit
 #
+# `llamanb.npu.compile.compile(spec)` turns a spec into an artifact directory. With mlir-air and a
+# Peano install present it hands the module to mlir-air's `XRTBackend` (an ELF for the NPU) and
+# Peano (the `.o` files the module links). This machine has neither, so the artifact is
+# **emulated**: the verified module text, its launch plan read back from that text, and the g++
+# build of the C++ kernels it calls. Its directory is named by a hash of the text, the kernel
+# sources and the toolchain, so compiling the same spec again finds it and builds nothing.
+# (A private cache directory here, so the first call always builds.)
+
+# %%
+import tempfile
+from pathlib import Path
+
+from llamanb.npu import compile as npu_compile
+
+root = Path(tempfile.mkdtemp(prefix="npu-artifacts-"))
+built_before = npu_compile.STATS["compiled"]
+art = npu_compile.compile(rq, mode="emulated", root=root)          # RoPE on Q, from section 3.3
+again = npu_compile.compile(rq, mode="emulated", root=root)
+assert art.plan["launches"] == npu_compile.plan_json(rq.text)["launches"]
+assert (art.path / "module.mlir").read_text() == rq.text and "emulated" in art.manifest["note"]
+print("mode:", art.mode, "| files:", sorted(p.name for p in art.path.iterdir() if p.suffix != ".so"))
+print("launches:", art.manifest["launches"], "| herds:", art.manifest["herds"])
+print("first call built:", not art.cache_hit, "| second call a cache hit:", again.cache_hit,
+      "| same directory:", again.path == art.path,
+      "| compiles run:", npu_compile.STATS["compiled"] - built_before)
+
+# %% [markdown]
+# The time each call took (machine-dependent, so not checked): the first verifies the text with
+# MLIR and copies the host build; the second only reads a manifest.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(art)
+print(again)
+
+# %% [markdown]
 # ## Summary
 #
 # | kernel | pattern | herd | tiles (embedded model) | external object |
