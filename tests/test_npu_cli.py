@@ -34,7 +34,9 @@ def test_emit_llama32_1b(tmp_path):
     assert m["model"] == LLAMA32_1B.name and m["seq"] == 128
     for name, g in m["groups"].items():
         plan = read_plan((out / g["file"]).read_text())
-        assert len(g["launches"]) == len(plan.launches) == len(g["kernels"])
+        assert len(g["launches"]) == len(plan.launches)
+        # one herd per member kernel (o_gemv_ffn3 puts several in one launch)
+        assert sum(len(e["herds"]) for e in g["launches"]) == len(g["kernels"])
         assert len(g["arguments"]) == len(plan.args)
         for k in g["kernels"]:
             assert (out / k["file"]).is_file()

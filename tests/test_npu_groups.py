@@ -23,8 +23,10 @@ def test_layout_counts_from_the_text(cfg):
     gs = layer_groups(cfg, seq=128)
     assert tuple(gs) == PREFILL + DECODE
     for g in gs.values():
-        # one launch per member kernel; one function argument per distinct group buffer
-        assert g.launches == len(g.members)
+        # one launch per run of members (one member each unless the group merges them), one
+        # herd per member; one function argument per distinct group buffer
+        assert g.launches == len(g.launch_runs)
+        assert len(g.herds) == len(g.members)
         assert len(g.plan.args) == len({n for m in g.members for n in m.argmap.values()}
                                        | set(a.name for a in g.spec.args))
         assert all(not lp.bare for lp in g.plan.launches)

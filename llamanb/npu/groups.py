@@ -11,6 +11,8 @@ Following the MLIR-AIR Llama guide (Xilinx/mlir-air, programming_examples/llms/l
                            residual add                                                (8 launches)
   decode   rms_gemv_rope   the same first half with GEMVs                               (6 launches)
            o_gemv_ffn      the same second half with GEMVs                              (8 launches)
+           o_gemv_ffn3     the same, in 3 launches: [O GEMV, residual add], [RMSNorm, ONE
+                           packed gate/up GEMV, SwiGLU], [down GEMV, residual add]
            lm_head_gemv    the LM head as `lm_parts` GEMVs over row slices of the vocabulary
 Decode attention over the cache and the final RMSNorm (one row) run on the host.
 
@@ -18,7 +20,11 @@ Inside one module an external kernel's declaration has one type, so a second L1 
 second symbol (the guide's mv_k8192.o): the down projection's K = ffn gets `matvec_bf16_k<ffn>`
 and RoPE on the K heads gets `rope_halfsplit_bf16_kv`; every GEMV with the same K in a group shares
 one tile_m (the largest that fits the L1 budget and divides every row count of that K).
-The packed gate/up decode variant (o_gemv_ffn3) is not built: there is no packed-GEMV builder.
+o_gemv_ffn3 is upstream's current decode FFN (Xilinx/mlir-air 462bf133b: 8 -> 3 launches, decode
+91 -> 78 ms/token): several members' herds share one launch (stitch(..., launches=...)), and the
+gate and up projections are ONE GEMV over w_gate_up [2*ffn, hidden] (gate rows, then up rows --
+the checkpoint's fused layout as is; upstream interleaves the rows instead) whose output gu
+[2*ffn] the packed SwiGLU reads as two halves. The backend still runs the 8-launch o_gemv_ffn.
 """
 from __future__ import annotations
 
@@ -34,7 +40,7 @@ from .spec import KernelSpec
 from .stitch import Member, stitch
 
 PREFILL = ("rms_gemms_rope", "flash_attn", "o_ffn")
-DECODE = ("rms_gemv_rope", "o_gemv_ffn", "lm_head_gemv")
+DECODE = ("rms_gemv_rope", "o_gemv_ffn", "o_gemv_ffn3", "lm_head_gemv")
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,11 @@ class Group:
     @cached_property
     def plan(self) -> Plan:
         return read_plan(self.spec.text)
+
+    @property
+    def launch_runs(self) -> tuple[tuple[int, ...], ...]:
+        """Member indices sharing each launch, as passed to stitch (one per member by default)."""
+        return self.spec.params["launches"]
 
     @property
     def launches(self) -> int:
@@ -115,14 +126,20 @@ def decode_groups(cfg, lm_parts: int = 8) -> dict[str, Group]:
                {"gate": "g", "up": "u", "out": "act"}, "silu"),
         Member(gv(H, F, t_f, "ffn"), {"a": "w_down", "x": "act", "y": "down"}, "down"),
         Member(res, {"a": "down", "b": "h", "out": "out"}, "res2")]
+    packed = [*second[:3],
+              Member(gv(2 * F, H, t_h), {"a": "w_gate_up", "x": "hn", "y": "gu"}, "gate_up"),
+              Member(silu_and_mul(1, F, herd_xy=_herd_for(F), flat=True, packed=True),
+                     {"gu": "gu", "out": "act"}, "silu"),
+              *second[6:]]
     part = cfg.vocab // lm_parts
     t_v = _tile_m([part], H)
     head = [Member(gv(part, H, t_v), {"a": f"w_head{i}", "x": "xn", "y": f"logits{i}"},
                    f"part{i}") for i in range(lm_parts)]
     out = {}
-    for name, members in (("rms_gemv_rope", first), ("o_gemv_ffn", second),
-                          ("lm_head_gemv", head)):
-        out[name] = Group(name, "decode", stitch(name, members), tuple(members))
+    for name, members, runs in (("rms_gemv_rope", first, None), ("o_gemv_ffn", second, None),
+                                ("o_gemv_ffn3", packed, [[0, 1], [2, 3, 4], [5, 6]]),
+                                ("lm_head_gemv", head, None)):
+        out[name] = Group(name, "decode", stitch(name, members, launches=runs), tuple(members))
     return out
 
 

@@ -15,6 +15,13 @@ The algorithm works on module text, as the MLIR-AIR Llama guide's stitcher does:
      members naming the same group argument share one DDR buffer: that is how a producer's output
      becomes the next launch's input without the host touching it;
   4. assemble one `func.func` over the group arguments, in order of first use.
+  5. optionally (`launches=[[0, 1], [2, 3, 4], ...]`) merge consecutive members' launches into one
+     `air.launch { air.segment { herd; herd; ... } }`: fewer launches, so fewer steps (and, as
+     separate ELFs, fewer xrt runs). The merged segment takes the union of the members' buffers;
+     the herds keep their text order, which is the order the emulator runs them in. On the device
+     the herds of one segment are placed side by side and run together, so a real build needs the
+     producer -> consumer order made explicit (async tokens, or one fused kernel as upstream's
+     3-launch o_gemv_ffn does); this emulated form states the order only by position.
 
 The result is a KernelSpec: the module text, the group's argument table with roles derived from the
 members' (a buffer written by one launch and read by a later one is an "intermediate"), and a numpy
@@ -225,15 +232,107 @@ def derive_roles(events: list[list[tuple[str, str]]], names: list[str]) -> dict[
     return roles
 
 
-def stitch(name: str, members, roles: dict | None = None) -> KernelSpec:
+_LAUNCH = re.compile(r'^    "air\.launch"\((.*?)\) <\{(.*)\}> \(\{$')
+_SEGMENT = re.compile(r'^      "air\.segment"\((.*?)\) <\{(.*)\}> \(\{$')
+_SEGS = re.compile(r"operandSegmentSizes = array<i32: (\d+), (\d+), (\d+)>")
+
+
+def _block_args(line: str) -> list[tuple[str, str]]:
+    inner = line.strip()[len("^bb0("):-2]
+    return [(a.split(":", 1)[0].strip(), a.split(":", 1)[1].strip()) for a in split_top(inner)]
+
+
+def _one_launch(body: list[str], where: str):
+    """(lines before, [(value, type)] the segment takes, segment body lines) of a member's body
+    holding exactly one launch [1, 1] -> one segment without sizes (else LlamanbError)."""
+    starts = [i for i, line in enumerate(body) if _LAUNCH.match(line)]
+    if len(starts) != 1:
+        raise LlamanbError(f"stitch: {where} has {len(starts)} launches; only a single-launch "
+                           f"kernel can share a launch")
+    i = starts[0]
+    head, segs = _LAUNCH.match(body[i]), _SEGS.search(body[i])
+    end = next(j for j in range(i + 1, len(body)) if body[j].startswith("    })"))
+    if end != len(body) - 1 or not segs or int(segs.group(1)):
+        raise LlamanbError(f"stitch: {where}: ops after its launch or async launch; cannot merge")
+    opds = split_top(head.group(1))
+    n_size = int(segs.group(2))
+    consts = {}
+    for line in body[:i]:
+        m = re.match(r'^    %([\w.$-]+) = "arith\.constant"\(\) <\{value = (-?\d+) : index\}>', line)
+        if m:
+            consts["%" + m.group(1)] = int(m.group(2))
+    if any(consts.get(o) != 1 for o in opds[:n_size]):
+        raise LlamanbError(f"stitch: {where}'s launch iterates more than once; cannot merge")
+    largs = _block_args(body[i + 1])[2 * n_size:]
+    outer = dict(zip((a for a, _ in largs), zip(opds[n_size:], (t for _, t in largs))))
+    inner = body[i + 2:end]
+    s_at = [k for k, line in enumerate(inner) if _SEGMENT.match(line)]
+    if len(s_at) != 1:
+        raise LlamanbError(f"stitch: {where}'s launch holds {len(s_at)} segments; cannot merge")
+    k = s_at[0]
+    s_end = next(j for j in range(k + 1, len(inner)) if inner[j].startswith("      })"))
+    extra = [x for x in inner[:k] + inner[s_end + 1:] if "air.launch_terminator" not in x]
+    sseg = _SEGS.search(inner[k])
+    if extra or int(sseg.group(1)) or int(sseg.group(2)):
+        raise LlamanbError(f"stitch: {where}: its launch holds more than one plain segment")
+    sopds = split_top(_SEGMENT.match(inner[k]).group(1))
+    sargs = _block_args(inner[k + 1])
+    taken = [(a, outer[o]) for (a, _), o in zip(sargs, sopds)]
+    seg_body = [x for x in inner[k + 2:s_end] if "air.segment_terminator" not in x]
+    return body[:i], taken, seg_body
+
+
+def _merge(parts: list[tuple[str, list[str]]], lname: str) -> list[str]:
+    """One launch [1, 1] -> one segment holding the members' segment bodies in order."""
+    pre, values, seg_lines = [], {}, []
+    for lab, body in parts:
+        before, taken, seg_body = _one_launch(body, lab)
+        pre += before
+        for _, (v, ty) in taken:
+            values.setdefault(v, ty)
+        pos = {a: f"%{lname}_s{list(values).index(v)}" for a, (v, _) in taken}
+        seg_lines += [_SSA.sub(lambda m: pos.get(m.group(0), m.group(0)), x) for x in seg_body]
+    vs, ts = list(values), list(values.values())
+    n = len(vs)
+    out = pre + [f'    %{lname}_one = "arith.constant"() <{{value = 1 : index}}> : () -> index']
+    out.append(f'    "air.launch"(%{lname}_one, %{lname}_one, {", ".join(vs)}) <{{operandSegmentSizes'
+               f' = array<i32: 0, 2, {n}>, sym_name = "{lname}_launch"}}> ({{')
+    out.append(f"    ^bb0(%{lname}_lx: index, %{lname}_ly: index, %{lname}_lsx: index, "
+               f"%{lname}_lsy: index, " + ", ".join(f"%{lname}_l{k}: {t}"
+                                                     for k, t in enumerate(ts)) + "):")
+    out.append(f'      "air.segment"({", ".join(f"%{lname}_l{k}" for k in range(n))}) '
+               f'<{{operandSegmentSizes = array<i32: 0, 0, {n}>, sym_name = "{lname}_seg"}}> ({{')
+    out.append("      ^bb0(" + ", ".join(f"%{lname}_s{k}: {t}" for k, t in enumerate(ts)) + "):")
+    out += seg_lines
+    out.append('        "air.segment_terminator"() : () -> ()')
+    out.append(f"      }}) : ({', '.join(ts)}) -> ()")
+    out.append('      "air.launch_terminator"() : () -> ()')
+    out.append(f"    }}) : (index, index, {', '.join(ts)}) -> ()")
+    return out
+
+
+def _launch_groups(launches, n: int, name: str) -> list[list[int]]:
+    if launches is None:
+        return [[i] for i in range(n)]
+    groups = [list(g) for g in launches]
+    if [i for g in groups for i in g] != list(range(n)) or any(not g for g in groups):
+        raise LlamanbError(f"stitch {name}: launches={launches!r} must split members 0..{n - 1} "
+                           f"into consecutive non-empty runs, in order")
+    return groups
+
+
+def stitch(name: str, members, roles: dict | None = None, launches=None) -> KernelSpec:
     """One KernelSpec whose function runs the members' launches in order (see module doc).
 
     members: Member(spec, argmap, label) or (spec, argmap[, label]) tuples; an argmap maps kernel
     argument names (or indices) to group argument names; unmapped ones get `<label>_<name>`.
-    roles: optional overrides, e.g. {"k": "output"} for an intermediate the host also reads."""
+    roles: optional overrides, e.g. {"k": "output"} for an intermediate the host also reads.
+    launches: optional runs of member indices, e.g. [[0, 1], [2, 3, 4], [5, 6]]: each run's herds
+    share one launch and segment (step 5 of the module doc); default one launch per member."""
     members = [m if isinstance(m, Member) else Member(*m) for m in members]
     if not members:
         raise LlamanbError(f"stitch {name}: no kernels to stitch")
+    runs = _launch_groups(launches, len(members), name)
     labels, seen = [], set()
     for k, m in enumerate(members):
         lab = m.label or m.spec.name
@@ -245,7 +344,7 @@ def stitch(name: str, members, roles: dict | None = None) -> KernelSpec:
         labels.append(lab)
 
     group: dict[str, tuple[Arg, str]] = {}        # group arg -> (Arg of first use, memref type)
-    events, decls, top, body, maps = [], {}, [], [], []
+    events, decls, top, bodies, maps = [], {}, [], [], []
     for m, lab in zip(members, labels):
         spec = m.spec
         known = {a.name for a in spec.args}
@@ -283,7 +382,7 @@ def stitch(name: str, members, roles: dict | None = None) -> KernelSpec:
         local_syms = {s for line in p.top for s in _SYMDEF.findall(line)}
         aliases = {a for line in p.top for a in re.findall(r"^#([\w.$-]+) =", line)}
         top += _rename(p.top, lab, mapping, local_syms, aliases)
-        body += _rename(p.body, lab, mapping, local_syms, aliases)
+        bodies.append((lab, _rename(p.body, lab, mapping, local_syms, aliases)))
         events.append(ev)
         maps.append((lab, spec, [mapping[i] for i in range(len(spec.args))]))
 
@@ -294,6 +393,12 @@ def stitch(name: str, members, roles: dict | None = None) -> KernelSpec:
             raise LlamanbError(f"stitch {name}: role override for unknown argument {g!r}")
         derived[g] = r
     args = tuple(Arg(g, a.shape, derived[g], a.doc, a.dtype) for g, (a, _) in group.items())
+    body = []
+    for run in runs:
+        if len(run) == 1:
+            body += bodies[run[0]][1]
+        else:
+            body += _merge([bodies[i] for i in run], "_".join(bodies[i][0] for i in run))
     text = _assemble(name, [ty for _, ty in group.values()], top, list(decls.values()), body)
 
     def model(*arrays):
@@ -310,7 +415,8 @@ def stitch(name: str, members, roles: dict | None = None) -> KernelSpec:
         links=uniq(l for m in members for l in m.spec.links),
         externs=uniq(e for m in members for e in m.spec.externs),
         params={"members": tuple((lab, spec.name, tuple(names[i] for i in idx))
-                                 for lab, spec, idx in maps)})
+                                 for lab, spec, idx in maps),
+                "launches": tuple(tuple(r) for r in runs)})
 
 
 def run_one_by_one(group: KernelSpec, members, arrays, run=None) -> list:
