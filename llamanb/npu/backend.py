@@ -113,7 +113,9 @@ class NPU2Backend(Backend):
         self.attn = _Attn(c)
         self.host_attention = 0            # prefill layers whose attention ran on the host
         parts = lm_parts if lm_parts is not None else lm_parts_for(c.vocab)
-        self.groups = {**prefill_groups(c, seq), **decode_groups(c, parts)}
+        # decode runs the 8-launch o_gemv_ffn; the 3-launch o_gemv_ffn3 is built, not run here
+        self.groups = {**prefill_groups(c, seq), **{n: g for n, g in decode_groups(c, parts).items()
+                                                    if n != "o_gemv_ffn3"}}
         self.parts = parts
         self.kc = KernelCache(self.device, root=cache_root)
         for name, g in self.groups.items():
