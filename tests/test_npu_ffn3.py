@@ -11,7 +11,7 @@ from llamanb.config import LLAMA32_1B, SMOLLM2_135M
 from llamanb.engine import Engine
 from llamanb.errors import LlamanbError
 from llamanb.npu import verify as V
-from llamanb.npu.builders import add, gemv
+from llamanb.npu.builders import add, flash_attn, gemv
 from llamanb.npu.emulator import run
 from llamanb.npu.groups import decode_groups
 from llamanb.npu.plan import read_plan
@@ -61,6 +61,9 @@ def test_launch_runs_are_checked():
     one = stitch("g", ms, launches=[[0, 1]])
     assert one.text.count('"air.launch"(') == 1 and one.text.count('"air.segment"(') == 1
     assert one.text.count('"air.herd"(') == 2
+    # a launch that iterates (FlashAttention's Q tiles) cannot share one with another kernel
+    with pytest.raises(LlamanbError, match="iterates more than once"):
+        stitch("g", [Member(flash_attn(128, 4, 2, 64), {}, "fa"), ms[1]], launches=[[0, 1]])
 
 
 def test_ffn3_equals_ffn8_bit_for_bit_and_engine_within_bf16():
