@@ -343,7 +343,12 @@ ids = tok.encode("The capital of France is a city called")
 exact = f64_logits(model, ids)                                            # [V] float64
 ref = one.prefill(ids, one.new_cache(64))                                 # [V] float32, one device
 E = np.abs(ref - exact).max()
-print(f"one device vs float64: E = {E:.1e} (logits up to {np.abs(exact).max():.0f})")
+print(f"one device vs float64: E < {10 ** np.ceil(np.log10(E)):.0e} (logits up to "
+      f"{np.abs(exact).max():.0f})")
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"E = {E:.2e} on this machine (it moves with the BLAS kernels and thread count)")
 
 # %%
 engines = {}
@@ -353,10 +358,18 @@ for shape in ((1, 1), (1, 3), (3, 4)):
         got = eng.prefill(ids, eng.new_cache(64))
         e_exact, e_one = np.abs(got - exact).max(), np.abs(got - ref).max()
         assert e_exact <= 2 * E and e_one <= 3 * E
-        print(f"{shape[0]}x{shape[1]} {topo}: |mesh - float64| {e_exact / E:.1f} E, "
-              f"|mesh - one device| {e_one / E:.1f} E")
-        engines[shape, topo] = eng
-print(engines[(3, 4), "line"].backend.description)
+        engines[shape, topo] = (eng, e_exact / E, e_one / E)
+print(f"{len(engines)} meshes, each within 2 E of float64 and 3 E of one device")
+print(engines[(3, 4), "line"][0].backend.description)
+
+# %% [markdown]
+# The multiples of E themselves (float32 reordering, so they move with the BLAS and threads):
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+for (shape, topo), (_, a, b) in engines.items():
+    print(f"{shape[0]}x{shape[1]} {topo}: |mesh - float64| {a:.1f} E, |mesh - one device| {b:.1f} E")
+engines = {k: v[0] for k, v in engines.items()}
 
 # %% [markdown]
 # Greedy tokens: a chat prompt, 12 new tokens, on one device and on the 3×4 mesh (heads over 3
@@ -393,9 +406,13 @@ for (op, label, axis), t in zip(per_layer, led[:8]):
 # %%
 whole = eng.prefill(ids, eng.new_cache(64))
 chunked = eng.prefill(ids, eng.new_cache(64), chunk=3)
-print(f"chunks of 3 vs one shot: max |d logit| {np.abs(chunked - whole).max() / E:.1f} E, "
-      f"next token {int(np.argmax(chunked))} vs {int(np.argmax(whole))}")
 assert np.abs(chunked - whole).max() <= 3 * E
+print(f"chunks of 3 vs one shot: within 3 E, next token {int(np.argmax(chunked))} vs "
+      f"{int(np.argmax(whole))}")
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"max |d logit| {np.abs(chunked - whole).max() / E:.1f} E")
 
 # %% [markdown]
 # The demo's KV cache is paged: blocks of 64 positions, a page table per sequence (an int32
@@ -544,9 +561,15 @@ for name, opts in setups.items():
     gate[name] = run_reference(model, reference, e, out=quiet)
 for name, res in gate.items():
     same = sum(r.diverged_at is None for r in res)
+    drift = max(r.max_logit_diff for r in res)
     print(f"{name:<32} gate {sum(r.passed for r in res)}/3 passed, {same}/3 identical, "
-          f"max |d logit| {max(r.max_logit_diff for r in res):.3f}")
+          f"max |d logit| under {10 ** np.ceil(np.log10(drift)):g}")
 assert all(r.passed for r in gate["bfloat8_b KV"])
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+for name, res in gate.items():
+    print(f"{name:<32} max |d logit| {max(r.max_logit_diff for r in res):.3f}")
 
 # %% [markdown]
 # A bfloat8_b cache keeps every greedy token of these prompts and moves reference logits by about
@@ -650,7 +673,8 @@ plt.show()
 # projections and MLP equal the emulated ones. The tests also run a tiny random Llama with 8 K/V
 # heads on the full 8×4 mesh against transformers' logits. On this machine:
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %%
+# NBVAL_IGNORE_OUTPUT
 from llamanb.mesh.backend import ttnn_available
 
 print("ttnn usable here:", ttnn_available())
