@@ -127,7 +127,11 @@ class TtnnMeshBackend(Backend):
         LM head      final norm, all_gather(hidden axis), ttnn.linear on each chip's vocabulary slice
 
     Tensors are 4-D, [1, 1, rows, width], as ttnn keeps them. The KV cache lives on the device, one
-    per KVStore the engine hands in (contiguous caches only); the KVStore keeps the lengths."""
+    per KVStore the engine hands in (contiguous caches only); the KVStore keeps the lengths. The
+    RoPE tables are uploaded per step as the op's "cache" with exactly the step's rows. Tested with
+    a fake ttnn (tests/test_mesh_ttnn.py) that computes in float32 and models neither tile padding
+    nor memory configs: on a card, row slices that do not start on a tile, partial-tile fill_cache
+    writes and the rms_norm weight layout may need ttnn's ROW_MAJOR / padding variants."""
 
     name = "galaxy-ttnn"
     emulated = False
@@ -152,7 +156,7 @@ class TtnnMeshBackend(Backend):
                                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
         self.topology = getattr(t.Topology, "Linear" if m.topology == "line" else "Ring")
         self.description = f"Tenstorrent mesh {m.label()} through ttnn"
-        self._mlp = {}
+        self._uploaded = {}
 
     # --- placement ---------------------------------------------------------------------------------
     def _mapper(self, dims: dict[int, int]):
@@ -180,20 +184,20 @@ class TtnnMeshBackend(Backend):
     def mlp_weights(self, layer: int) -> dict:
         """W1, W3 [H, D_ff] and W2 [D_ff, H] of one layer, uploaded once ([in, out] as ttnn
         multiplies): the hidden dim over the hidden axis, the FFN dim over the head axis."""
-        if layer not in self._mlp:
+        if layer not in self._uploaded:
             c, m, lw = self.config, self.mesh_config, self.weights.layers[layer]
             ha, xa = m.head_axis, m.hidden_axis
             up = {ha: 1, xa: 0}                                      # [H, F]: rows over xa, cols over ha
-            self._mlp[layer] = dict(
+            self._uploaded[layer] = dict(
                 w1=self.to_device(lw.w_gate_up[:c.ffn].T, up, self.weight_dtypes["w1"]),
                 w3=self.to_device(lw.w_gate_up[c.ffn:].T, up, self.weight_dtypes["w3"]),
                 w2=self.to_device(lw.w_down.T, {ha: 0, xa: 1}, self.weight_dtypes["w2"]))
-        return self._mlp[layer]
+        return self._uploaded[layer]
 
     def attn_weights(self, layer: int) -> dict:
         """WQKV [H, (N_h + 2 N_kv) d] with each head group's Q, K and V columns side by side (the
         emulated layers' order), and WO [N_h d, H], uploaded once."""
-        if ("attn", layer) not in self._mlp:
+        if ("attn", layer) not in self._uploaded:
             c, m, lw, pl = self.config, self.mesh_config, self.weights.layers[layer], self.place
             d, ha, xa = c.head_dim, m.head_axis, m.hidden_axis
             groups = []
@@ -203,10 +207,10 @@ class TtnnMeshBackend(Backend):
                 groups += [lw.wqkv[q0:q0 + pl.heads * d], lw.wqkv[k0:k0 + pl.kv_heads * d],
                            lw.wqkv[v0:v0 + pl.kv_heads * d]]
             wqkv = np.concatenate(groups).T                          # [H, P * group columns]
-            self._mlp["attn", layer] = dict(
+            self._uploaded["attn", layer] = dict(
                 wqkv=self.to_device(wqkv, {ha: 1, xa: 0}, self.weight_dtypes.get("wqkv", "bfloat8_b")),
                 wo=self.to_device(lw.wo.T, {ha: 0, xa: 1}, self.weight_dtypes.get("wo", "bfloat8_b")))
-        return self._mlp["attn", layer]
+        return self._uploaded["attn", layer]
 
     def qkv(self, layer: int, h):
         """Normalised rows (hidden split over the hidden axis) -> q|k|v of each chip's head group,
@@ -248,9 +252,9 @@ class TtnnMeshBackend(Backend):
     # --- RMSNorm over a hidden dim split on the hidden axis ---------------------------------------
     def norm_weight(self, key, w: np.ndarray):
         """A norm's gain [H] as [1, 1, 1, H], split over the hidden axis like the residual."""
-        if key not in self._mlp:
-            self._mlp[key] = self.to_device(w.reshape(1, 1, 1, -1), {self.mesh_config.hidden_axis: 3})
-        return self._mlp[key]
+        if key not in self._uploaded:
+            self._uploaded[key] = self.to_device(w.reshape(1, 1, 1, -1), {self.mesh_config.hidden_axis: 3})
+        return self._uploaded[key]
 
     def rms_norm(self, x, weight):
         """Each chip's sum of squares, all-gathered along the hidden axis, then the scale."""
@@ -354,14 +358,14 @@ class TtnnMeshBackend(Backend):
     def lm_head_weight(self):
         """LM head [H, V] as [P, Q, H, V'/(P Q)]: chip (p, q) holds vocabulary slice p Q + q
         (V padded with zero columns to a multiple of the chip count)."""
-        if "lm_head" not in self._mlp:
+        if "lm_head" not in self._uploaded:
             (A, B), H, V = self.mesh_config.shape, self.config.hidden, self.config.vocab
             n = -(-V // (A * B))
             w = np.zeros((H, A * B * n), np.float32)
             w[:, :V] = self.weights.lm_head.T
             w = w.reshape(H, A, B, n).transpose(1, 2, 0, 3)          # [A, B, H, n]
-            self._mlp["lm_head"] = self.to_device(w, {0: 0, 1: 1}, self.weight_dtypes["lm_head"])
-        return self._mlp["lm_head"]
+            self._uploaded["lm_head"] = self.to_device(w, {0: 0, 1: 1}, self.weight_dtypes["lm_head"])
+        return self._uploaded["lm_head"]
 
     def head(self, x: np.ndarray) -> np.ndarray:
         t, m = self.ttnn, self.mesh_config
