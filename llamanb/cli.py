@@ -154,10 +154,10 @@ def cmd_generate(a) -> int:
     if len(ids) >= model.config.max_seq:
         raise LlamanbError(f"prompt of {len(ids)} tokens leaves no room in the "
                            f"{model.config.max_seq}-token context")
+    engine = _engine(model, a.backend, a.dtype)          # a backend that cannot run: one line
     where = "converted and cached" if model.converted else "memory-mapped from cache"
     print(f"model: {model.config.name} ({model.config.n_params() / 1e6:.1f} M params, {where}: "
           f"{model.cache_dir})", file=sys.stderr)
-    engine = _engine(model, a.backend, a.dtype)
     counters = getattr(engine.backend, "counters", None)
     c0 = counters.copy() if counters is not None else None
     stream = None if a.no_stream else (lambda t, s: print(s, end="", flush=True))
