@@ -61,7 +61,22 @@ def _pow2(k: np.ndarray) -> np.ndarray:
 def exp_f32(x: np.ndarray) -> np.ndarray:
     """e^x in float32 by the same operations, in the same order, as kernels/exp_f32.h."""
     x = np.asarray(x, dtype=np.float32)
-    finite = np.where((x <= _OVERFLOW) & (x >= _UNDERFLOW), x, np.float32(0))   # NaN -> 0 here
+    inside = (x <= _OVERFLOW) & (x >= _UNDERFLOW)                       # False for NaN
+    if inside.all():             # the common case: no clamping, no NaN (same operations below)
+        kf = x * _LOG2E
+        kf = kf + _ROUND
+        kf = kf - _ROUND
+        k = kf.astype(np.int32)
+        if k.size == 0 or (k.min() >= -126 and k.max() <= 127):
+            r = x - kf * _LN2_HI
+            r = r - kf * _LN2_LO
+            p = np.full_like(r, _TAYLOR[0])
+            for c in _TAYLOR[1:]:
+                p = p * r
+                p = p + c
+            with np.errstate(over="ignore", under="ignore"):
+                return p * _pow2(k)              # what np.where below selects when k is in range
+    finite = np.where(inside, x, np.float32(0))                          # NaN -> 0 here
     kf = finite * _LOG2E
     kf = kf + _ROUND
     kf = kf - _ROUND                                     # nearest integer, ties to even

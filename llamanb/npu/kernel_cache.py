@@ -279,6 +279,8 @@ class KernelCache:
     def _index_set(what: str, idx, n: int) -> frozenset:
         if idx is None:
             return frozenset()
+        if type(idx) is frozenset and all(type(i) is int and 0 <= i < n for i in idx):
+            return idx                                 # already a valid set: no copy
         try:
             s = frozenset(int(i) for i in idx)
         except (TypeError, ValueError):

@@ -221,8 +221,6 @@ class EmulatedDevice:
         return EmulatedKernel(spec.name, spec, est)
 
     def run(self, kernel: EmulatedKernel, bos: Sequence[EmulatedBO]) -> None:
-        from .emulator import run as emulate
-
         if len(bos) != len(kernel.spec.args):
             raise LlamanbError(f"{kernel.name} takes {len(kernel.spec.args)} buffers, "
                                f"got {len(bos)}")
@@ -232,6 +230,7 @@ class EmulatedDevice:
             kernel.spec.model(*arrays)
             self.last_run = None
         else:
+            from .emulator import run as emulate
             self.last_run = emulate(kernel.spec, *arrays, externs=self.externs)
         c = self.counters
         c.wall_s += time.perf_counter() - t0
