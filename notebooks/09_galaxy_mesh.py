@@ -664,13 +664,26 @@ plt.show()
 #
 # With `ttnn` and a Tenstorrent card, `llamanb.mesh.backend.TtnnMeshBackend` opens the mesh
 # device, uploads the weights once with ttnn's 2-D mesh mapper in their block-float dtypes, and
-# runs the QKV and WO projections and the MLP sub-block in the demo's order with ttnn's own
-# collectives (`ttnn.reduce_scatter`, `ttnn.all_gather`, `ttnn.all_reduce`, each with a
-# `cluster_axis`). The attention core (RoPE, KV cache, SDPA), RMSNorm and the LM head are not
-# written for ttnn yet. ttnn is imported only there (the wheel exists for CPython 3.10 and
-# 3.12 only, needs numpy < 2, and computes nothing without a card); the tests drive the path with
-# a fake ttnn module whose "devices" are this notebook's emulated mesh, and check that its
-# projections and MLP equal the emulated ones. The tests also run a tiny random Llama with 8 K/V
+# runs the whole forward pass in the demo's order with ttnn ops: RMSNorm as
+# `ttnn.rms_norm_pre_all_gather`, an all-gather of the per-chip sums of squares and
+# `ttnn.rms_norm_post_all_gather`; the QKV projection, its all-reduce and
+# `ttnn.experimental.nlp_create_qkv_heads`; RoPE with `ttnn.experimental.rotary_embedding` on
+# tables built per step; K and V written into per-layer device caches with `ttnn.fill_cache`
+# (a prefill segment that starts on a 32-position tile boundary) or `ttnn.update_cache` (one
+# position at a time); `ttnn.transformer.scaled_dot_product_attention` for prefill (causal, or
+# with a mask when a chunk follows earlier ones) and `scaled_dot_product_attention_decode` for
+# one new token; WO and the MLP with ttnn's own collectives (`ttnn.reduce_scatter`,
+# `ttnn.all_gather`, `ttnn.all_reduce`, each with a `cluster_axis`); residual adds; and the LM
+# head as each chip's vocabulary slice after an all-gather. The host only gathers the embedding
+# rows, makes the RoPE tables and masks, and reads the logits. ttnn is imported only there (the
+# wheel exists for CPython 3.10 and 3.12 only, needs numpy < 2, and computes nothing without a
+# card); the tests drive the path with a fake ttnn module whose "devices" are this notebook's
+# emulated mesh and whose ops are numpy written from ttnn's documented definitions. They check
+# that prefill plus three decode steps on a 3×2 mesh match the emulated mesh and the one-device
+# engine within the float32 reordering bound of section 3, that chunked prefill matches a whole
+# one, and that a bfloat8_b device cache moves the logits as the emulated `kv_format` does. The
+# fake computes in float32, so it proves the dataflow and placement, not what bf16 on a card
+# does to the numbers; that needs the card. The tests also run a tiny random Llama with 8 K/V
 # heads on the full 8×4 mesh against transformers' logits. On this machine:
 
 # %%

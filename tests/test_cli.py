@@ -380,3 +380,13 @@ def test_malformed_gguf_metadata(tmp_path, cache, variant, contains):
     w.close()
     assert_user_error(run_cli(["info", "--model", f], cache=cache), contains=contains)
     assert residue(cache) == []
+
+
+def test_hardware_backend_without_its_stack_is_one_line(cache):
+    """A real-hardware backend named where its stack is absent: one line, exit 2, no traceback."""
+    from importlib.util import find_spec
+
+    if find_spec("ttnn") is not None:
+        pytest.skip("ttnn is installed here")
+    assert_user_error(run_cli(["generate", "--prompt", "hi", "--backend", "galaxy-ttnn"],
+                              cache=cache), contains="ttnn")

@@ -1,11 +1,17 @@
 """The ttnn path of the mesh backend, driven by a fake `ttnn` module.
 
 The fake keeps each mesh tensor as one numpy array per device (llamanb's emulated mesh) and
-implements the handful of ttnn calls the backend makes: mesh mappers and composers, from_torch
-(rounding to bfloat8_b / bfloat4_b with llamanb.numerics, checked bit-exact against ttnn
-elsewhere), linear, mul with a SiLU activation, and the three collectives with their
-keyword-only cluster_axis / num_links / topology. It records every call, so the tests see both
-what the backend asks ttnn to do and what the result would be."""
+implements the ttnn calls the backend makes: mesh mappers and composers, from_torch (rounding to
+bfloat8_b / bfloat4_b with llamanb.numerics, checked bit-exact against ttnn elsewhere), linear,
+mul with a SiLU activation, add, slice, concat, permute, the three collectives with their
+keyword-only cluster_axis / num_links / topology, and the attention and norm ops, each written
+here from its documented definition (not from llamanb's layers): the distributed RMSNorm pair,
+nlp_create_qkv_heads / nlp_concat_heads, rotary_embedding (x cos + rotate_half(x) sin),
+fill_cache / update_cache (in place; a block-float cache rounds what it stores), and the two
+scaled-dot-product attentions (GQA: query head h reads K/V head h // group). Arithmetic is
+float32 and a "bfloat16" tensor is not rounded, so the fake checks the dataflow and the
+placement, not bf16 numerics. Tile padding and memory layouts are not modelled. It records
+every call, so the tests see both what the backend asks ttnn to do and what the result would be."""
 import sys
 import types
 
@@ -14,10 +20,123 @@ import pytest
 
 from llamanb.errors import LlamanbError
 from llamanb.mesh import ccl
+from llamanb.engine import Engine
 from llamanb.mesh.backend import MeshBackend, TtnnMeshBackend, load_ttnn
 from llamanb.mesh.config import GALAXY, MeshConfig
 from llamanb.mesh.device import EmulatedMesh, MeshTensor
 from llamanb.numerics import blockfloat_padded
+from test_mesh_model import PROMPT, f64_logits
+
+
+def each(fn, *ts):
+    """fn on every device's arrays of the mesh tensors ts (a local op)."""
+    R, C = len(ts[0].arrays), len(ts[0].arrays[0])
+    return MeshTensor(ts[0].mesh, [[fn(*(t.arrays[r][c] for t in ts)) for c in range(C)]
+                                   for r in range(R)], {})
+
+
+def _softmax(s):
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _gqa(q, k):
+    """K or V [b, nkv, T, d] repeated to the query heads of q [b, nq, S, d]."""
+    return np.repeat(k, q.shape[1] // k.shape[1], axis=1)
+
+
+def add_attention_ops(t, calls):
+    def rec(name, fn):
+        def run(*a, **kw):
+            calls.append((name,))
+            return fn(*a, **kw)
+        return run
+
+    def pre(x):                                                  # local sum of squares [.., 1]
+        return each(lambda a: np.square(a).sum(-1, keepdims=True), x)
+
+    def post(x, stats, epsilon, weight):                         # stats: one column per chip
+        def f(a, s, w):
+            ms = s.sum(-1, keepdims=True) / (a.shape[-1] * s.shape[-1])
+            return a / np.sqrt(ms + epsilon) * w
+        return each(f, x, stats, weight)
+
+    def create_heads(x, num_heads, num_kv_heads, transpose_k_heads):
+        assert not transpose_k_heads
+        def split(a, lo, n):
+            B, _, S, W = a.shape
+            d = W // (num_heads + 2 * num_kv_heads)
+            return a[:, 0, :, lo * d:(lo + n) * d].reshape(B, S, n, d).transpose(0, 2, 1, 3).copy()
+        return (each(lambda a: split(a, 0, num_heads), x),
+                each(lambda a: split(a, num_heads, num_kv_heads), x),
+                each(lambda a: split(a, num_heads + num_kv_heads, num_kv_heads), x))
+
+    def rotary(x, cos, sin):
+        def f(a, c, s):
+            h = a.shape[-1] // 2
+            return a * c + np.concatenate([-a[..., h:], a[..., :h]], -1) * s
+        return each(f, x, cos, sin)
+
+    def _store(cache, x, where):
+        for r, row in enumerate(cache.arrays):
+            for c, a in enumerate(row):
+                v = x.arrays[r][c]
+                if cache.dtype in ("bfloat8_b", "bfloat4_b"):    # the cache holds block floats
+                    v = blockfloat_padded(np.ascontiguousarray(v), cache.dtype)
+                where(a, v)
+
+    def fill_cache(cache, x, batch_idx, update_idx=0):           # x [1, nkv, S, d]
+        assert update_idx % 32 == 0
+        def w(a, v):
+            a[batch_idx, :, update_idx:update_idx + v.shape[2]] = v[0]
+        _store(cache, x, w)
+
+    def update_cache(cache, x, update_index, batch_offset=0):    # x [1, nkv, B, d]: B users
+        def w(a, v):
+            for b in range(v.shape[2]):
+                a[batch_offset + b, :, update_index] = v[0, :, b]
+        _store(cache, x, w)
+
+    def sdpa(q, k, v, is_causal=True, attn_mask=None, scale=None):
+        def f(qa, ka, va, m=None):
+            s = qa @ _gqa(qa, ka).swapaxes(-1, -2) * scale          # [b, nq, S, T]
+            if is_causal:
+                s = s + np.triu(np.full(s.shape[-2:], -np.inf, np.float32), 1)
+            if m is not None:
+                s = s + m
+            return _softmax(s) @ _gqa(qa, va)
+        return each(f, q, k, v, *([attn_mask] if attn_mask is not None else []))
+
+    def sdpa_decode(q, k, v, cur_pos, scale=None):             # q [1, b, nq, d]; reads 0..cur_pos[b]
+        def f(qa, ka, va):
+            out = np.zeros_like(qa)
+            for b, pos in enumerate(cur_pos):
+                qb = qa[0, b][None, :, None]                        # [1, nq, 1, d]
+                kb, vb = ka[b:b + 1, :, :pos + 1], va[b:b + 1, :, :pos + 1]
+                out[0, b] = (_softmax(qb @ _gqa(qb, kb).swapaxes(-1, -2) * scale) @ _gqa(qb, vb))[0, :, 0]
+            return out
+        return each(f, q, k, v)
+
+    def concat_heads(x):                                         # [B, n, S, d] -> [B, 1, S, n d]
+        return each(lambda a: a.transpose(0, 2, 1, 3).reshape(a.shape[0], 1, a.shape[2], -1), x)
+
+    def slice_(x, starts, ends):
+        return each(lambda a: a[tuple(slice(s, e) for s, e in zip(starts, ends))].copy(), x)
+
+    t.rms_norm_pre_all_gather = rec("rms_norm_pre_all_gather", pre)
+    t.rms_norm_post_all_gather = rec("rms_norm_post_all_gather", post)
+    t.experimental = types.SimpleNamespace(
+        nlp_create_qkv_heads=rec("nlp_create_qkv_heads", create_heads),
+        nlp_concat_heads=rec("nlp_concat_heads", concat_heads),
+        rotary_embedding=rec("rotary_embedding", rotary))
+    t.transformer = types.SimpleNamespace(
+        scaled_dot_product_attention=rec("scaled_dot_product_attention", sdpa),
+        scaled_dot_product_attention_decode=rec("scaled_dot_product_attention_decode", sdpa_decode))
+    t.fill_cache, t.update_cache = rec("fill_cache", fill_cache), rec("update_cache", update_cache)
+    t.slice = slice_
+    t.permute = lambda x, dims: each(lambda a: a.transpose(dims), x)
+    t.concat = lambda xs, dim: each(lambda *a: np.concatenate(a, axis=dim), *xs)
+    t.add = rec("add", lambda a, b: each(np.add, a, b))
 
 
 def fake_ttnn(fail_open=False):
@@ -46,6 +165,8 @@ def fake_ttnn(fail_open=False):
         mt = device.shard(x.numpy(), dims)
         if dtype in ("bfloat8_b", "bfloat4_b"):      # the device holds the block-float values
             mt = mt.map(lambda a: blockfloat_padded(a, dtype))
+        mt = mt.map(np.array)                       # every device its own copy (caches are written)
+        mt.dtype = dtype
         return mt
 
     def to_torch(x, mesh_composer):
@@ -79,6 +200,7 @@ def fake_ttnn(fail_open=False):
     t.from_torch, t.to_torch, t.linear, t.mul = from_torch, to_torch, linear, mul
     for name in ("all_reduce", "reduce_scatter", "all_gather"):
         setattr(t, name, collective(name))
+    add_attention_ops(t, calls)
     return t
 
 
@@ -149,8 +271,6 @@ def test_galaxy_opens_an_8x4_mesh_device(smollm, tmp_path, make_tiny):
     tt = TtnnMeshBackend(model.weights, GALAXY, ttnn=t)
     assert t.calls[0] == ("open_mesh_device", (8, 4)) and not tt.emulated
     assert "emulated" not in tt.description
-    with pytest.raises(LlamanbError, match="attention is not written yet"):
-        tt.block(0, None, None, None)
 
 
 def test_ttnn_missing_or_without_device_is_one_line(smollm, monkeypatch):
@@ -159,3 +279,107 @@ def test_ttnn_missing_or_without_device_is_one_line(smollm, monkeypatch):
         load_ttnn()
     with pytest.raises(LlamanbError, match="could not open a 3x1 mesh device: no Tenstorrent device found$"):
         TtnnMeshBackend(smollm.weights, MeshConfig((3, 1)), ttnn=fake_ttnn(fail_open=True))
+
+
+FORMATS_OFF = {"w1": "bfloat16", "w3": "bfloat16", "w2": "bfloat16", "wqkv": "bfloat16",
+               "wo": "bfloat16", "lm_head": "bfloat16"}
+
+
+@pytest.fixture(scope="module")
+def runs(smollm):
+    """Prefill + 3 greedy decode steps through the ttnn path (fake, float32), the emulated mesh and
+    the one-device numpy engine, each feeding the same tokens; E = the numpy engine's own
+    float32 error against the float64 forward on the prompt."""
+    pytest.importorskip("torch")
+    ids = smollm.tokenizer.encode(PROMPT)
+    cfg = MeshConfig((3, 2))
+    t = fake_ttnn()
+    engines = dict(ttnn=Engine(smollm, backend=TtnnMeshBackend(smollm.weights, cfg, ttnn=t,
+                                                                weight_dtypes=FORMATS_OFF)),
+                   emu=Engine(smollm, backend="galaxy-emulated", mesh=cfg), one=Engine(smollm))
+    out = {}
+    toks = []
+    for name, eng in engines.items():
+        cache = eng.new_cache(64)
+        logits = [eng.prefill(ids, cache)]
+        for i in range(3):
+            if name == "ttnn":
+                toks.append(int(np.argmax(logits[-1])))
+            logits.append(eng.decode(toks[i], cache))
+        out[name] = logits
+    E = np.abs(out["one"][0] - f64_logits(smollm, ids)).max()
+    return out, E, t, ids, toks
+
+
+def test_ttnn_forward_equals_emulated_and_one_device(runs):
+    """Prefill and each decode step: the ttnn path off the emulated mesh and the numpy engine by
+    at most 3 E (both only reorder float32 sums), and the same greedy tokens."""
+    out, E, _, _, toks = runs
+    for step in range(4):
+        tt, emu, one = out["ttnn"][step], out["emu"][step], out["one"][step]
+        assert np.abs(tt - emu).max() <= 3 * E, step
+        assert np.abs(tt - one).max() <= 3 * E, step
+        assert int(np.argmax(tt)) == int(np.argmax(one))
+    assert 0 < E < 1e-2
+
+
+def test_every_op_of_the_forward_goes_through_ttnn(runs, smollm):
+    """Counted from the recorded calls: per layer, 2 norms (pre/post each), q and k rotated,
+    one fill_cache pair at prefill, one update_cache pair per decode step, one attention."""
+    _, _, t, ids, _ = runs
+    L, n = smollm.config.n_layers, [c[0] for c in t.calls]
+    steps = 4
+    assert n.count("rms_norm_pre_all_gather") == n.count("rms_norm_post_all_gather") == (2 * L + 1) * steps
+    assert n.count("rotary_embedding") == 2 * L * steps
+    assert n.count("fill_cache") == 2 * L and n.count("update_cache") == 2 * L * 3
+    assert n.count("scaled_dot_product_attention") == L
+    assert n.count("scaled_dot_product_attention_decode") == 3 * L
+    assert n.count("add") == 2 * L * steps
+
+
+def test_ttnn_chunked_prefill_reads_earlier_chunks(smollm):
+    """Chunks of 4: the first fills the cache, the later ones write with update_cache and attend
+    with a mask over the cached positions; equals the whole prefill to float32 reordering
+    (within 3 E, as any two float32 orders of the same sums here)."""
+    pytest.importorskip("torch")
+    ids = smollm.tokenizer.encode(PROMPT)
+    t = fake_ttnn()
+    eng = Engine(smollm, backend=TtnnMeshBackend(smollm.weights, MeshConfig((1, 3)), ttnn=t,
+                                                  weight_dtypes=FORMATS_OFF))
+    whole = eng.prefill(ids, eng.new_cache(64))
+    chunked = eng.prefill(ids, eng.new_cache(64), chunk=4)
+    one = Engine(smollm).prefill(ids, Engine(smollm).new_cache(64))
+    E = np.abs(one - f64_logits(smollm, ids)).max()
+    assert np.abs(chunked - whole).max() <= 3 * E and np.argmax(chunked) == np.argmax(whole)
+    sd = [c for c in t.calls if c[0] == "scaled_dot_product_attention"]
+    assert len(sd) == smollm.config.n_layers * (1 + -(-len(ids) // 4))
+
+
+def test_ttnn_block_float_kv_cache_equals_the_emulated_one(smollm):
+    """A bfloat8_b KV cache on the ttnn path holds block floats (each stored row is its own
+    rounding) and moves the logits as the emulated mesh's kv_format does: the two runs differ by
+    under 1% of what the format itself moves them (a float32 reordering can flip a 7-bit
+    mantissa's rounding, so E is not the bound here)."""
+    pytest.importorskip("torch")
+    ids = smollm.tokenizer.encode(PROMPT)[:6]
+    cfg = MeshConfig((3, 1))
+    be = TtnnMeshBackend(smollm.weights, cfg, ttnn=fake_ttnn(), weight_dtypes=FORMATS_OFF,
+                         kv_dtype="bfloat8_b")
+    tt = Engine(smollm, backend=be)
+    emu = Engine(smollm, backend="galaxy-emulated", mesh=cfg, kv_format="bfloat8_b")
+    a, b = tt.prefill(ids, tt.new_cache(64)), emu.prefill(ids, emu.new_cache(64))
+    one = Engine(smollm)
+    f32 = one.prefill(ids, one.new_cache(64))
+    drift = np.abs(b - f32).max()                                   # what the format itself moves
+    assert drift > 1e-2
+    assert np.abs(a - b).max() <= drift / 100
+    k = be.to_host(be._kv[1][5][0], {0: 1})[0, :, :len(ids)]         # layer 5 keys [N_kv, S, d]
+    assert np.array_equal(k, blockfloat_padded(np.ascontiguousarray(k), "bfloat8_b"))
+    assert np.abs(k).max() > 0
+
+
+def test_ttnn_refuses_a_paged_cache(smollm):
+    pytest.importorskip("torch")
+    eng = Engine(smollm, backend=TtnnMeshBackend(smollm.weights, MeshConfig((1, 1)), ttnn=fake_ttnn()))
+    with pytest.raises(LlamanbError, match="contiguous KV cache"):
+        eng.prefill([1, 2, 3], eng.new_cache(64, block=16, n_blocks=4))

@@ -11,7 +11,8 @@ BACKENDS = {"numpy": NumpyBackend}
 LAZY = {"galaxy-emulated": ("llamanb.mesh.backend", "MeshBackend"),   # imported on first use
         "tcp": ("llamanb.tcp.backend", "TCPBackend"),
         "npu2-emulated": ("llamanb.npu.backend", "NPU2Backend"),
-        "npu2": ("llamanb.npu.backend", "NPU2RealBackend")}
+        "npu2": ("llamanb.npu.backend", "NPU2RealBackend"),
+        "galaxy-ttnn": ("llamanb.mesh.backend", "TtnnMeshBackend")}
 
 
 def make_backend(name: str, weights, **options) -> Backend:
