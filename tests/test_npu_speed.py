@@ -122,3 +122,15 @@ def test_decode_never_rechecks_the_backend_weights(checked, tmp_path):
     del checked[:]
     eng.decode(3, cache)
     assert checked and not any(id(c) in ids for c in checked)
+
+
+def test_exp_f32_shortcut_equals_its_general_path():
+    """exp_f32 skips its clamping branches when no value needs them; a NaN appended forces them:
+    the shared values must come out bit for bit the same."""
+    rng = np.random.default_rng(11)
+    x = np.concatenate([rng.uniform(-87.3, 88.7, 50_000), rng.standard_normal(50_000) * 8,
+                        [0.0, -0.0, 88.0, -87.0]]).astype(np.float32)
+    fast = extern.exp_f32(x)
+    general = extern.exp_f32(np.append(x, np.float32(np.nan)))[:-1]
+    assert np.array_equal(fast.view(np.uint32), general.view(np.uint32))
+    assert np.allclose(fast, np.exp(x.astype(np.float64)), rtol=2e-7, atol=0)
