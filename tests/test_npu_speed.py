@@ -89,6 +89,9 @@ def test_a_weight_written_again_is_checked_again(kc, checked):
     assert bo.device_array.flags.writeable and not extern.is_marked_bf16(bo.device_array)
     x = to_bf16(rand(K, 8))
     assert np.array_equal(run(kc, x), extern.model("matvec_bf16")(to_bf16(b), x))
+    kc.preload("gemv", {0: b}, bo_key="L0")                      # frozen again, unrounded values
+    assert not bo.device_array.flags.writeable and not extern.is_marked_bf16(bo.device_array)
+    assert np.array_equal(run(kc, x), extern.model("matvec_bf16")(to_bf16(b), x))
 
 
 def test_mark_refuses_what_could_change_or_is_not_bf16():

@@ -115,6 +115,7 @@ def mark_bf16(a) -> bool:
     For static buffers (weights written once): `a` must be a read-only float32 C-contiguous array
     that owns its memory. Returns whether it was recorded (False: not such an array, or values
     that are not bfloat16 -- those are still rounded on every call, as before)."""
+    _VERIFIED.pop(id(a), None)                 # a record from an earlier freeze no longer holds
     if not (isinstance(a, np.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous
             and a.flags.owndata and not a.flags.writeable and 0 < a.size < 2**31):
         return False
