@@ -121,6 +121,7 @@ class NPU2Backend(Backend):
         for name, g in self.groups.items():
             self.kc.compile_and_cache(name, g.spec, {"seq": seq} if g.phase == "prefill" else {})
         self._sets = {name: self._index_sets(g.spec) for name, g in self.groups.items()}
+        self._zeros: dict = {}
         self.aliasing = bool(aliasing)
         self._alias_outputs: dict = {}
         self._preload()
@@ -131,9 +132,9 @@ class NPU2Backend(Backend):
     @staticmethod
     def _index_sets(spec):
         lut = {i for i, a in enumerate(spec.args) if a.name.startswith("lut")}
-        return dict(static_input_indices=set(spec.static_indices) - lut,
-                    intermediate_indices=set(spec.intermediate_indices),
-                    output_indices=set(spec.output_indices))
+        return dict(static_input_indices=frozenset(spec.static_indices) - lut,
+                    intermediate_indices=frozenset(spec.intermediate_indices),
+                    output_indices=frozenset(spec.output_indices))
 
     def _layer_weights(self, i: int) -> dict:
         c, w = self.config, self.weights.layers[i]
@@ -185,9 +186,14 @@ class NPU2Backend(Backend):
     # ------------------------------------------------------------ one call
     def _call(self, gname: str, layer, feed: dict, aliased: bool = False) -> dict:
         spec = self.groups[gname].spec
-        sets = dict(self._sets[gname])
+        sets = self._sets[gname]
         if aliased and gname in self._alias_outputs:
-            sets["output_indices"] = self._alias_outputs[gname]
+            sets = {**sets, "output_indices": frozenset(self._alias_outputs[gname])}
+        zeros = self._zeros.get(gname)
+        if zeros is None:                  # one read-only zero array per slot, reused every call
+            zeros = self._zeros[gname] = [np.zeros(a.shape, np.float32) for a in spec.args]
+            for z in zeros:
+                z.flags.writeable = False
         arrays = []
         for i, a in enumerate(spec.args):
             if a.name in feed:
@@ -195,7 +201,7 @@ class NPU2Backend(Backend):
             elif i in sets["static_input_indices"]:
                 arrays.append(None)                    # preloaded
             else:
-                arrays.append(np.zeros(a.shape, np.float32))
+                arrays.append(zeros[i])
         key = gname if layer is None else f"{gname}.L{layer}"
         out = self.kc.load_and_run(gname, None, *arrays, bo_key=key, **sets)
         return {spec.args[i].name: out[i] for i in sets["output_indices"]}

@@ -24,6 +24,7 @@ picks the host build when there is one and says which it picked.
 from __future__ import annotations
 
 import ctypes
+import weakref
 from dataclasses import dataclass
 from typing import Callable
 
@@ -60,7 +61,22 @@ def _pow2(k: np.ndarray) -> np.ndarray:
 def exp_f32(x: np.ndarray) -> np.ndarray:
     """e^x in float32 by the same operations, in the same order, as kernels/exp_f32.h."""
     x = np.asarray(x, dtype=np.float32)
-    finite = np.where((x <= _OVERFLOW) & (x >= _UNDERFLOW), x, np.float32(0))   # NaN -> 0 here
+    inside = (x <= _OVERFLOW) & (x >= _UNDERFLOW)                       # False for NaN
+    if inside.all():             # the common case: no clamping, no NaN (same operations below)
+        kf = x * _LOG2E
+        kf = kf + _ROUND
+        kf = kf - _ROUND
+        k = kf.astype(np.int32)
+        if k.size == 0 or (k.min() >= -126 and k.max() <= 127):
+            r = x - kf * _LN2_HI
+            r = r - kf * _LN2_LO
+            p = np.full_like(r, _TAYLOR[0])
+            for c in _TAYLOR[1:]:
+                p = p * r
+                p = p + c
+            with np.errstate(over="ignore", under="ignore"):
+                return p * _pow2(k)              # what np.where below selects when k is in range
+    finite = np.where(inside, x, np.float32(0))                          # NaN -> 0 here
     kf = finite * _LOG2E
     kf = kf + _ROUND
     kf = kf - _ROUND                                     # nearest integer, ties to even
@@ -82,17 +98,56 @@ def exp_f32(x: np.ndarray) -> np.ndarray:
 
 
 # ---- argument checks shared by the models and the host builds --------------------------------
+# Arrays already checked to hold bfloat16 values: id -> weak reference (the id alone could be reused
+# by a later array). Only read-only float32 arrays that own their memory are recorded, so their
+# values cannot change while recorded; a recorded array made writeable again is checked again.
+_VERIFIED: dict[int, weakref.ref] = {}
+
+
+def _is_bf16(a: np.ndarray) -> bool:
+    """True when every float32 value of `a` (C-contiguous) has its low 16 bits zero."""
+    return bool(a.size) and not int(np.bitwise_or.reduce(a.reshape(-1).view(np.uint32))) & 0xFFFF
+
+
+def mark_bf16(a) -> bool:
+    """Check `a` once and, if it holds only bfloat16 values, let later kernel calls skip the check.
+
+    For static buffers (weights written once): `a` must be a read-only float32 C-contiguous array
+    that owns its memory. Returns whether it was recorded (False: not such an array, or values
+    that are not bfloat16 -- those are still rounded on every call, as before)."""
+    _VERIFIED.pop(id(a), None)                 # a record from an earlier freeze no longer holds
+    if not (isinstance(a, np.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous
+            and a.flags.owndata and not a.flags.writeable and 0 < a.size < 2**31):
+        return False
+    if not _is_bf16(a):
+        return False
+    key = id(a)
+    _VERIFIED[key] = weakref.ref(a, lambda _r, key=key: _VERIFIED.pop(key, None))
+    return True
+
+
+def is_marked_bf16(a) -> bool:
+    """Whether `a` is recorded by mark_bf16 and still read-only (its check is skipped)."""
+    r = _VERIFIED.get(id(a))
+    return r is not None and r() is a and not a.flags.writeable
+
+
 def _bf16_input(name: str, a) -> np.ndarray:
+    r = _VERIFIED.get(id(a))
+    if r is not None and r() is a and not a.flags.writeable:
+        return a                                   # a static buffer checked once (mark_bf16)
     a = np.asarray(a)
-    if a.dtype != np.float32 and a.dtype.name != "bfloat16":
+    if a.dtype == np.float32:
+        if a.size >= 2**31:
+            raise LlamanbError(f"{name}: {a.size} elements do not fit the kernels' int32 sizes")
+        if a.flags.c_contiguous and _is_bf16(a):
+            return a        # low 16 bits all zero: already bfloat16 values, no rounding pass
+        return to_bf16(a)
+    if a.dtype.name != "bfloat16":
         raise LlamanbError(f"{name}: expected float32 (bfloat16 values) or bfloat16, got {a.dtype}")
     if a.size >= 2**31:
         raise LlamanbError(f"{name}: {a.size} elements do not fit the kernels' int32 sizes")
-    if a.dtype.name == "bfloat16":
-        return a.astype(np.float32)                                # exact
-    if a.size and a.flags.c_contiguous and not int(np.bitwise_or.reduce(a.reshape(-1).view(np.uint32))) & 0xFFFF:
-        return a            # low 16 bits all zero: already bfloat16 values, no rounding pass
-    return to_bf16(a)
+    return a.astype(np.float32)                                    # exact
 
 
 def _rope_args(x, lut):

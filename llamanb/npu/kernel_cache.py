@@ -80,6 +80,7 @@ class KernelCache:
         self._bos: dict = {}               # (name, bo_key) -> [BO per argument]
         self._written: set = set()         # (name, bo_key, index) of static/intermediate slots
         self._aliased: set = set()         # (name, bo_key, index) bound to another kernel's BO
+        self._shared: list = []            # BOs bound by alias (never frozen)
         self.stats = {"disk_hits": 0, "builds": 0, "stale_rebuilt": 0, "corrupt_rebuilt": 0,
                       "process_hits": 0, "bo_sets": 0}
         self.messages: list[str] = []      # what was rebuilt and why
@@ -260,7 +261,12 @@ class KernelCache:
                                f"and {src}.{sspec.args[src_index].name} "
                                f"{sspec.args[src_index].shape} differ in shape")
         bos = self.buffers(name, bo_key)
-        bos[index] = self.buffers(src, src_key)[src_index]
+        shared = self.buffers(src, src_key)[src_index]
+        for bo in (bos[index], shared):      # a BO two kernels share is never frozen
+            self._shared.append(bo)
+            if hasattr(bo, "thaw"):
+                bo.thaw()
+        bos[index] = shared
         self._aliased.add((name, bo_key if bo_key is not None else name, index))
         self._aliased.add((src, src_key if src_key is not None else src, src_index))
 
@@ -273,6 +279,8 @@ class KernelCache:
     def _index_set(what: str, idx, n: int) -> frozenset:
         if idx is None:
             return frozenset()
+        if type(idx) is frozenset and all(type(i) is int and 0 <= i < n for i in idx):
+            return idx                                 # already a valid set: no copy
         try:
             s = frozenset(int(i) for i in idx)
         except (TypeError, ValueError):
@@ -293,6 +301,15 @@ class KernelCache:
             write(bos[i], arrays[i], self.device.counters)
             bos[i].sync(TO_DEVICE)
             self._written.add((name, bo_key if bo_key is not None else name, i))
+            self._freeze(spec, bos, i)
+
+    def _freeze(self, spec, bos, i) -> None:
+        """A weight slot, now written for good: its BO's device contents become read-only and,
+        if bfloat16 values, are checked once here instead of by every kernel call."""
+        freeze = getattr(bos[i], "freeze", None)
+        if freeze is not None and spec.args[i].role == "weight" and \
+                not any(b is bos[i] for b in self._shared):
+            freeze()
 
     @staticmethod
     def _check(spec, i, x) -> None:
@@ -335,6 +352,8 @@ class KernelCache:
             bos[i].sync(TO_DEVICE)
             if once:
                 self._written.add((name, key, i))
+                if i in static:
+                    self._freeze(spec, bos, i)
         self.device.run(kernel, bos)
         result = []
         for i in range(n):

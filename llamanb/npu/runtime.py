@@ -148,9 +148,24 @@ class EmulatedBO:
     def map(self) -> np.ndarray:
         return self._host
 
+    def freeze(self) -> bool:
+        """Make the device contents read-only (a static slot, written once) and record them as
+        checked bfloat16 values when they are (extern.mark_bf16), so the kernels' models skip
+        the per-call check of this buffer. Returns whether they were recorded."""
+        from .extern import mark_bf16
+
+        self.device_array.flags.writeable = False
+        return self.dtype == "bf16" and mark_bf16(self.device_array)
+
+    def thaw(self) -> None:
+        """Writeable again (a recorded check no longer applies: extern skips only read-only)."""
+        self.device_array.flags.writeable = True
+
     def sync(self, direction: str) -> None:
         c = self.device.counters
         if _direction(direction) == TO_DEVICE:
+            if not self.device_array.flags.writeable:
+                self.thaw()                                   # written again: checked again
             self.device_array[...] = self._host
             c.bytes_to_device += self.nbytes
             c.syncs_to_device += 1
@@ -206,8 +221,6 @@ class EmulatedDevice:
         return EmulatedKernel(spec.name, spec, est)
 
     def run(self, kernel: EmulatedKernel, bos: Sequence[EmulatedBO]) -> None:
-        from .emulator import run as emulate
-
         if len(bos) != len(kernel.spec.args):
             raise LlamanbError(f"{kernel.name} takes {len(kernel.spec.args)} buffers, "
                                f"got {len(bos)}")
@@ -217,6 +230,7 @@ class EmulatedDevice:
             kernel.spec.model(*arrays)
             self.last_run = None
         else:
+            from .emulator import run as emulate
             self.last_run = emulate(kernel.spec, *arrays, externs=self.externs)
         c = self.counters
         c.wall_s += time.perf_counter() - t0
