@@ -20,35 +20,11 @@ MESHES = [(1, 1), (1, 3), (3, 4)]          # (3, 4): heads over 3 devices, hidde
 
 
 def f64_logits(model, ids):
-    """Plain float64 Llama forward (HF half-split RoPE, no scaling): the last row's logits."""
-    c, w = model.config, model.weights
-    S, d = len(ids), c.head_dim
-    x = w.embed[ids].astype(np.float64)
-    ang = np.arange(S)[:, None] * (1.0 / c.rope_theta ** (np.arange(0, d, 2) / d))[None]
-    cos, sin = np.cos(ang)[:, None], np.sin(ang)[:, None]
+    """The last row's logits from the package's float64 forward (tested against transformers in
+    float64 in tests/test_float64.py)."""
+    from llamanb.check.float64 import forward
 
-    def rope(t):
-        a, b = t[..., :d // 2], t[..., d // 2:]
-        return np.concatenate([a * cos - b * sin, b * cos + a * sin], -1)
-
-    def norm(t, g):
-        return t / np.sqrt((t * t).mean(-1, keepdims=True) + c.rms_eps) * g.astype(np.float64)
-
-    mask = np.triu(np.full((S, S), -np.inf), 1)
-    for lw in w.layers:
-        qkv = norm(x, lw.attn_norm) @ lw.wqkv.astype(np.float64).T
-        q = rope(qkv[:, :c.q_dim].reshape(S, c.n_heads, d))
-        k = rope(qkv[:, c.q_dim:c.q_dim + c.kv_dim].reshape(S, c.n_kv_heads, d))
-        v = qkv[:, c.q_dim + c.kv_dim:].reshape(S, c.n_kv_heads, d)
-        k, v = np.repeat(k, c.group, 1), np.repeat(v, c.group, 1)
-        s = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(d) + mask
-        p = np.exp(s - s.max(-1, keepdims=True))
-        p /= p.sum(-1, keepdims=True)
-        x = x + np.einsum("hqk,khd->qhd", p, v).reshape(S, -1) @ lw.wo.astype(np.float64).T
-        gu = norm(x, lw.ffn_norm) @ lw.w_gate_up.astype(np.float64).T
-        g, u = gu[:, :c.ffn], gu[:, c.ffn:]
-        x = x + (g / (1 + np.exp(-g)) * u) @ lw.w_down.astype(np.float64).T
-    return (norm(x[-1:], w.final_norm) @ w.lm_head.astype(np.float64).T)[0]
+    return forward(model.weights, ids, rows=[len(ids) - 1])[0]
 
 
 @pytest.fixture(scope="module")
