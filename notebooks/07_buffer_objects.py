@@ -226,8 +226,8 @@ print(f"one shared set:    {(w_token + steady_dec.bytes_to_device) / 1e6:.0f} MB
 # bf16 at different points (the NPU rounds Q and K before RoPE, and its GEMVs accumulate in a
 # different order), so a near-tie in the logits can go either way; where the sequences part, each
 # side's token must be in the other's top 5 (the rule `verify` uses). Which way a tie goes depends
-on the float32 summation order of this machine's BLAS (kernels, threads), so the tokens printed
-below are not compared when the course is re-run; the top-5 rule is asserted everywhere.
+# on the float32 summation order of this machine's BLAS (kernels, threads), so the tokens printed
+# below are not compared when the course is re-run; the top-5 rule is asserted everywhere.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
