@@ -54,6 +54,15 @@ class Counters:
     wall_s: float = 0.0
     per_kernel: dict = field(default_factory=dict)     # name -> [calls, estimated_s]
 
+    def dispatch(self, name: str, wall_s: float, estimated_s: float) -> None:
+        """One kernel run: its wall time, and the cost model's (estimated) device time."""
+        self.wall_s += wall_s
+        self.dispatches += 1
+        self.estimated_s += estimated_s
+        pk = self.per_kernel.setdefault(name, [0, 0.0])
+        pk[0] += 1
+        pk[1] += estimated_s
+
     def copy(self) -> "Counters":
         c = Counters(**{k: v for k, v in self.__dict__.items() if k != "per_kernel"})
         c.per_kernel = {k: list(v) for k, v in self.per_kernel.items()}
@@ -232,13 +241,7 @@ class EmulatedDevice:
         else:
             from .emulator import run as emulate
             self.last_run = emulate(kernel.spec, *arrays, externs=self.externs)
-        c = self.counters
-        c.wall_s += time.perf_counter() - t0
-        c.dispatches += 1
-        c.estimated_s += kernel.estimated_s
-        pk = c.per_kernel.setdefault(kernel.name, [0, 0.0])
-        pk[0] += 1
-        pk[1] += kernel.estimated_s
+        self.counters.dispatch(kernel.name, time.perf_counter() - t0, kernel.estimated_s)
 
 
 # ---------------------------------------------------------------- the real device (pyxrt)
@@ -351,10 +354,4 @@ class XrtDevice:
         t0 = time.perf_counter()
         r = kernel.kernel(self.OPCODE, kernel.instr, kernel.n_instr, *[b.bo for b in bos])
         r.wait()
-        c = self.counters
-        c.wall_s += time.perf_counter() - t0
-        c.dispatches += 1
-        c.estimated_s += kernel.estimated_s
-        pk = c.per_kernel.setdefault(kernel.name, [0, 0.0])
-        pk[0] += 1
-        pk[1] += kernel.estimated_s
+        self.counters.dispatch(kernel.name, time.perf_counter() - t0, kernel.estimated_s)
