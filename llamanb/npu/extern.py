@@ -58,35 +58,30 @@ def _pow2(k: np.ndarray) -> np.ndarray:
     return ((k.astype(np.int32) + 127) << 23).astype(np.uint32).view(np.float32)
 
 
-def exp_f32(x: np.ndarray) -> np.ndarray:
-    """e^x in float32 by the same operations, in the same order, as kernels/exp_f32.h."""
-    x = np.asarray(x, dtype=np.float32)
-    inside = (x <= _OVERFLOW) & (x >= _UNDERFLOW)                       # False for NaN
-    if inside.all():             # the common case: no clamping, no NaN (same operations below)
-        kf = x * _LOG2E
-        kf = kf + _ROUND
-        kf = kf - _ROUND
-        k = kf.astype(np.int32)
-        if k.size == 0 or (k.min() >= -126 and k.max() <= 127):
-            r = x - kf * _LN2_HI
-            r = r - kf * _LN2_LO
-            p = np.full_like(r, _TAYLOR[0])
-            for c in _TAYLOR[1:]:
-                p = p * r
-                p = p + c
-            with np.errstate(over="ignore", under="ignore"):
-                return p * _pow2(k)              # what np.where below selects when k is in range
-    finite = np.where(inside, x, np.float32(0))                          # NaN -> 0 here
-    kf = finite * _LOG2E
+def _reduce(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """x = k ln2 + r: k (nearest integer, ties to even) and the Taylor polynomial p(r) ~ e^r."""
+    kf = x * _LOG2E
     kf = kf + _ROUND
-    kf = kf - _ROUND                                     # nearest integer, ties to even
-    k = kf.astype(np.int32)
-    r = finite - kf * _LN2_HI
+    kf = kf - _ROUND
+    r = x - kf * _LN2_HI
     r = r - kf * _LN2_LO
     p = np.full_like(r, _TAYLOR[0])
     for c in _TAYLOR[1:]:
         p = p * r
         p = p + c
+    return kf.astype(np.int32), p
+
+
+def exp_f32(x: np.ndarray) -> np.ndarray:
+    """e^x in float32 by the same operations, in the same order, as kernels/exp_f32.h."""
+    x = np.asarray(x, dtype=np.float32)
+    inside = (x <= _OVERFLOW) & (x >= _UNDERFLOW)                       # False for NaN
+    if inside.all():             # the common case: no clamping, no NaN (same operations below)
+        k, p = _reduce(x)
+        if k.size == 0 or (k.min() >= -126 and k.max() <= 127):
+            with np.errstate(over="ignore", under="ignore"):
+                return p * _pow2(k)              # what np.where below selects when k is in range
+    k, p = _reduce(np.where(inside, x, np.float32(0)))                  # NaN -> 0 here
     with np.errstate(over="ignore", under="ignore"):     # the branches np.where discards
         scaled = p * _pow2(np.clip(k, -126, 127))
         high = (p * _pow2(np.full_like(k, 127))) * np.float32(2.0)
