@@ -123,11 +123,16 @@ class Engine:
                 raise LlamanbError(f"step of {R} rows exceeds backend {b.name!r}'s compiled "
                                    f"lengths {b.prefill_lengths}")
             return fits[0]
-        # One decode row runs as it is (a GEMV: the fast path); anything else -- a prompt, even of
-        # one token, or several rows -- is padded, so each row's arithmetic is the same whatever
-        # the step's size (BLAS computes a row differently for other row counts, see llamanb.blas).
-        decode_row = R == 1 and step.segments[0].start > 0
-        if decode_row and not self.batch_invariant:
+        # Decode rows (one row per sequence, each continuing a sequence) run as they are: one is
+        # a GEMV (the fast path), several a small GEMM. A decode row is only float32-close to
+        # the same row in another step anyway (a GEMV rounds differently from a GEMM row), so
+        # padding buys nothing -- and on OpenBLAS's Haswell/Zen kernels (row multiple 48) it
+        # would turn 8 decoding sequences into a 48-row GEMM. Anything else -- a prompt, even of
+        # one token -- is padded, so each prompt row's arithmetic is the same whatever the step's
+        # size (BLAS computes a row differently for other row counts, see llamanb.blas); and a
+        # batch-invariant engine pads every step.
+        decode_only = all(s.n == 1 and s.start > 0 for s in step.segments)
+        if decode_only and not self.batch_invariant:
             return R
         return -(-R // b.row_multiple) * b.row_multiple
 

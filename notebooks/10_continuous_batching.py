@@ -474,8 +474,8 @@ print(f"one at a time: {one_at_a_time_steps} steps (1.00 token per weight pass)"
 # %% [markdown]
 # A batched step is not free, though: its rows are a GEMM instead of a GEMV, and a step with prompt
 # rows is padded to the BLAS row multiple (48 on this machine's OpenBLAS kernels, 8 on AVX-512
-# ones) for bit-identical prefill. `llamanb.serve.engine.ServeEngine` runs decode-only steps
-# unpadded. Measured here on a small mixed workload, one request at a time (`generate`) against
+# ones) for bit-identical prefill. A step of decode rows only runs unpadded (`Engine._rows_for`:
+# a decode row is only float32-close to the same row in another step anyway). Measured here on a small mixed workload, one request at a time (`generate`) against
 # static and continuous batching with 4 slots (`llamanb.bench.batching`, the same functions `python -m
 # llamanb bench --batching` runs with medians over slot counts 1-16). These numbers depend on the
 # machine and its load; with only six short requests, static and continuous batching differ by
@@ -484,16 +484,14 @@ print(f"one at a time: {one_at_a_time_steps} steps (1.00 token per weight pass)"
 # %%
 # NBVAL_IGNORE_OUTPUT
 from llamanb.bench.batching import batched, one_at_a_time
-from llamanb.serve.engine import ServeEngine
 from llamanb.serve.workload import mixed_workload
 
-serve_engine = ServeEngine(model)
 work = mixed_workload(tok.encode("The old lighthouse stood at the end of a narrow spit of rock, "
                                  "where the harbour met the open sea."), 6, seed=1,
                       prompt_range=(8, 40), new_range=(4, 16))
-measured = {"one at a time": one_at_a_time(serve_engine, work)[0]}
+measured = {"one at a time": one_at_a_time(engine, work)[0]}
 for policy in ("static", "continuous"):
-    measured[f"{policy}, 4 slots"] = batched(serve_engine, work, 4, policy)[0]
+    measured[f"{policy}, 4 slots"] = batched(engine, work, 4, policy)[0]
 for name, m in measured.items():
     print(f"{name:>18}: {m['tokens']} tokens in {m['seconds']:.2f} s = {m['tok_s']:.1f} tok/s, "
           f"latency p50 {m['latency_p50_s']:.2f} s, TTFT p50 {m['ttft_p50_s']:.2f} s")

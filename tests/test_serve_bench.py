@@ -1,10 +1,10 @@
 """The batching benchmark's plumbing on a tiny workload (speed itself is never asserted), and the
-serving engine's unpadded decode-only steps."""
+engine's unpadded decode-only steps."""
 import numpy as np
 
 from llamanb import Engine
 from llamanb.bench import batching
-from llamanb.serve.engine import ServeEngine
+from llamanb.check.float64 import forward
 from llamanb.step import Step
 
 
@@ -24,32 +24,42 @@ def test_batching_table_counts_and_ratios(smollm):
     r = {x["name"]: x["value"] for x in res["ratios"]}
     assert r["continuous / one at a time, 8 slots"] == t["continuous/8"]["tok_s"] / t["one_at_a_time/1"]["tok_s"]
     assert r["continuous / static, 8 slots"] == t["continuous/8"]["tok_s"] / t["static/8"]["tok_s"]
+    c = t["continuous/8"]
+    assert 0 < c["prompt_steps_s"] <= c["seconds"]
+    assert c["decode_rows_in_other_steps"] <= want
+    one = t["one_at_a_time/1"]
+    assert abs(one["prefill_s"] + one["decode_s"] - one["seconds"]) < 0.2 * one["seconds"]
+    # the ceiling's arithmetic, on numbers worked by hand: 10 s / (2 s + 80 rows x 0.08 s / 8)
+    assert abs(batching.ceiling({"seconds": 10.0}, {"prompt_steps_s": 2.0, "decode_rows_in_other_steps": 80,
+                                                    "full_decode_step_s": 0.08}, 8) - 10 / 2.8) < 1e-12
     text = batching.report(res)
     assert "continuous" in text and "target >= 3.0x" in text
 
 
-def test_serve_engine_runs_decode_only_steps_unpadded(smollm, monkeypatch):
-    base, serve = Engine(smollm), ServeEngine(smollm)
-    rows = []
-    real = serve.backend.layers
-
-    def spy(x, step, cache, collect=None):
-        rows.append(step.rows)
-        return real(x, step, cache, collect)
-
-    monkeypatch.setattr(serve.backend, "layers", spy)
+def test_decode_only_steps_run_unpadded_unless_batch_invariant(smollm, monkeypatch):
+    """The default engine pads prompt steps to the row multiple and runs decode-only steps at
+    their own size; a batch-invariant engine pads both. Either way the decode logits agree with
+    decoding each sequence alone to float32 closeness (the lone decode is a GEMV)."""
     prompts = [[5, 6, 7], [8, 9, 10, 11], [12, 13]]
-    outs = []
-    for eng in (base, serve):
+    m = Engine(smollm).backend.row_multiple
+    for invariant, want in ((False, [-(-9 // m) * m, 3]), (True, [-(-9 // m) * m, m])):
+        eng = Engine(smollm, batch_invariant=invariant)
+        rows = []
+        real = eng.backend.layers
+
+        def spy(x, step, cache, collect=None, real=real, rows=rows):
+            rows.append(step.rows)
+            return real(x, step, cache, collect)
+
+        monkeypatch.setattr(eng.backend, "layers", spy)
         cache = eng.new_cache(64, slots=3)
-        first = eng.step(Step.build([(s, 0, p) for s, p in enumerate(prompts)]), cache)
-        toks = first.argmax(axis=1)
-        outs.append(eng.step(Step.build([(s, len(p), [int(t)]) for s, (p, t) in
-                                         enumerate(zip(prompts, toks))]), cache))
-    m = serve.backend.row_multiple
-    assert rows == [-(-9 // m) * m, 3]              # the prompt step padded, the decode step not
-    np.testing.assert_allclose(outs[1], outs[0], rtol=0, atol=2e-4)
-    assert (outs[1].argmax(axis=1) == outs[0].argmax(axis=1)).all()
+        toks = eng.step(Step.build([(s, 0, p) for s, p in enumerate(prompts)]), cache).argmax(axis=1)
+        batch = eng.step(Step.build([(s, len(p), [int(t)]) for s, (p, t) in
+                                     enumerate(zip(prompts, toks))]), cache)
+        assert rows == want
+        for s, (p, t) in enumerate(zip(prompts, toks)):     # against the float64 forward
+            want64 = forward(smollm.weights, list(p) + [int(t)], rows=[len(p)])[0]
+            assert np.abs(batch[s] - want64).max() < 2e-3
 
 
 def test_bench_batching_flag_reaches_the_batching_runner(monkeypatch):

@@ -94,6 +94,7 @@ def run_workload(seed, slots, n_blocks, block, budget, policy="continuous"):
         admitted += [r for r in plan.admitted if r.preemptions == 0]
         if policy == "static" and plan.admitted:
             assert not batch_finishing                     # no joining a batch that is ending
+            assert not before                              # nor one that is running at all
         n_log = len(log)
         fake_step(sched, plan, logits_of, log)
         batch_finishing = batch_finishing or len(log) > n_log
@@ -122,6 +123,28 @@ def test_random_workloads_tight_pool(seed):
 @pytest.mark.parametrize("seed", range(3))
 def test_random_workloads_static(seed):
     run_workload(seed, slots=3, n_blocks=64, block=8, budget=200, policy="static")
+
+
+def test_static_admits_the_whole_batch_at_once():
+    """Static batching takes `slots` requests together even when their prompts need several
+    steps of the token budget, and admits nobody else until every one of them has finished."""
+    slots, budget, prompt = 6, 256, 100
+    cache = PagedKVCache(CFG, 512, n_blocks=200, block=16, slots=slots)
+    sched = Scheduler(cache, token_budget=budget, policy="static")
+    reqs = [Request(list(range(3, 3 + prompt)), 4 + i, name=f"r{i}") for i in range(9)]
+    for r in reqs:
+        sched.add(r)
+    logits_of, log, plans = FakeLogits(), [], []
+    while sched.busy:
+        plans.append(sched.schedule())
+        fake_step(sched, plans[-1], logits_of, log)
+    first = [r.name for r in plans[0].admitted]
+    assert first == [f"r{i}" for i in range(slots)]                 # all six, in the first step
+    assert plans[0].rows == budget // prompt * prompt               # only two prompts fit it
+    second = next(i for i, p in enumerate(plans) if p.admitted and i > 0)
+    last_of_first = max(i for i, p in enumerate(plans) for x in p.pieces if x.request.name in first)
+    assert second == last_of_first + 1                              # after the batch, not before
+    assert [r.name for r in plans[second].admitted] == [f"r{i}" for i in range(slots, 9)]
 
 
 def test_scheduler_rejects_bad_settings():

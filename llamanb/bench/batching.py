@@ -3,8 +3,8 @@
 The workload: N requests, all queued at t = 0, with prompt and output lengths drawn from fixed
 ranges (llamanb.serve.workload.mixed_workload: slices of the benchmark's English text; no stop
 ids, so every request generates exactly its max_new_tokens whatever the tokens are). Three ways
-to serve it, on one llamanb engine (numpy, float32, the default -- not batch-invariant -- rows;
-llamanb.serve.engine.ServeEngine: decode-only steps run unpadded):
+to serve it, on one llamanb engine (numpy, float32, the default -- not batch-invariant -- rows:
+prompt steps padded to the BLAS row multiple, decode-only steps unpadded):
 
     one at a time   llamanb.generate for each request in turn (prefill, then GEMV decodes)
     static          BatchRunner(policy="static"): a batch of `slots` requests is admitted only
@@ -39,16 +39,24 @@ def one_at_a_time(engine, work) -> tuple[dict, list[list[int]]]:
     from ..generate import generate
 
     t0, lat, ttft, outs = time.perf_counter(), [], [], []
+    prefill_s = decode_s = 0.0
+    decode_steps = 0
     for prompt, k in work:
         r = generate(engine, prompt, k, stop_ids=())
         outs.append(r.ids)
         now = time.perf_counter()
         ttft.append(now - t0 - r.decode_s)
         lat.append(now - t0)
-    return _summary(sum(map(len, outs)), time.perf_counter() - t0, lat, ttft), outs
+        prefill_s, decode_s, decode_steps = (prefill_s + r.prefill_s, decode_s + r.decode_s,
+                                             decode_steps + r.decode_steps)
+    out = _summary(sum(map(len, outs)), time.perf_counter() - t0, lat, ttft)
+    out.update(prefill_s=prefill_s, decode_s=decode_s, decode_step_s=decode_s / max(1, decode_steps))
+    return out, outs
 
 
 def batched(engine, work, slots: int, policy: str) -> tuple[dict, list[list[int]]]:
+    """Also splits the run's time: steps that carry prompt rows, and decode-only steps (the
+    median time of those that ran every slot, `full_decode_step_s`; NaN if none did)."""
     from ..serve.runner import BatchRunner
 
     runner = BatchRunner(engine, slots=slots, block=16, kv_positions=16 * 1024, policy=policy)
@@ -57,22 +65,36 @@ def batched(engine, work, slots: int, policy: str) -> tuple[dict, list[list[int]
     runner.run()
     out = _summary(sum(len(r.output) for r in reqs), time.perf_counter() - t0,
                    [r.t_finished - t0 for r in reqs], [r.t_first_token - t0 for r in reqs])
+    prompt = [h for h in runner.history if any(kind == "prefill" for _, _, kind, _ in h.rows)]
+    full = [h.t1 - h.t0 for h in runner.history if h not in prompt and len(h.rows) == slots]
     out.update(steps=len(runner.history),
                mean_requests_per_step=float(np.mean([len(h.rows) for h in runner.history])),
-               peak_kv_blocks=max(h.blocks_used for h in runner.history))
+               peak_kv_blocks=max(h.blocks_used for h in runner.history),
+               prompt_steps_s=sum(h.t1 - h.t0 for h in prompt),
+               decode_rows_in_other_steps=sum(len(h.rows) for h in runner.history if h not in prompt),
+               full_decode_step_s=statistics.median(full) if full else float("nan"))
     return out, [r.output for r in reqs]
+
+
+def ceiling(one: dict, cont: dict, slots: int) -> float:
+    """What continuous batching could reach over one-at-a-time if every decode-only step ran all
+    `slots` rows, with this engine's prompt steps as measured: one-at-a-time's seconds over
+    (prompt steps' seconds + decode rows outside them x a full step's seconds / slots). Ramp-up,
+    drain and the partial steps between are what the measured ratio loses against it."""
+    return one["seconds"] / (cont["prompt_steps_s"] + cont["decode_rows_in_other_steps"]
+                             * cont["full_decode_step_s"] / slots)
 
 
 def measure(model_spec, runs: int, n_requests: int = 16, slot_counts=SLOT_COUNTS,
             progress=lambda m: None, **workload) -> dict:
     """workload: prompt_range / new_range for mixed_workload (tests use short ones)."""
     from ..io.store import load_model
-    from ..serve.engine import ServeEngine
+    from ..engine import Engine
     from ..serve.workload import mixed_workload
     from .runners import PROMPT_TEXT
 
     model = load_model(model_spec)
-    engine = ServeEngine(model)
+    engine = Engine(model)
     unit = model.tokenizer.encode(PROMPT_TEXT, add_special_tokens=False)
     work = mixed_workload(unit, n_requests, **workload)
     modes = [("one_at_a_time", 1)] + [(p, s) for s in slot_counts for p in ("static", "continuous")]
@@ -104,11 +126,18 @@ def measure(model_spec, runs: int, n_requests: int = 16, slot_counts=SLOT_COUNTS
                         ("continuous / static, 8 slots", c / s)):
             ratios.append({"name": name, "value": v, "target": TARGETS[name],
                            "pass": v >= TARGETS[name]})
+        one, c8 = table["one_at_a_time/1"], table["continuous/8"]
+        bound = {"ceiling": ceiling(one, c8, 8),
+                 "prefill_share_one_at_a_time": one["prefill_s"] / one["seconds"],
+                 "decode_step_1_row_s": one["decode_step_s"],
+                 "decode_step_8_rows_s": c8["full_decode_step_s"]}
+    else:
+        bound = None
     return {"workload": {"requests": len(work), "prompt_tokens": [len(p) for p, _ in work],
                          "max_new_tokens": [k for _, k in work]},
             "engine": f"{engine.backend.description}, float32, not batch-invariant; prompt steps "
                       f"padded to {engine.backend.row_multiple} rows, decode-only steps unpadded",
-            "runs": runs, "table": table, "ratios": ratios}
+            "runs": runs, "table": table, "ratios": ratios, "bound": bound}
 
 
 def report(res: dict) -> str:
@@ -131,6 +160,14 @@ def report(res: dict) -> str:
     for r in res["ratios"]:
         lines.append(f"{r['name']:<40} {r['value']:>6.2f}x  target >= {r['target']:.1f}x "
                      f"{'PASS' if r['pass'] else 'MISS'}")
+    b = res.get("bound")
+    if b:
+        lines.append(f"where the time goes: prefill is {100 * b['prefill_share_one_at_a_time']:.0f} % of "
+                     f"one-at-a-time; a decode step costs {1e3 * b['decode_step_1_row_s']:.1f} ms for one "
+                     f"row and {1e3 * b['decode_step_8_rows_s']:.1f} ms for 8 "
+                     f"({b['decode_step_8_rows_s'] / b['decode_step_1_row_s']:.2f}x the time for 8x the "
+                     f"tokens); with every decode-only step full, continuous at 8 slots would reach "
+                     f"{b['ceiling']:.2f}x one at a time")
     lines.append("same tokens: requests whose tokens equal one-at-a-time generation (rows in a "
                  "batch round differently from a lone GEMV decode unless the engine is "
                  "batch-invariant; `llamanb batch --check` checks identity with it)")

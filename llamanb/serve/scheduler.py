@@ -10,9 +10,10 @@
 A step holds at most `token_budget` rows. A long prompt goes in chunks of a multiple of `chunk`
 rows, so it cannot stall the decoding rows behind it for more than one step's worth of work.
 
-`policy="static"` is the baseline that continuous batching replaces: a batch is admitted only
-when the previous one has completely finished, so a slot whose request ended early idles until
-the batch's longest member is done.
+`policy="static"` is the baseline that continuous batching replaces: when no request runs, up to
+`slots` waiting requests are admitted together (as memory allows) and nobody else joins until all
+of them have finished, so a slot whose request ended early idles until the batch's longest member
+is done. The batch's prompts go in over as many steps as the token budget needs.
 
 Memory is the paged KV cache (llamanb.kv.paged): a request takes blocks as its sequence grows and
 returns all of them when it finishes or is preempted. The scheduler never asks the engine for a
@@ -77,7 +78,6 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []           # in admission order
         self.free_slots = list(range(cache.slots - 1, -1, -1))
-        self.batch_open = True                      # static policy: may the batch still grow?
 
     # --- bookkeeping ---------------------------------------------------------------------------
     def blocks_for(self, positions: int) -> int:
@@ -144,18 +144,17 @@ class Scheduler:
                     room -= len(ids)
         # 2. admission: FIFO; the head of the queue waits rather than be overtaken
         admitted: list[Request] = []
-        if self.policy == "static":        # a new batch only once the last one is all done;
-            # the batch forms while its prompts go in, and closes once any member decodes
-            self.batch_open = not self.running or (self.batch_open and
-                                                   not any(r.output for r in self.running))
-            if not self.batch_open:
-                return Plan(pieces, preempted, admitted)
+        static = self.policy == "static"
+        if static and self.running:        # a batch in flight: nobody joins it until it is done
+            return Plan(pieces, preempted, admitted)
         free_blocks = len(self.cache.free_blocks) - growth
-        while self.waiting and self.free_slots and room > 0:
+        while self.waiting and self.free_slots and (room > 0 or static):
             r = self.waiting[0]
             need = self.blocks_for(r.prefill_target())
-            ids, logits = r.next_piece(room, self.chunk)
-            if need > free_blocks or not ids or r in preempted:
+            ids, logits = r.next_piece(room, self.chunk) if room > 0 else ([], False)
+            # continuous: admit only what runs now; static: the whole batch at once, its
+            # prompts going in over the next steps (oldest first) as the step budget allows
+            if need > free_blocks or (not ids and not static) or r in preempted:
                 break
             self.waiting.popleft()
             r.slot, r.status = self.free_slots.pop(), Status.RUNNING
@@ -165,8 +164,7 @@ class Scheduler:
             free_blocks -= need
             self.running.append(r)
             admitted.append(r)
-            pieces.append(Piece(r, 0, ids, logits))
-            room -= len(ids)
-        if not self.waiting or not self.free_slots:      # static: this batch is complete
-            self.batch_open = False
+            if ids:
+                pieces.append(Piece(r, 0, ids, logits))
+                room -= len(ids)
         return Plan(pieces, preempted, admitted)
