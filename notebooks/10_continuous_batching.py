@@ -475,11 +475,15 @@ print(f"one at a time: {one_at_a_time_steps} steps (1.00 token per weight pass)"
 # A batched step is not free, though: its rows are a GEMM instead of a GEMV, and a step with prompt
 # rows is padded to the BLAS row multiple (48 on this machine's OpenBLAS kernels, 8 on AVX-512
 # ones) for bit-identical prefill. A step of decode rows only runs unpadded (`Engine._rows_for`:
-# a decode row is only float32-close to the same row in another step anyway). Measured here on a small mixed workload, one request at a time (`generate`) against
-# static and continuous batching with 4 slots (`llamanb.bench.batching`, the same functions `python -m
+# a decode row is only float32-close to the same row in another step anyway).
+#
+# Measured here on a small mixed workload: one request at a time (`generate`) against static and
+# continuous batching with 4 slots (`llamanb.bench.batching`, the same functions `python -m
 # llamanb bench --batching` runs with medians over slot counts 1-16). These numbers depend on the
 # machine and its load; with only six short requests, static and continuous batching differ by
 # little more than the noise (the benchmark's 16 requests of 8-62 tokens separate them clearly).
+# The last line splits the time: prompt rows cost the same whoever shares their step, so the
+# prefill share of one-at-a-time is a floor that batching cannot remove.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -495,6 +499,9 @@ for policy in ("static", "continuous"):
 for name, m in measured.items():
     print(f"{name:>18}: {m['tokens']} tokens in {m['seconds']:.2f} s = {m['tok_s']:.1f} tok/s, "
           f"latency p50 {m['latency_p50_s']:.2f} s, TTFT p50 {m['ttft_p50_s']:.2f} s")
+one, cont = measured["one at a time"], measured["continuous, 4 slots"]
+print(f"prefill: {one['prefill_s']:.2f} s of one-at-a-time's {one['seconds']:.2f} s; steps with prompt "
+      f"rows: {cont['prompt_steps_s']:.2f} s of continuous batching's {cont['seconds']:.2f} s")
 fig, ax = plt.subplots(figsize=(6, 2.4))
 ax.barh(list(measured), [m["tok_s"] for m in measured.values()], color=["grey", "C1", "C0"])
 ax.set_xlabel("generated tokens / s (this machine, this run)")

@@ -65,13 +65,13 @@ def batched(engine, work, slots: int, policy: str) -> tuple[dict, list[list[int]
     runner.run()
     out = _summary(sum(len(r.output) for r in reqs), time.perf_counter() - t0,
                    [r.t_finished - t0 for r in reqs], [r.t_first_token - t0 for r in reqs])
-    prompt = [h for h in runner.history if any(kind == "prefill" for _, _, kind, _ in h.rows)]
-    full = [h.t1 - h.t0 for h in runner.history if h not in prompt and len(h.rows) == slots]
-    out.update(steps=len(runner.history),
-               mean_requests_per_step=float(np.mean([len(h.rows) for h in runner.history])),
-               peak_kv_blocks=max(h.blocks_used for h in runner.history),
-               prompt_steps_s=sum(h.t1 - h.t0 for h in prompt),
-               decode_rows_in_other_steps=sum(len(h.rows) for h in runner.history if h not in prompt),
+    hist = runner.history
+    prompt = [any(kind == "prefill" for _, _, kind, _ in h.rows) for h in hist]
+    full = [h.t1 - h.t0 for h, p in zip(hist, prompt) if not p and len(h.rows) == slots]
+    out.update(steps=len(hist), mean_requests_per_step=float(np.mean([len(h.rows) for h in hist])),
+               peak_kv_blocks=max(h.blocks_used for h in hist),
+               prompt_steps_s=sum(h.t1 - h.t0 for h, p in zip(hist, prompt) if p),
+               decode_rows_in_other_steps=sum(len(h.rows) for h, p in zip(hist, prompt) if not p),
                full_decode_step_s=statistics.median(full) if full else float("nan"))
     return out, [r.output for r in reqs]
 

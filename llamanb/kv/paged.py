@@ -77,11 +77,15 @@ class PagedKVCache(KVStore):
             p += m
 
     def _gather(self, pool: np.ndarray, layer: int, slot: int, n: int) -> np.ndarray:
-        out = np.zeros((self.n_kv_heads, n, self.head_dim), dtype=pool.dtype)
-        table, B = self.tables[slot], self.block
-        for i, b in enumerate(table[: -(-n // B)]):
-            m = min(B, n - i * B)
-            out[:, i * B:i * B + m] = pool[b, layer, :, :m]
+        """One indexed copy of the slot's blocks, laid end to end per head (a Python loop over
+        blocks cost a decode step of 8 sequences ~40 ms more than the contiguous store)."""
+        B, Nkv, d = self.block, self.n_kv_heads, self.head_dim
+        table = self.tables[slot][: -(-n // B)]
+        got = pool[table, layer].transpose(1, 0, 2, 3).reshape(Nkv, len(table) * B, d)
+        if got.shape[1] >= n:
+            return got[:, :n]
+        out = np.zeros((Nkv, n, d), dtype=pool.dtype)     # asked past the blocks it holds: zeros
+        out[:, :got.shape[1]] = got
         return out
 
     def keys(self, layer: int, slot: int, n: int) -> np.ndarray:
