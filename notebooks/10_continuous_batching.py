@@ -481,7 +481,7 @@ print(f"one at a time: {one_at_a_time_steps} steps (1.00 token per weight pass)"
 # continuous batching with 4 slots (`llamanb.bench.batching`, the same functions `python -m
 # llamanb bench --batching` runs with medians over slot counts 1-16). These numbers depend on the
 # machine and its load; with only six short requests, static and continuous batching differ by
-# little more than the noise (the benchmark's 16 requests of 8-62 tokens separate them clearly).
+# little more than the noise (the benchmark's 16 requests of 8-62 tokens are the better test).
 # The last line splits the time: prompt rows cost the same whoever shares their step, so the
 # prefill share of one-at-a-time is a floor that batching cannot remove.
 
