@@ -28,7 +28,7 @@ def test_batching_table_counts_and_ratios(smollm):
     assert 0 < c["prompt_steps_s"] <= c["seconds"]
     assert c["decode_rows_in_other_steps"] <= want
     one = t["one_at_a_time/1"]
-    assert abs(one["prefill_s"] + one["decode_s"] - one["seconds"]) < 0.2 * one["seconds"]
+    assert 0 < one["prefill_s"] and 0 < one["decode_s"] and one["prefill_s"] + one["decode_s"] <= one["seconds"]
     # the ceiling's arithmetic, on numbers worked by hand: 10 s / (2 s + 80 rows x 0.08 s / 8)
     assert abs(batching.ceiling({"seconds": 10.0}, {"prompt_steps_s": 2.0, "decode_rows_in_other_steps": 80,
                                                     "full_decode_step_s": 0.08}, 8) - 10 / 2.8) < 1e-12
