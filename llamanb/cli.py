@@ -1,4 +1,4 @@
-"""python -m llamanb generate | verify | bench | info | batch
+"""python -m llamanb generate | chat | verify | bench | info | batch
 
 Every user mistake ends as one line on stderr and exit code 2; no traceback.
 """
@@ -62,6 +62,23 @@ def _backend_arg(p) -> None:
                    "(an NPU2 backend runs bf16; --dtype applies to numpy)")
 
 
+def _sampling_args(p) -> None:
+    """The options generate and chat share: system message, length, sampling, dtype."""
+    p.add_argument("--system", default=None, help="system message for the chat template")
+    p.add_argument("--max-new-tokens", type=_positive_int, default=256,
+                   help="stop after this many new tokens (or at end of turn)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=None, help="sample from the k most likely tokens "
+                   "(default: all)")
+    p.add_argument("--top-p", type=float, default=1.0,
+                   help="sample from the smallest set of tokens whose probability reaches p (1 = off)")
+    p.add_argument("--seed", type=_seed, default=None,
+                   help="random seed for sampling (default: a fresh one, printed on the status "
+                        "line so that --seed N repeats the run)")
+    p.add_argument("--dtype", choices=["float32", "bf16"], default="float32",
+                   help="bf16 rounds weights and every op's output to bfloat16")
+
+
 def _engine(model, backend: str, dtype: str = "float32"):
     from .engine import Engine
 
@@ -79,21 +96,17 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt-file", default=None, metavar="PATH",
                      help="read the prompt from a UTF-8 text file ('-': standard input)")
     g.add_argument("--raw", action="store_true", help="plain text continuation, no chat template")
-    g.add_argument("--system", default=None, help="system message for the chat template")
-    g.add_argument("--max-new-tokens", type=_positive_int, default=256,
-                   help="stop after this many new tokens (or at end of turn)")
-    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    g.add_argument("--top-k", type=int, default=None, help="sample from the k most likely tokens "
-                   "(default: all)")
-    g.add_argument("--top-p", type=float, default=1.0,
-                   help="sample from the smallest set of tokens whose probability reaches p (1 = off)")
-    g.add_argument("--seed", type=_seed, default=None,
-                   help="random seed for sampling (default: a fresh one, printed on the status "
-                        "line so that --seed N repeats the run)")
-    g.add_argument("--dtype", choices=["float32", "bf16"], default="float32",
-                   help="bf16 rounds weights and every op's output to bfloat16")
+    _sampling_args(g)
     g.add_argument("--no-stream", action="store_true", help="print the answer only when complete")
     _backend_arg(g)
+
+    c = sub.add_parser("chat", help="talk to the model in the terminal (multi-turn, KV cache kept)")
+    _model_arg(c)
+    _sampling_args(c)
+    c.add_argument("--context", type=_positive_int, default=4096,
+                   help="KV-cache positions for the whole conversation (capped at the model's "
+                        "context)")
+    _backend_arg(c)
 
     v = sub.add_parser("verify", help="check llamanb against HF transformers references")
     _model_arg(v)
@@ -121,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--batching", action="store_true", help="instead: one request at a time vs "
                    "static vs continuous batching (llamanb only, slot counts 1-16)")
 
-    i = sub.add_parser("info", help="config, parameter and memory accounting")
+    i = sub.add_parser("info", help="which backends this machine can run (ready, or what is "
+                       "missing); config, parameter and memory accounting")
     _model_arg(i)
     i.add_argument("--preset", default=None, help="smollm2-135m | llama3.2-1b | llama3-70b "
                    "(no weights needed)")
@@ -212,9 +226,18 @@ def cmd_bench(a) -> int:
     return bench.main(a)
 
 
+def cmd_chat(a) -> int:
+    from .chat_cli import main as chat
+
+    return chat(a)
+
+
 def cmd_info(a) -> int:
+    from .hardware import readiness_report
     from .info import describe
 
+    print("backends on this machine:")
+    print("\n".join("  " + line for line in readiness_report().splitlines()))
     if a.preset:
         from .config import PRESETS
 
@@ -244,8 +267,8 @@ def cmd_npu(a) -> int:
 def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
     try:
-        return {"generate": cmd_generate, "verify": cmd_verify, "bench": cmd_bench,
-                "info": cmd_info, "batch": cmd_batch, "npu": cmd_npu}[a.cmd](a)
+        return {"generate": cmd_generate, "chat": cmd_chat, "verify": cmd_verify,
+                "bench": cmd_bench, "info": cmd_info, "batch": cmd_batch, "npu": cmd_npu}[a.cmd](a)
     except LlamanbError as e:
         print(f"llamanb: error: {e}", file=sys.stderr)
         return 2

@@ -73,3 +73,93 @@ def probe() -> list[Target]:
 
 def report() -> str:
     return "\n".join(t.summary() for t in probe())
+
+
+# ---------------------------------------------------------------- readiness, backend by backend
+
+@dataclass(frozen=True)
+class Readiness:
+    """Can this machine run backend `name`? `missing` lists what it lacks, one short phrase each
+    (empty when ready); `runs_on` says where its arithmetic happens: "host CPU", "emulated" (a
+    device simulated on the host CPU, said in its output) or "device" (real hardware)."""
+    name: str
+    runs_on: str
+    missing: tuple[str, ...] = ()
+    note: str = ""
+
+    @property
+    def ready(self) -> bool:
+        return not self.missing
+
+    @property
+    def emulated(self) -> bool:
+        return self.runs_on == "emulated"
+
+    def line(self) -> str:
+        state = "ready" if self.ready else "not ready, missing: " + "; ".join(self.missing)
+        return f"{self.name:<16} {self.runs_on:<9} {state}" + (f" -- {self.note}" if self.ready and self.note else "")
+
+
+def npu2_missing(module=has_module, devices=amd_npu_devices) -> tuple[str, ...]:
+    """What a real NPU2 run lacks here: the two Python stacks and the device node."""
+    missing = []
+    if not module("pyxrt"):
+        missing.append("python module pyxrt (XRT's bindings)")
+    if not module("air"):
+        missing.append("python module air (mlir-air, built from source)")
+    if not devices():
+        missing.append("a /dev/accel/accel* node bound to the amdxdna driver")
+    return tuple(missing)
+
+
+def ttnn_missing(module=has_module, devices=tenstorrent_devices,
+                 python: tuple[int, int] | None = None) -> tuple[str, ...]:
+    """What a real Tenstorrent run lacks here: ttnn (wheels for CPython 3.10/3.12 only) and a card."""
+    import sys
+
+    python = python or sys.version_info[:2]
+    missing = []
+    if not module("ttnn"):
+        hint = "" if python in ((3, 10), (3, 12)) else (
+            f"; its wheels are for CPython 3.10/3.12, this is {python[0]}.{python[1]}")
+        missing.append(f"python module ttnn{hint}")
+    if not devices():
+        missing.append("a /dev/tenstorrent/* device node (a card and its driver)")
+    return tuple(missing)
+
+
+def cpu_compiler_missing() -> tuple[str, ...]:
+    """The compiled cpu backend needs a C++ compiler ($CXX, else c++/g++/clang++ on PATH)."""
+    import os
+    import shutil
+
+    cxx = os.environ.get("CXX")
+    if cxx:
+        return () if shutil.which(cxx) else (f"a C++ compiler ($CXX={cxx} is not executable)",)
+    return () if any(shutil.which(c) for c in ("c++", "g++", "clang++")) else (
+        "a C++ compiler (c++, g++ or clang++ on PATH, or $CXX)",)
+
+
+def readiness(module=has_module, npu_devices=amd_npu_devices,
+              tt_devices=tenstorrent_devices) -> list[Readiness]:
+    """Every registered backend, in the order the course introduces them, with what it lacks.
+    The probes are arguments so that tests can stand in for modules and device nodes."""
+    from .backends import BACKENDS, LAZY
+
+    rows = [Readiness("numpy", "host CPU", note="the reference engine")]
+    if "cpu" in {**BACKENDS, **LAZY}:
+        rows.append(Readiness("cpu", "host CPU", cpu_compiler_missing(),
+                              "the course's C++ kernels compiled for this CPU"))
+    rows += [
+        Readiness("npu2-emulated", "emulated", note="the stitched MLIR-AIR groups, run on the host"),
+        Readiness("npu2", "device", npu2_missing(module, npu_devices), "AMD NPU2 through XRT"),
+        Readiness("tcp", "emulated", note="Furiosa's TCP einsum program, interpreted on the host"),
+        Readiness("galaxy-emulated", "emulated", note="a Tenstorrent mesh of numpy devices"),
+        Readiness("galaxy-ttnn", "device", ttnn_missing(module, tt_devices),
+                  "every op a ttnn call on a Tenstorrent device"),
+    ]
+    return rows
+
+
+def readiness_report(rows: list[Readiness] | None = None) -> str:
+    return "\n".join(r.line() for r in (rows if rows is not None else readiness()))

@@ -51,16 +51,12 @@ def lm_parts_for(vocab: int, want: int = 8, tiles: int = 8) -> int:
 
 
 def have_real_npu() -> tuple[bool, str]:
-    """(True, "") when mlir-air, pyxrt and an amdxdna device are present, else (False, why)."""
-    import importlib.util
-    from pathlib import Path
+    """(True, "") when mlir-air, pyxrt and an amdxdna device are present, else (False, what is
+    missing) -- the same check `python -m llamanb info` and chapter 11 report."""
+    from ..hardware import npu2_missing
 
-    for mod in ("air", "pyxrt"):
-        if importlib.util.find_spec(mod) is None:
-            return False, f"python module {mod!r} is not installed"
-    if not Path("/sys/bus/pci/drivers/amdxdna").exists():
-        return False, "no device bound to the amdxdna driver"
-    return True, ""
+    missing = npu2_missing()
+    return (not missing), "; ".join(missing)
 
 
 class _Attn:
@@ -93,7 +89,7 @@ class NPU2Backend(Backend):
         if real:
             ok, why = have_real_npu()
             if not ok:
-                raise LlamanbError(f"backend npu2: {why}; use --backend npu2-emulated")
+                raise LlamanbError(f"backend npu2: missing {why}; use --backend npu2-emulated")
             device = device or XrtDevice()
         self.device = device if device is not None else EmulatedDevice(execute=execute)
         self.emulated = bool(self.device.emulated)

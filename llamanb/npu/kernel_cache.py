@@ -30,6 +30,7 @@ import os
 import platform
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -339,6 +340,7 @@ class KernelCache:
         key = bo_key if bo_key is not None else name
         bos = self.buffers(name, bo_key)
         c = self.device.counters
+        t0, to0, from0 = time.perf_counter(), c.bytes_to_device, c.bytes_from_device
         for i, x in enumerate(inputs):
             if (name, key, i) in self._aliased:
                 continue                               # another kernel's BO: already there
@@ -354,7 +356,9 @@ class KernelCache:
                 self._written.add((name, key, i))
                 if i in static:
                     self._freeze(spec, bos, i)
+        t1 = time.perf_counter()
         self.device.run(kernel, bos)
+        t2 = time.perf_counter()
         result = []
         for i in range(n):
             if i in outs:
@@ -362,6 +366,8 @@ class KernelCache:
                 result.append(read(bos[i], c))
             else:
                 result.append(np.empty((0,), np.float32))
+        c.call_split(name, c.bytes_to_device - to0, c.bytes_from_device - from0, t1 - t0, t2 - t1,
+                     time.perf_counter() - t2)
         return tuple(result)
 
     def call(self, name: str, *inputs, bo_key=None, backend_kwargs=None) -> tuple:

@@ -53,6 +53,9 @@ class Counters:
     estimated_s: float = 0.0
     wall_s: float = 0.0
     per_kernel: dict = field(default_factory=dict)     # name -> [calls, estimated_s]
+    # name -> [calls, bytes to, bytes from, BO-write s, run s, BO-read s] (host-measured, by
+    # KernelCache.load_and_run: the split upstream's profile reports per kernel)
+    per_call: dict = field(default_factory=dict)
 
     def dispatch(self, name: str, wall_s: float, estimated_s: float) -> None:
         """One kernel run: its wall time, and the cost model's (estimated) device time."""
@@ -63,18 +66,31 @@ class Counters:
         pk[0] += 1
         pk[1] += estimated_s
 
+    def call_split(self, name: str, to_b: int, from_b: int, write_s: float, run_s: float,
+                   read_s: float) -> None:
+        """One KernelCache call of `name`: bytes synced each way and the host time spent writing
+        BOs, in the run, and reading BOs back."""
+        row = self.per_call.setdefault(name, [0, 0, 0, 0.0, 0.0, 0.0])
+        for i, v in enumerate((1, to_b, from_b, write_s, run_s, read_s)):
+            row[i] += v
+
+    _TABLES = ("per_kernel", "per_call")
+
     def copy(self) -> "Counters":
-        c = Counters(**{k: v for k, v in self.__dict__.items() if k != "per_kernel"})
-        c.per_kernel = {k: list(v) for k, v in self.per_kernel.items()}
+        c = Counters(**{k: v for k, v in self.__dict__.items() if k not in self._TABLES})
+        for t in self._TABLES:
+            setattr(c, t, {k: list(v) for k, v in getattr(self, t).items()})
         return c
 
     def __sub__(self, other: "Counters") -> "Counters":
         c = Counters(**{k: getattr(self, k) - getattr(other, k) for k in self.__dict__
-                        if k != "per_kernel"})
-        for k, (n, t) in self.per_kernel.items():
-            n0, t0 = other.per_kernel.get(k, (0, 0.0))
-            if n - n0:
-                c.per_kernel[k] = [n - n0, t - t0]
+                        if k not in self._TABLES})
+        for t in self._TABLES:
+            mine, theirs = getattr(self, t), getattr(other, t)
+            for k, row in mine.items():
+                old = theirs.get(k, [0] * len(row))
+                if row[0] - old[0]:
+                    getattr(c, t)[k] = [a - b for a, b in zip(row, old)]
         return c
 
     def __str__(self) -> str:

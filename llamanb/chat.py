@@ -1,0 +1,190 @@
+"""A multi-turn chat that keeps its KV cache between turns.
+
+    session = Chat(engine, system=None, context=2048)
+    turn = session.send("Hello!", on_token=print_piece)     # streams, returns a Turn
+    session.reset()                                         # forget the conversation
+
+Each turn renders the whole conversation with the model's chat template (as a fresh prompt
+would be), finds how much of it the cache already holds, and prefills only the rest:
+
+    cached   [<system> <user 1> <assistant ...> answer-1 tokens <end of turn>]
+    rendered [<system> <user 1> <assistant ...> answer-1 tokens <end of turn> \\n <user 2> <assistant>]
+              |---------------- common prefix: kept in the cache ---------------| new rows: prefill
+
+The answer's tokens as sampled are usually what the template re-tokenizes them to; where they
+are not (a byte-pair split the tokenizer would not choose), the common prefix ends earlier and the
+cache is cut back to it. Either way the cache ends up holding exactly the rendered conversation,
+so a turn's tokens are those of one prefill of the whole conversation, up to float32 summation
+order (tests/test_chat.py checks greedy tokens). A conversation that would outgrow the context
+raises ContextFull before anything runs; the caller offers a reset.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .engine import Engine
+from .errors import LlamanbError
+from .generate import SamplingParams, sample
+from .step import Step
+
+
+class ContextFull(LlamanbError):
+    """The conversation no longer fits the cache: reset it (nothing was run or changed)."""
+
+
+@dataclass
+class Turn:
+    """One answer: what was prefilled and generated, the time each took, and (device backends)
+    the device's counters per token: index 0 is the prefill, then one entry per decode step."""
+    reused: int                       # cached positions the turn kept
+    prefilled: int                    # new positions the turn prefilled
+    ids: list[int]                    # generated ids (the end-of-turn id included when hit)
+    text: str
+    stop_reason: str                  # "eos", "length" or "interrupted"
+    prefill_s: float
+    decode_s: float
+    per_token: list = field(default_factory=list, repr=False)
+
+    @property
+    def decode_tok_s(self) -> float:
+        n = max(0, len(self.ids) - 1)
+        return n / self.decode_s if self.decode_s > 0 and n else float("nan")
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(diff[0]) if diff.size else n
+
+
+class Chat:
+    def __init__(self, engine: Engine, system: str | None = None, context: int | None = None,
+                 params: SamplingParams = SamplingParams(), max_new_tokens: int = 256):
+        if not isinstance(engine, Engine):
+            raise LlamanbError(f"Chat needs an Engine, got {type(engine).__name__}")
+        if not isinstance(params, SamplingParams):
+            raise LlamanbError(f"params must be a llamanb.SamplingParams, got {type(params).__name__}")
+        if not engine.model.tokenizer.chat_template:
+            raise LlamanbError("this model has no chat template, so it cannot chat (try generate --raw)")
+        self.engine, self.params, self.system = engine, params, system
+        self.max_new_tokens = int(max_new_tokens)
+        self.cache = engine.new_cache(context)
+        self.context = self.cache.max_seq
+        self.rng = np.random.default_rng(params.seed)
+        self.stop = set(engine.config.eos_ids)
+        self.reset()
+
+    # --- state -----------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget the conversation and empty the cache."""
+        self.messages: list[dict] = ([{"role": "system", "content": self.system}]
+                                     if self.system else [])
+        self.ids: list[int] = []                       # exactly what the cache holds
+        self.cache.reset()
+        self.turns: list[Turn] = []
+
+    @property
+    def counters(self):
+        return getattr(self.engine.backend, "counters", None)
+
+    def _cut(self, n: int) -> None:
+        """Keep the first n cached positions (the cache never reads past a slot's length)."""
+        self.ids = self.ids[:n]
+        self.cache.lengths[0] = n
+
+    def prompt_ids(self, text: str) -> list[int]:
+        """The whole conversation with `text` as the next user message, as the template renders it."""
+        tok = self.engine.model.tokenizer
+        return tok.apply_chat_template(self.messages + [{"role": "user", "content": text}])
+
+    # --- one turn ----------------------------------------------------------------------------------
+    def send(self, text: str, on_token=None) -> Turn:
+        """Answer `text`, streaming on_token(id, piece). KeyboardInterrupt during the answer ends
+        the turn early (stop_reason "interrupted"); the cache stays consistent with the text kept."""
+        from .tokenizer import as_text
+
+        text = as_text(text, "message")
+        if not text.strip():
+            raise LlamanbError("empty message")
+        full = self.prompt_ids(text)
+        if len(full) + 1 > self.context:
+            raise ContextFull(f"the conversation would be {len(full)} tokens and the context holds "
+                              f"{self.context}: /reset to start over")
+        keep = common_prefix(self.ids, full)
+        if keep == len(full):                 # the cache already holds it all: recompute the last
+            keep -= 1                         # row, whose logits are needed
+        self._cut(keep)
+        self.messages.append({"role": "user", "content": text})
+        eng, cache, tok = self.engine, self.cache, self.engine.model.tokenizer
+        budget = min(self.max_new_tokens, self.context - len(full))
+        c0 = self.counters.copy() if self.counters is not None else None
+        per_token, out, shown, reason = [], [], "", "length"
+
+        def mark():
+            nonlocal c0
+            if c0 is not None:
+                c1 = self.counters.copy()
+                per_token.append(c1 - c0)
+                c0 = c1
+
+        t0 = time.perf_counter()
+        prefill_s = t1 = None
+        new = np.asarray(full[keep:], dtype=np.int64)
+        try:
+            logits = eng.step(Step.build([(0, keep, new)]), cache)[0]
+            self.ids = list(full)
+            mark()
+            prefill_s, t1 = time.perf_counter() - t0, time.perf_counter()
+            while True:
+                nxt = sample(logits, self.params, self.rng)
+                out.append(nxt)
+                if on_token is not None:
+                    piece = tok.decode([t for t in out if t not in self.stop], skip_special_tokens=True)
+                    if not piece.endswith("\ufffd"):
+                        on_token(nxt, piece[len(shown):])
+                        shown = piece
+                if nxt in self.stop:
+                    reason = "eos"
+                    break
+                if len(out) >= budget:
+                    break
+                self.ids.append(nxt)                    # the step below caches it
+                logits = eng.decode(nxt, cache)
+                mark()
+        except KeyboardInterrupt:
+            reason = "interrupted"
+            if not out:                                 # nothing answered: take the message back
+                self.messages.pop()
+                self._cut(min(int(cache.lengths[0]), keep))
+                raise
+            self._cut(min(len(self.ids), int(cache.lengths[0])))
+        if reason == "eos":                             # the end-of-turn token is part of the turn
+            self.ids.append(out[-1])
+        decode_s = time.perf_counter() - t1
+        answer = tok.decode([t for t in out if t not in self.stop], skip_special_tokens=True)
+        self.messages.append({"role": "assistant", "content": answer})
+        turn = Turn(keep, len(full) - keep, out, answer, reason, prefill_s, decode_s, per_token)
+        self.turns.append(turn)
+        return turn
+
+    def stats(self) -> dict:
+        """Totals over the conversation so far (and the device's counters, if it has them)."""
+        gen = sum(len(t.ids) for t in self.turns)
+        dec_s = sum(t.decode_s for t in self.turns)
+        steps = sum(max(0, len(t.ids) - 1) for t in self.turns)
+        d = {"turns": len(self.turns), "context_used": len(self.ids), "context": self.context,
+             "prefilled": sum(t.prefilled for t in self.turns),
+             "reused": sum(t.reused for t in self.turns), "generated": gen,
+             "prefill_s": sum(t.prefill_s for t in self.turns), "decode_s": dec_s,
+             "decode_tok_s": steps / dec_s if dec_s > 0 and steps else float("nan")}
+        if self.counters is not None and self.turns:
+            per = [c for t in self.turns for c in t.per_token]
+            d["calls"] = sum(c.dispatches for c in per)
+            d["bytes_to_device"] = sum(c.bytes_to_device for c in per)
+            d["bytes_from_device"] = sum(c.bytes_from_device for c in per)
+            d["estimated_device_s"] = sum(c.estimated_s for c in per)
+            d["tokens_counted"] = len(per)
+        return d
