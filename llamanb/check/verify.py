@@ -26,7 +26,7 @@ def default_reference() -> Path:
     """$LLAMANB_REFERENCE, else ../shared/reference/ beside the working directory or this checkout."""
     if os.environ.get("LLAMANB_REFERENCE"):
         return Path(os.environ["LLAMANB_REFERENCE"])
-    for root in (Path.cwd(), Path(__file__).resolve().parents[1]):
+    for root in (Path.cwd(), Path(__file__).resolve().parents[2]):      # cwd, this checkout
         p = root.parent / "shared" / "reference" / REFERENCE_NAME
         if p.is_file():
             return p
@@ -63,9 +63,11 @@ class CaseResult:
     max_logit_diff: float        # max |ours - ref| over the reference top-5 logits, identical prefix
 
 
-def greedy_with_top5(engine: Engine, prompt_ids, steps: int, stop_ids=()) -> GreedyRun:
-    """llamanb greedy decoding, keeping each step's top-5 and full logits row."""
-    return engine_greedy(engine, prompt_ids, steps, stop_ids, k=5, keep_logits=True)
+def greedy_with_top5(engine: Engine, prompt_ids, steps: int, stop_ids=(), until_differs=None) -> GreedyRun:
+    """llamanb greedy decoding, keeping each step's top-5 and full logits row (stopping after
+    the first token that differs from `until_differs`, when given)."""
+    return engine_greedy(engine, prompt_ids, steps, stop_ids, k=5, keep_logits=True,
+                         until_differs=until_differs)
 
 
 def compare(name: str, run: GreedyRun, ref: list[int], ref_top: list[dict], decode) -> CaseResult:
@@ -94,7 +96,7 @@ def run_reference(model: Model, ref: dict, engine: Engine | None = None, out=sys
     for n, c in enumerate(ref["cases"]):
         name = c.get("name", f"case{n}")
         run = greedy_with_top5(engine, c["prompt_ids"], len(c["greedy_ids"]),
-                               stop_ids=model.config.eos_ids)
+                               stop_ids=model.config.eos_ids, until_differs=c["greedy_ids"])
         r = compare(name, run, c["greedy_ids"], c["top5"], dec)
         results.append(r)
         print(f"{'PASS' if r.passed else 'FAIL'} {name:<16} {r.detail}; "

@@ -85,6 +85,7 @@ class KernelCache:
         self.stats = {"disk_hits": 0, "builds": 0, "stale_rebuilt": 0, "corrupt_rebuilt": 0,
                       "process_hits": 0, "bo_sets": 0}
         self.messages: list[str] = []      # what was rebuilt and why
+        self.trace: list | None = None     # set to a list to record (name, bo_key) per call
 
     # ------------------------------------------------------------ disk
     def fingerprint(self, spec: KernelSpec, backend_kwargs) -> str:
@@ -341,6 +342,8 @@ class KernelCache:
         bos = self.buffers(name, bo_key)
         c = self.device.counters
         t0, to0, from0 = time.perf_counter(), c.bytes_to_device, c.bytes_from_device
+        if self.trace is not None:
+            self.trace.append((name, key))
         for i, x in enumerate(inputs):
             if (name, key, i) in self._aliased:
                 continue                               # another kernel's BO: already there

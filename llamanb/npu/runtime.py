@@ -93,6 +93,16 @@ class Counters:
                     getattr(c, t)[k] = [a - b for a, b in zip(row, old)]
         return c
 
+    def __add__(self, other: "Counters") -> "Counters":
+        c = Counters(**{k: getattr(self, k) + getattr(other, k) for k in self.__dict__
+                        if k not in self._TABLES})
+        for t in self._TABLES:
+            merged = {k: list(v) for k, v in getattr(self, t).items()}
+            for k, row in getattr(other, t).items():
+                merged[k] = [a + b for a, b in zip(merged.get(k, [0] * len(row)), row)]
+            setattr(c, t, merged)
+        return c
+
     def __str__(self) -> str:
         return (f"{self.dispatches} dispatches, {self.bytes_to_device:,} B to device, "
                 f"{self.bytes_from_device:,} B from device, {self.host_memcpys} host memcpys "

@@ -92,6 +92,7 @@ class Interpreter:
         self.lay, self.config = lay, lay.config
         self.programs = {p: program(self.config, p) for p in ("prefill", "decode", "extend")}
         self._paths: dict = {}
+        self.executed = 0                   # ops run so far (counted, for per-token activity)
 
     def new_cache(self, B: int, s_max: int) -> TCPCache:
         return TCPCache(self.config, B, s_max)
@@ -111,6 +112,7 @@ class Interpreter:
 
     def execute(self, op: Op, env: dict, d: dict, cache, layer: int = 0) -> None:
         """Run one op: read its operands from `env` (or the cache), write its result into `env`."""
+        self.executed += 1
         xs = [self._operand(op, i, env, d, cache, layer) for i in range(len(op.args))]
         if op.kind == "einsum":
             key = (op.subscripts, tuple(x.shape for x in xs))
