@@ -147,8 +147,12 @@ for spec in (norm, proj):
 # Stitching is a text transformation of the two functions' bodies:
 #
 # 1. **rename** every SSA value `%v` of kernel *k* to `%k_v` and every symbol it defines
-#    (`sym_name = "..."`) likewise, so two bodies can sit in one function (the same kernel may even
-#    appear twice: the K and V projections);
+#    (`sym_name = "..."`: launch, segment and herd names, and the module-level `air.channel`
+#    declarations its DMAs name) likewise, and its affine-map aliases (`#map` to `#k_map`), so two
+#    bodies and their module headers can sit in one module (the same kernel may even appear twice:
+#    the K and V projections). Upstream's `_rename_all` does the same to values, symbols and maps
+#    (`docs/explain.md`, "The Stitching Utilities"). The GEMV below has no maps or channels, so the
+#    derivation renames values and symbols only;
 # 2. **remap** `%argN` through the *argument map*: kernel argument → group argument. Two kernels
 #    naming the same group argument share one DDR buffer: RMSNorm's output `y` and the GEMV's input
 #    `x` both become the group's `xn`;
