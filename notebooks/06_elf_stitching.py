@@ -507,10 +507,11 @@ assert second.cache_hit and second.path == first.path
 # the `.o` files that `link_with` names.
 #
 # **Buffer descriptors.** A DMA engine is programmed by *buffer descriptors* (BDs): an address, a
-# multi-dimensional walk of sizes and strides, and the next BD to chain to. A shim tile has few BD
-# slots, so the shim DMAs of a whole multi-launch ELF must be packed into them: that is what
-# `air-opt-shim-dma-bds` optimises, the pass whose time grows super-linearly with FlashAttention
-# (§6). At HEAD the 12-launch `o_ffn` also needs `runtime_loop_tiling_sizes=[2,2]` for "BD-ID
+# multi-dimensional walk of sizes and strides, and the next BD to chain to. A shim tile has only 16
+# BDs for its four DMA channels (the AIE-ML figure, in AMD's Vitis AI Engine tutorial "Buffer
+# Descriptors overview"), so the shim DMAs of a whole multi-launch ELF must be packed into and
+# recycled through them: that is what `air-opt-shim-dma-bds` optimises, the pass whose time grows
+# super-linearly with FlashAttention (§6). At HEAD the 12-launch `o_ffn` also needs `runtime_loop_tiling_sizes=[2,2]` for "BD-ID
 # recycling" (`o_ffn_multi.py`).
 #
 # **Ping-pong buffering.** By default each L1 buffer is doubled, so a DMA fills one half while the
