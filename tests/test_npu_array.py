@@ -225,3 +225,23 @@ def test_overview_and_widget_cover_every_launch():
     assert [label for label, _ in pick.options] == [
         "gemm", "stitched / launch 1 of 2: a", "stitched / launch 2 of 2: b"]
     pick.value = 2                                      # redraws without error
+
+
+def test_overview_names_rows_and_chart_has_one_bar_per_launch():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from llamanb.npu import tileview
+
+    kernels = {"gemm": module(("g", [("mm", [8, 4])])),
+               "stitched": module(("a", [("q", [8, 1])]), ("b", [("r", [1, 1])]))}
+    fig = tileview.overview(kernels, ncols=2)
+    ax = next(a for a in fig.axes if a.get_visible())
+    assert [t.get_text() for t in ax.get_yticklabels()] == \
+        ["shim 0", "mem 1", "core 2", "core 3", "core 4", "core 5"]
+    assert len(fig.legends) == 1 and len(fig.legends[0].get_texts()) == 7
+    fig = tileview.chart(kernels)
+    (ax,) = fig.axes
+    widths = sorted(p.get_width() for p in ax.patches if p.get_width() > 0)
+    assert widths == [1, 8, 32]                        # tiles of each launch, read from the text
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["gemm", "stitched"]

@@ -28,10 +28,33 @@ def test_launch_flops_are_the_model_flops():
     assert sum(1 for c in calls if not c.host) == 3 * CFG.n_layers + 1
     flops = sum(l.flops for c in calls for l in c.launches)
     assert flops == total(prefill_flops(CFG, S))
-    dec = cost.decode_calls(CFG, 100)
-    assert sum(1 for c in dec if not c.host) == 2 * CFG.n_layers + 1
-    assert sum(l.flops for c in dec for l in c.launches) == total(decode_flops(CFG, 100)) \
-        - 2 * CFG.n_layers * (2 * CFG.n_heads * CFG.head_dim * 101)   # host attention
+    for ffn in (8, 3):                              # upstream's two decode FFN designs
+        dec = cost.decode_calls(CFG, 100, ffn)
+        assert sum(1 for c in dec if not c.host) == 2 * CFG.n_layers + 1
+        assert [len(c.launches) for c in dec if c.name == "o_gemv_ffn"] == [ffn] * CFG.n_layers
+        assert sum(l.flops for c in dec for l in c.launches) == total(decode_flops(CFG, 100)) \
+            - 2 * CFG.n_layers * (2 * CFG.n_heads * CFG.head_dim * 101)   # host attention
+    with pytest.raises(LlamanbError):
+        cost.decode_calls(CFG, 100, 5)
+
+
+def test_flash_attention_tiles_and_o_ffn_peak():
+    """Upstream's prefill FlashAttention: num_heads_per_unroll (2, the builder's default)
+    segments side by side, each a [num_q_tiles=4, num_cascade_stages=4] herd: 32 tiles. And the
+    peak-arithmetic floor of o_ffn at 2048 rows, from the shapes in closed form: 17.9 ms."""
+    calls = cost.prefill_calls(CFG, 2048)
+    (fa,) = next(c for c in calls if c.name == "flash_attn").launches
+    assert fa.tiles == 2 * 4 * 4
+    o_ffn = next(c for c in calls if c.name == "o_ffn")
+    S, H, F = 2048, CFG.hidden, CFG.ffn
+    floor = 2 * S * (CFG.q_dim * H + 3 * H * F) / (32 * 2 * 128 * 50e12 / (32 * 1024))
+    assert cost.peak_seconds(o_ffn) == pytest.approx(floor)
+    assert round(floor * 1e3, 1) == 17.9
+    rows = {r[0]: r for r in cost.compare_kernels(CFG, 2048)}
+    assert rows.keys() == cost.PUBLISHED_KERNELS.keys()
+    for name, pub, est, ratio in rows.values():
+        assert est == pytest.approx(next(c for c in calls if c.name == name).seconds())
+        assert ratio == pytest.approx(pub / est)
 
 
 def test_gemv_is_stream_bound_and_lm_head_reads_its_matrix():
@@ -48,8 +71,9 @@ def test_comparison_reports_each_error():
     rows = cost.compare(CFG, 2048)
     p = cost.predict(CFG, 2048)
     assert len(rows) == len(cost.PUBLISHED)
-    for label, pub, pred, err in rows:
-        assert pred in (p["prefill_s"], p["decode_s"])
+    for (label, pub, pred, err), (pub_want, design) in zip(rows, cost.PUBLISHED.values()):
+        assert pub == pub_want          # each figure against the design it was measured on
+        assert pred == (p["prefill_s"] if design == "prefill" else p["decode_s"][design])
         assert err == pytest.approx(pred / pub - 1)
     table = cost.profile_table(cost.decode_calls(CFG, 1024), "decode")
     assert "ESTIMATED" in table

@@ -1,20 +1,38 @@
 """A cost model of NPU2 from published specifications only -- every number it prints is ESTIMATED.
 
-The specifications (each from its original source):
+NPU2 (Strix, "XDNA 2") is built from AIE2P tiles (AMD calls the architecture AIE-ML v2, manual
+AM027); its predecessor NPU1 (Phoenix) from AIE2 = AIE-ML (AM020). The specifications, each with
+the generation it is a figure OF:
 
-    compute tiles      32 = 8 columns x 4 rows           mlir-aie's npu2 device model (Xilinx/mlir-aie,
-                                                          AIETargetModel.h); llamanb.npu.array
-    bf16 MACs/cycle    128 per tile                       AMD AM020 (AIE-ML architecture manual):
-                                                          256 bfloat16 operations per tile per cycle
-    clock              1.53 GHz                           derived: AMD's 50 TOPS (int8) for the Strix
-                                                          NPU / (32 tiles x 1024 int8 ops/cycle)
-    L1 / L2            64 KiB per tile / 512 KiB per mem tile   AM020 (and mlir-aie's device model)
-    tile stream        32 bits per cycle per DMA channel  AM020 (AIE-ML stream interface)
+    compute tiles      32 = 8 columns x 4 rows    AIE2P   mlir-aie's npu2 device model
+                                                          (AIETargetModel.h); llamanb.npu.array
+    bf16 MACs/cycle    128 per tile               AIE2    AM020 (AIE-ML): 256 bf16 ops per tile
+                                                          per cycle. AMD publishes no AIE2P bf16
+                                                          rate that we found; on AIE2P upstream's
+                                                          bf16 GEMM runs through the 8x8x8 matrix
+                                                          unit as block-float bfp16 (mlir-air
+                                                          kernel_registry/details/GEMV_bf16.md)
+    clock              1.53 GHz                   AIE2P   derived: AMD's 50 TOPS (int8) for the
+                                                          Strix NPU / (32 tiles x 1024 int8 ops per
+                                                          cycle, twice AIE-ML's 512 in AM020 -- an
+                                                          assumption, not a published AIE2P figure)
+    => peak bf16       12.5 TFLOP/s               mixed   a sanity check, not a source: upstream
+                                                          measures its bf16-in/fp32-out GEMM at
+                                                          ~9.8 TFLOP/s (mlir-air matrix_multipli-
+                                                          cation/bf16_in_fp32_out/README.md), 78 %
+                                                          of this, and its bf16-out GEMMs at the
+                                                          Llama-3.2-1B shapes at 5.6-7.2 TFLOP/s
+                                                          (kernel_registry/details/
+                                                          GEMM_bf16_in_bf16_out.md)
+    L1 / L2            64 KiB per tile / 512 KiB per mem tile   both generations (AM020, AM027)
+    tile stream        32 bits per cycle per DMA channel  AIE2    AM020; AIE2P's stream switch is
+                                                          64-bit (AM027, UG1603): the model keeps
+                                                          AIE2's 32 bits, a conservative choice
     shim DMA           2 MM2S + 2 S2MM channels per column       AM020 (interface tiles)
     DDR                120 GB/s: LPDDR5X-7500 on a 128-bit bus   AMD's Ryzen AI 300 product specs
-    dispatch           100 us per xrt.run                 the MLIR-AIR Llama guide (Xilinx/mlir-air,
-                                                          programming_examples/llama32_1b)
-    host <-> device    20 GB/s for buffer syncs           the same guide
+    dispatch           100 us per xrt.run         the MLIR-AIR Llama guide (Xilinx/mlir-air,
+                                                  programming_examples/llms/llama32_1b)
+    host <-> device    20 GB/s for buffer syncs   the same guide
 
 The model of one launch:  max(compute, data)  where
     compute = FLOPs / (tiles x 2 x 128 x clock)                  (every MAC unit busy every cycle)
@@ -22,11 +40,19 @@ The model of one launch:  max(compute, data)  where
                                                                   2 per column)
 and of one call (one xrt.run of a stitched ELF): dispatch + the sum over its launches + its host
 syncs at the host<->device rate. FLOPs come from llamanb.flops (shapes), bytes from the argument
-shapes; nothing is fitted to the published timings.
+shapes; nothing is fitted to the published timings. Tiles per launch are upstream's: GEMMs [8, 4]
+= 32, FlashAttention 2 unrolled segments x a [4 Q tiles, 4 cascade stages] herd = 32 (the prefill
+builder's num_q_tiles=4, num_cascade_stages=4 and attn_npu2_seqfirst.py's default
+num_heads_per_unroll=2; the guide's "~16-24" undercounts), elementwise launches and GEMVs [8, 1].
 
-What a spec-only model cannot see: how close the bf16 matmul kernel gets to 128 MACs/cycle (the
-vector unit's load slots, accumulator spills, loop prologues), DMA buffer-descriptor setup and
-L2 bank conflicts, launch-to-launch reconfiguration inside one ELF, how the host's Python runtime
+Decode comes in the two designs upstream published, compared like with like: the guide's 8-launch
+o_gemv_ffn (docs/profile.md: 92 ms/token) and the 3-launch one of commit 462bf133b (78 ms/token in
+its message; llms/README.md's 12.2 tok/s is the same design at HEAD). The 3-launch model charges
+its GEMVs the tiles upstream gives them: 16 (two per column) for O and down, 32 for gate/up.
+
+What a spec-only model cannot see: how close the bf16 matmul kernel gets to its peak (the vector
+unit's load slots, accumulator spills, loop prologues), DMA buffer-descriptor setup and L2 bank
+conflicts, reconfiguration between launches inside one ELF, how the host's Python runtime
 overlaps with the device, and host attention's real speed. Those are why prefill is predicted far
 below the published time (llamanb.npu.cost.compare prints the errors).
 """
@@ -64,14 +90,19 @@ class NPU2Specs:
 
 SPECS = NPU2Specs()
 
-# Published Llama-3.2-1B bf16 timings on NPU2 (the targets; never inputs of the model)
+# Published Llama-3.2-1B bf16 timings on NPU2 (the targets; never inputs of the model), each with
+# the design it was measured on: "prefill", or the decode FFN's launch count (8 or 3).
 PUBLISHED = {
-    "guide (docs/profile.md): prefill, 2048 tok": 1.27,
-    "guide (docs/profile.md): decode per token": 0.092,
-    "llms/README.md: TTFT, 2048 tok": 1.21,
-    "llms/README.md: decode (12.2 tok/s)": 1 / 12.2,
-    "3-launch o_gemv_ffn: decode per token": 0.078,
+    "guide (docs/profile.md): prefill, 2048 tok": (1.27, "prefill"),
+    "llms/README.md: TTFT, 2048 tok": (1.21, "prefill"),
+    "guide (docs/profile.md): decode, 8-launch FFN": (0.092, 8),
+    "commit 462bf133b: decode, 3-launch FFN": (0.078, 3),
+    "llms/README.md: decode 12.2 tok/s, 3-launch FFN": (1 / 12.2, 3),
 }
+
+# Upstream's per-call profile of prefill (docs/profile.md, "Per-Kernel Timing"), seconds per call
+PUBLISHED_KERNELS = {"o_ffn": 41.0e-3, "flash_attn": 21.6e-3, "rms_gemms_rope": 7.3e-3,
+                     "lm_head_gemv": 13.6e-3}
 
 
 @dataclass(frozen=True)
@@ -123,7 +154,7 @@ def kernel_time(spec, s: NPU2Specs = SPECS) -> float:
         causal = spec.params.get("causal", True)
         pairs = S * (S + 1) // 2 if causal else S * S
         flops = 4 * qd * pairs
-        tiles = max(tiles, 16)
+        tiles *= spec.tiles.get("heads_per_unroll", 1)          # the unrolled segments' herds
     ddr = sum(a.nbytes for a in spec.args if a.role != "intermediate")
     return Call(spec.name, [Launch(spec.name, flops, ddr, tiles, tiles)]).seconds(s)
 
@@ -139,8 +170,8 @@ def _b(*shape) -> int:
 
 def prefill_calls(cfg: LlamaConfig, S: int) -> list[Call]:
     """The calls of one prefill at S tokens: per layer rms_gemms_rope, flash_attn, o_ffn; then
-    lm_head_gemv for the last row. GEMMs on [8, 4] herds (32 tiles), FlashAttention on 16 tiles
-    (4 Q tiles x 4 cascade stages), elementwise launches on [8, 1]."""
+    lm_head_gemv for the last row. GEMMs on [8, 4] herds (32 tiles), FlashAttention on 32 tiles
+    (2 unrolled segments x [4 Q tiles, 4 cascade stages]), elementwise launches on [8, 1]."""
     H, F, qd, kvd, V = cfg.hidden, cfg.ffn, cfg.q_dim, cfg.kv_dim, cfg.vocab
     f = layer_flops(cfg, S)
     calls = []
@@ -154,7 +185,7 @@ def prefill_calls(cfg: LlamaConfig, S: int) -> list[Call]:
             Launch("rope_k", 0, 3 * _b(S, kvd), 8, 8)], sync_bytes=_b(S, H) + _b(S, qd + 2 * kvd)))
         calls.append(Call("flash_attn", [
             Launch("flash_attn", f["attn_scores"] + f["attn_values"],
-                   2 * _b(S, qd) + 2 * _b(S, kvd), 16, 16)], sync_bytes=2 * _b(S, qd)))
+                   2 * _b(S, qd) + 2 * _b(S, kvd), 32, 16)], sync_bytes=2 * _b(S, qd)))
         calls.append(Call("o_ffn", [
             Launch("o_gemm", f["o_proj"], _b(S, qd) + _b(qd, H) + _b(S, H), 32, 16),
             Launch("add", 0, 3 * _b(S, H), 8, 8),
@@ -174,13 +205,32 @@ def lm_head_call(cfg: LlamaConfig) -> Call:
                 sync_bytes=_b(cfg.hidden) + _b(cfg.vocab))
 
 
-def decode_calls(cfg: LlamaConfig, context: int) -> list[Call]:
+def decode_calls(cfg: LlamaConfig, context: int, ffn_launches: int = 3) -> list[Call]:
     """The calls of one decode token after `context` cached tokens: per layer rms_gemv_rope, host
-    attention over the cache, o_gemv_ffn (3 launches: o, packed gate/up with silu, down); then
-    lm_head_gemv. GEMVs on [8, 1] herds."""
+    attention over the cache, o_gemv_ffn; then lm_head_gemv. `ffn_launches` picks upstream's
+    design of o_gemv_ffn: 8 (the guide's: O GEMV, add, RMSNorm, gate, up, SwiGLU, down, add, GEMVs
+    on [8, 1]) or 3 (commit 462bf133b: O GEMV + add on 2 tiles per column = 16 tiles of which the
+    8 upper ones stream the weights, RMSNorm + interleaved gate/up GEMV + SwiGLU cascading over
+    [8, 4] = 32 tiles, down GEMV + add like the first)."""
+    if ffn_launches not in (3, 8):
+        raise LlamanbError(f"ffn_launches must be 3 or 8 (upstream's two designs), got {ffn_launches}")
     H, F, qd, kvd = cfg.hidden, cfg.ffn, cfg.q_dim, cfg.kv_dim
     f = decode_flops(cfg, context)
     L = cfg.n_layers
+    if ffn_launches == 3:
+        ffn = [Launch("o_gemv_add", f["o_proj"] // L, _b(H, qd) + 2 * _b(H), 16, 8),
+               Launch("rms_gate_up_gemv_silu", (f["gate_proj"] + f["up_proj"]) // L,
+                      _b(2 * F, H) + 2 * _b(H), 32, 16),
+               Launch("down_gemv_add", f["down_proj"] // L, _b(H, F) + _b(F) + _b(H), 16, 8)]
+    else:
+        ffn = [Launch("o_gemv", f["o_proj"] // L, _b(H, qd), 8, 8),
+               Launch("add", 0, 3 * _b(H), 8, 8),
+               Launch("rmsnorm", 0, 3 * _b(H), 1, 1),
+               Launch("gate_gemv", f["gate_proj"] // L, _b(F, H), 8, 8),
+               Launch("up_gemv", f["up_proj"] // L, _b(F, H), 8, 8),
+               Launch("silu_mul", 0, 3 * _b(F), 8, 8),
+               Launch("down_gemv", f["down_proj"] // L, _b(H, F), 8, 8),
+               Launch("add", 0, 3 * _b(H), 8, 8)]
     calls = []
     for _ in range(L):
         calls.append(Call("rms_gemv_rope", [
@@ -192,11 +242,7 @@ def decode_calls(cfg: LlamaConfig, context: int) -> list[Call]:
             Launch("rope_k", 0, 3 * _b(kvd), 1, 1)], sync_bytes=_b(H) + _b(qd + 2 * kvd)))
         calls.append(Call("host_attention", host=True,
                           host_bytes=2 * (context + 1) * kvd * 4 + 2 * qd * 4))
-        calls.append(Call("o_gemv_ffn", [
-            Launch("o_gemv_add", f["o_proj"] // L, _b(H, qd), 8, 8),
-            Launch("gate_up_gemv_silu", (f["gate_proj"] + f["up_proj"]) // L, _b(2 * F, H), 8, 8),
-            Launch("down_gemv_add", f["down_proj"] // L, _b(H, F), 8, 8)],
-            sync_bytes=_b(qd) + _b(H)))
+        calls.append(Call("o_gemv_ffn", list(ffn), sync_bytes=_b(qd) + _b(H)))
     calls.append(lm_head_call(cfg))
     return calls
 
@@ -228,18 +274,35 @@ def profile_table(calls, title: str, s: NPU2Specs = SPECS) -> str:
 
 def predict(cfg: LlamaConfig, seq: int = 2048, s: NPU2Specs = SPECS) -> dict:
     """Estimated prefill seconds at `seq` tokens and decode seconds per token (context seq/2,
-    the mean over a generation that fills the cache)."""
+    the mean over a generation that fills the cache) for both decode designs."""
     if seq < 1:
         raise LlamanbError(f"seq must be >= 1, got {seq}")
     return {"prefill_s": total_seconds(prefill_calls(cfg, seq), s),
-            "decode_s": total_seconds(decode_calls(cfg, seq // 2), s)}
+            "decode_s": {n: total_seconds(decode_calls(cfg, seq // 2, n), s) for n in (8, 3)}}
 
 
 def compare(cfg: LlamaConfig, seq: int = 2048, s: NPU2Specs = SPECS) -> list[tuple[str, float, float, float]]:
-    """(published figure, published s, predicted s, relative error) for Llama-3.2-1B."""
+    """(published figure, published s, predicted s, relative error) for Llama-3.2-1B, each
+    figure against the prediction for the design it was measured on."""
     p = predict(cfg, seq, s)
     rows = []
-    for label, pub in PUBLISHED.items():
-        pred = p["prefill_s"] if ("prefill" in label or "TTFT" in label) else p["decode_s"]
+    for label, (pub, design) in PUBLISHED.items():
+        pred = p["prefill_s"] if design == "prefill" else p["decode_s"][design]
         rows.append((label, pub, pred, pred / pub - 1))
     return rows
+
+
+def compare_kernels(cfg: LlamaConfig, seq: int = 2048, s: NPU2Specs = SPECS) -> list[tuple]:
+    """(call, published s per call, estimated s per call, published / estimated) for the prefill
+    calls upstream's profile lists: where the spec-only model misses, kernel by kernel."""
+    calls = prefill_calls(cfg, seq)
+    rows = []
+    for name, pub in PUBLISHED_KERNELS.items():
+        est = next(c for c in calls if c.name == name).seconds(s)
+        rows.append((name, pub, est, pub / est))
+    return rows
+
+
+def peak_seconds(call: Call, s: NPU2Specs = SPECS) -> float:
+    """The call's FLOPs at the whole array's peak: the floor no schedule can beat."""
+    return sum(l.flops for l in call.launches) / s.peak_bf16_flops

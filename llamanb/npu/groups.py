@@ -4,15 +4,19 @@
     gs["o_gemv_ffn"].launches                 # 8, read from the stitched module's text
     print(group_table(gs))                    # launches, arguments by role, herds per group
 
-Following the MLIR-AIR Llama guide (Xilinx/mlir-air, programming_examples/llms/llama32_1b):
+Following the MLIR-AIR Llama guide (Xilinx/mlir-air, programming_examples/llms/llama32_1b, its
+docs/profile.md; at upstream HEAD the builders in llms/shared/builders make 7 / 1 / 12 launches for
+prefill -- a large bf16 GEMM writes an f32 scratch and adds an on-chip cast launch -- and
+6 / 3 / 8 for decode):
   prefill  rms_gemms_rope  RMSNorm, Q/K/V GEMMs, RoPE on Q and K                      (6 launches)
            flash_attn      causal GQA FlashAttention, alone (its compile is the slow one)
            o_ffn           O GEMM, residual add, RMSNorm, gate/up GEMMs, SwiGLU, down GEMM,
                            residual add                                                (8 launches)
   decode   rms_gemv_rope   the same first half with GEMVs                               (6 launches)
            o_gemv_ffn      the same second half with GEMVs                              (8 launches)
-           o_gemv_ffn3     the same, in 3 launches: [O GEMV, residual add], [RMSNorm, ONE
-                           packed gate/up GEMV, SwiGLU], [down GEMV, residual add]
+           o_gemv_ffn3     this course's 3-launch packing of the same members: [O GEMV, add],
+                           [RMSNorm, ONE packed gate/up GEMV, SwiGLU], [down GEMV, add]
+                           (NOT upstream's 3-launch design, which fuses different kernels)
            lm_head_gemv    the LM head as `lm_parts` GEMVs over row slices of the vocabulary
 Decode attention over the cache and the final RMSNorm (one row) run on the host.
 
@@ -20,11 +24,18 @@ Inside one module an external kernel's declaration has one type, so a second L1 
 second symbol (the guide's mv_k8192.o): the down projection's K = ffn gets `matvec_bf16_k<ffn>`
 and RoPE on the K heads gets `rope_halfsplit_bf16_kv`; every GEMV with the same K in a group shares
 one tile_m (the largest that fits the L1 budget and divides every row count of that K).
-o_gemv_ffn3 is upstream's current decode FFN (Xilinx/mlir-air 462bf133b: 8 -> 3 launches, decode
-91 -> 78 ms/token): several members' herds share one launch (stitch(..., launches=...)), and the
-gate and up projections are ONE GEMV over w_gate_up [2*ffn, hidden] (gate rows, then up rows --
-the checkpoint's fused layout as is; upstream interleaves the rows instead) whose output gu
-[2*ffn] the packed SwiGLU reads as two halves. The backend still runs the 8-launch o_gemv_ffn.
+o_gemv_ffn3 is THIS COURSE's packing of the same member kernels into 3 launches (several
+members' herds share one launch via stitch(..., launches=...); gate and up are ONE GEMV over
+w_gate_up [2*ffn, hidden], gate rows then up rows, whose output gu [2*ffn] the packed SwiGLU reads
+as two halves). It is not upstream's design. Upstream's 3-launch o_gemv_ffn (Xilinx/mlir-air
+462bf133b, now programming_examples/llms/shared/builders/o_gemv_ffn_multi.py; its commit message
+reports decode 91 -> 78 ms/token) stitches three *different, fused* kernels, each its own device
+configuration inside the one ELF: matvec_2tile_add (two tiles per column joined by a cascade, the
+residual add done by the lower tile), matvec_swiglu_rms (RMSNorm inside a gate/up GEMV over
+interleaved rows whose K-split cascades over an 8 x 4 herd, SwiGLU in the cascade tail) and
+matvec_2tile_add again for down + add. Both designs are one xrt.run per layer; what upstream's
+extra launches cost is reconfiguration between launches inside the ELF, not dispatches. The
+backend runs the 8-launch o_gemv_ffn.
 """
 from __future__ import annotations
 

@@ -21,6 +21,20 @@ Three caches:
 
 Every written byte goes through the device's counters (llamanb.npu.runtime), so the bytes a call
 moves are measured, not computed.
+
+Against upstream's KernelCache.load_and_run (Xilinx/mlir-air, programming_examples/llms/shared/
+infra/cache.py), where this one matches and where it differs, on purpose:
+  same     output_indices=None reads back the LAST argument only; any index may be read back,
+           an intermediate one included (written once, then read after every call); static and
+           intermediate slots are written on the first call per bo_key only.
+  differs  read-back returns a COPY of the BO's mapping (counted as a host memcpy); upstream
+           returns a zero-copy view (np.frombuffer(bo.map())), which is why its profile's "BO
+           Read" is ~0 ms. A view is overwritten by the next call on the same buffers (upstream's
+           own docstring warns of it for shared BOs); the course's engine keeps results across
+           calls, so it pays the copy.
+  differs  a slot listed in output_indices and in no other set is not written before the call
+           (the kernel overwrites it); upstream writes every slot that is neither static nor
+           intermediate, outputs included.
 """
 from __future__ import annotations
 
@@ -251,7 +265,7 @@ class KernelCache:
     def alias(self, name: str, bo_key, index: int, src: str, src_key, src_index: int) -> None:
         """Bind slot `index` of (name, bo_key) to the BO of slot `src_index` of (src, src_key):
         what one kernel writes there the next reads in place, never crossing to the host (the
-        MLIR-AIR guide's "D2" future work). Neither slot is written by load_and_run again (a
+        cross-ELF BO aliasing of the MLIR-AIR guide's "D2"). Neither slot is written by load_and_run again (a
         host that must fill one writes the shared BO itself)."""
         _, spec = self.load(name)
         _, sspec = self.load(src)
@@ -324,7 +338,7 @@ class KernelCache:
     def load_and_run(self, name: str, backend_kwargs, *inputs, output_indices=None,
                      static_input_indices=None, intermediate_indices=None, bo_key=None) -> tuple:
         """Run kernel `name` once; a tuple as long as `inputs` (read-back arrays at
-        output_indices -- every index when None -- and empty arrays elsewhere).
+        output_indices -- the last argument when None, as upstream -- and empty arrays elsewhere).
 
         Static and intermediate slots are written on the first call per bo_key only (an input
         may be None there once written); every other slot not in output_indices is written every
@@ -336,7 +350,7 @@ class KernelCache:
                                f"got {len(inputs)}")
         static = self._index_set("static_input_indices", static_input_indices, n)
         inter = self._index_set("intermediate_indices", intermediate_indices, n)
-        outs = (frozenset(range(n)) if output_indices is None
+        outs = (frozenset({n - 1}) if output_indices is None
                 else self._index_set("output_indices", output_indices, n))
         key = bo_key if bo_key is not None else name
         bos = self.buffers(name, bo_key)

@@ -16,8 +16,8 @@ The algorithm works on module text, as the MLIR-AIR Llama guide's stitcher does:
      becomes the next launch's input without the host touching it;
   4. assemble one `func.func` over the group arguments, in order of first use.
   5. optionally (`launches=[[0, 1], [2, 3, 4], ...]`) merge consecutive members' launches into one
-     `air.launch { air.segment { herd; herd; ... } }`: fewer launches, so fewer steps (and, as
-     separate ELFs, fewer xrt runs). The merged segment takes the union of the members' buffers;
+     `air.launch { air.segment { herd; herd; ... } }`: fewer launches, so fewer reconfigurations
+     of the array inside the one ELF (the xrt.run count is one per ELF either way). The merged segment takes the union of the members' buffers;
      the herds keep their text order, which is the order the emulator runs them in. On the device
      the herds of one segment are placed side by side and run together, so a real build needs the
      producer -> consumer order made explicit (async tokens, or one fused kernel as upstream's

@@ -3,7 +3,9 @@ memories are.
 
     draw(ax, use)            one launch on the 8 x (4 compute + 1 mem + 1 shim) grid, on an axes
     figure(use)              the same as a figure of its own
-    overview(kernels)        every launch of every kernel, small multiples (a static figure)
+    overview(kernels)        every launch of every kernel, small multiples (a static figure), with
+                             named rows and a legend
+    chart(kernels)           one bar chart: tiles per launch, all kernels on one axis
     widget(kernels)          a selector over the same launches redrawing `draw` (ipywidgets)
 
 `kernels` maps a name to a module's text (or anything with a `.text`, such as a KernelSpec), or to
@@ -29,6 +31,26 @@ def _launches(kernels) -> list[tuple[str, LaunchUse]]:
                 f"{name} / launch {i + 1} of {len(uses)}: {u.launch.sym}"
             out.append((label, u))
     return out
+
+
+def row_name(spec, row: int) -> str:
+    """'shim', 'mem' or 'core' with the row's number: what each row of the grid is."""
+    kind = "shim" if row == 0 else "mem" if row < spec.first_core_row else "core"
+    return f"{kind} {row}"
+
+
+def legend_handles(spec) -> list:
+    """Patches explaining the grid's colours and bars (for a figure-level legend)."""
+    from matplotlib.patches import Patch
+
+    return [Patch(facecolor=COLORS[0], edgecolor="#555555", label="compute tile of herd 1"),
+            Patch(facecolor=COLORS[1], edgecolor="#555555", label="... of herd 2 (same launch)"),
+            Patch(facecolor="#f4f4f4", edgecolor="#555555", label="idle compute tile"),
+            Patch(facecolor="#e8e8f0", edgecolor="#555555", label="mem tile (L2)"),
+            Patch(facecolor="#d9d9d9", edgecolor="#555555", label="shim tile (DDR)"),
+            Patch(facecolor="#222222", label=f"bar on a tile: L1 used of {spec.l1_bytes // KIB} KiB"),
+            Patch(facecolor="#1f3b73", label=f"bar on the mem row: L2 used of "
+                                               f"{spec.l2_bytes // KIB} KiB")]
 
 
 def draw(ax, use: LaunchUse, title: str | None = None, small: bool = False) -> None:
@@ -71,7 +93,7 @@ def draw(ax, use: LaunchUse, title: str | None = None, small: bool = False) -> N
     ax.set_ylim(0, rows)
     ax.set_aspect("equal")
     ax.set_xticks([c + 0.5 for c in range(spec.columns)], [str(c) for c in range(spec.columns)])
-    ax.set_yticks([r + 0.5 for r in range(rows)], [str(r) for r in range(rows)])
+    ax.set_yticks([r + 0.5 for r in range(rows)], [row_name(spec, r) for r in range(rows)])
     ax.tick_params(length=0, labelsize=6 if small else 8)
     for side in ax.spines.values():
         side.set_visible(False)
@@ -80,7 +102,7 @@ def draw(ax, use: LaunchUse, title: str | None = None, small: bool = False) -> N
                  f"L2 {use.launch.l2_bytes / KIB:.0f} KiB", fontsize=7 if small else 10)
     if not small:
         ax.set_xlabel("column")
-        ax.set_ylabel("row (0 shim, 1 mem, 2-5 compute)")
+        ax.set_ylabel("row")
         for k, h in enumerate(herds):
             times = f" x{h.instances}" if h.instances > 1 else ""
             ax.plot([], [], "s", color=COLORS[k % len(COLORS)],
@@ -117,7 +139,41 @@ def overview(kernels, ncols: int = 4):
         draw(ax, use, label, small=True)
     for ax in list(axes.flat)[len(items):]:
         ax.set_visible(False)
-    fig.suptitle(f"Compute tiles per launch on the emulated {items[0][1].spec.name}", fontsize=10)
+    spec = items[0][1].spec
+    fig.legend(handles=legend_handles(spec), loc="outside lower center", ncol=min(4, ncols + 1),
+               fontsize=7, frameon=False)
+    fig.suptitle(f"Compute tiles per launch, emulated NPU2 (x: column)", fontsize=10)
+    return fig
+
+
+def chart(kernels, title: str | None = None):
+    """Tiles used by every launch of every kernel, as one horizontal bar chart: a bar per launch,
+    coloured by kernel, with the one-row (8 tiles) and whole-array (32) marks."""
+    import matplotlib.pyplot as plt
+
+    items = _launches(kernels)
+    spec = items[0][1].spec
+    names = list(kernels)
+    fig, ax = plt.subplots(figsize=(7.5, 0.8 + 0.24 * len(items)), layout="constrained")
+    ys = list(range(len(items)))[::-1]
+    for y, (label, use) in zip(ys, items):
+        kname = next(n for n in names if label == n or label.startswith(n + " / "))
+        ax.barh(y, use.tiles_used, color=COLORS[names.index(kname) % len(COLORS)],
+                edgecolor="#333333", linewidth=0.4)
+        ax.text(use.tiles_used + 0.3, y, f"{use.tiles_used}", va="center", fontsize=7)
+    short = [label.split(": ")[-1] if " / launch " in label else label for label, _ in items]
+    ax.set_yticks(ys, short, fontsize=7)
+    for x, what in ((spec.columns, "one row of tiles"), (spec.compute_tiles, "whole array")):
+        ax.axvline(x, color="#888888", linestyle="--", linewidth=0.8)
+        ax.text(x, max(ys) + 0.7, what, ha="center", fontsize=7, color="#555555")
+    ax.set_xlim(0, spec.compute_tiles + 3)
+    ax.set_ylim(-0.7, max(ys) + 1.2)
+    ax.set_xlabel(f"compute tiles used (of {spec.compute_tiles})")
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(facecolor=COLORS[k % len(COLORS)], label=n)
+                       for k, n in enumerate(names)], fontsize=7, loc="lower right")
+    ax.set_title(title or f"Tiles per launch on the emulated {spec.name}", fontsize=10)
     return fig
 
 

@@ -11,8 +11,15 @@ first call of each set (the steady state), a prefill of S rows and a decode toke
     decode, per layer    to device    x, lut_q, lut_k; attn, x
                          from device  q, k, v; out
     LM head, per row     to device    xn [H] (normed on the host)   from device  logits [V]
-  aliasing (prefill q/k/v and the attention output stay in shared buffers; the MLIR-AIR guide's
-  "D2" future work): to device x, lut_q, lut_k; x -- from device k, v (for the host KV cache); out
+  aliasing within a layer (what the backend's `aliasing=True` runs: prefill q/k/v and the
+  attention output stay in shared buffers): to device x, lut_q, lut_k; x -- from device k, v (for
+  the host KV cache); out
+  chained layers (`chain_layers=True`, formula only -- the backend does not run it): as above, and
+  each layer's o_ffn output is also the next layer's input (both its rms_gemms_rope x and its
+  o_ffn residual), so x crosses for layer 0 only and out for the last layer only. The two together
+  are the MLIR-AIR guide's "D2. Cross-ELF BO aliasing" (docs/detail/IMPLEMENTATION_GUIDE.html, Part
+  D: Q, attn_out and "o_ffn output -> next layer's rms_gemms_rope's x_in" fully aliased, K and V
+  partly; its estimate "~640 MB / pass to ~150 MB / pass").
 
 `static_luts=True` counts the RoPE tables as written once (as upstream does for a fixed prompt
 length at positions 0..S-1); the backend itself passes them every call, because a chunk of a long
@@ -27,10 +34,15 @@ BF16 = 2
 
 
 def prefill_bytes(cfg: LlamaConfig, S: int, aliasing: bool = False,
-                  static_luts: bool = False) -> dict:
-    """{"to_device", "from_device"} bytes of one steady-state prefill of S rows (+ one head row)."""
+                  static_luts: bool = False, chain_layers: bool = False) -> dict:
+    """{"to_device", "from_device"} bytes of one steady-state prefill of S rows (+ one head row).
+    chain_layers (implies aliasing) also aliases each layer's output into the next layer."""
     H, qd, kvd, L = cfg.hidden, cfg.q_dim, cfg.kv_dim, cfg.n_layers
     luts = 0 if static_luts else S * (qd + kvd)
+    if chain_layers:
+        to = L * luts + 2 * S * H                    # x into layer 0's two ELFs only
+        back = L * S * 2 * kvd + S * H               # K, V per layer; the last layer's out
+        return {"to_device": BF16 * (to + H), "from_device": BF16 * (back + cfg.vocab)}
     if aliasing:
         to = S * H + luts + S * H
         back = S * 2 * kvd + S * H
