@@ -315,7 +315,8 @@ for r in rows:                              # real hardware, where this machine 
         engines[r.name] = Engine(model, r.name)
 runs = sidebyside.side_by_side(engines, question, steps=16, stop_ids=cfg.eos_ids)
 assert all(r.passes for r in runs)
-print(f"all {len(runs)} backends pass the top-5 rule against numpy; per token:")
+print(f"all {len(runs)} backends pass the top-5 rule against numpy; per token (the prefill's "
+      f"share included):")
 for r in runs:
     per = "the host computes; nothing crosses a device boundary" if r.units_per_token is None else (
         f"{r.units_per_token:.1f} {r.activity}"

@@ -103,6 +103,8 @@ PUBLISHED = {
 # Upstream's per-call profile of prefill (docs/profile.md, "Per-Kernel Timing"), seconds per call
 PUBLISHED_KERNELS = {"o_ffn": 41.0e-3, "flash_attn": 21.6e-3, "rms_gemms_rope": 7.3e-3,
                      "lm_head_gemv": 13.6e-3}
+# ... and of one decode token with the 8-launch o_gemv_ffn ("Per-Component Timing"), per call
+PUBLISHED_DECODE_KERNELS = {"o_gemv_ffn": 3.6e-3, "rms_gemv_rope": 0.9e-3, "lm_head_gemv": 14e-3}
 
 
 @dataclass(frozen=True)

@@ -15,17 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .cost import PUBLISHED_DECODE_KERNELS, PUBLISHED_KERNELS
+
 # Llama-3.2-1B bf16 on NPU2, milliseconds per call, from upstream's docs/profile.md (prefill at
-# seq_len 2048: "Per-Kernel Timing"; decode: "Per-Component Timing", the 8-launch o_gemv_ffn).
-PUBLISHED_MS = {
-    ("prefill", "rms_gemms_rope"): 7.3,
-    ("prefill", "flash_attn"): 21.6,
-    ("prefill", "o_ffn"): 41.0,
-    ("prefill", "lm_head_gemv"): 13.6,
-    ("decode", "rms_gemv_rope"): 0.9,
-    ("decode", "o_gemv_ffn"): 3.6,
-    ("decode", "lm_head_gemv"): 14.0,
-}
+# seq_len 2048; decode with the 8-launch o_gemv_ffn the emulated backend runs): llamanb.npu.cost.
+PUBLISHED_MS = {**{("prefill", k): 1e3 * v for k, v in PUBLISHED_KERNELS.items()},
+                **{("decode", k): 1e3 * v for k, v in PUBLISHED_DECODE_KERNELS.items()}}
 # The same page's prefill sum over its 49 XRT calls, ms: BO write / NPU run / BO read.
 PUBLISHED_PREFILL_SPLIT_MS = (46.0, 1062.0, 5.0)
 SOURCE = "Xilinx/mlir-air programming_examples/llms/llama32_1b/docs/profile.md"
@@ -83,7 +78,8 @@ def spec_rows(cfg, seq: int, context: int) -> list[GroupRow]:
     from .cost import decode_calls, prefill_calls
 
     out = []
-    for phase, calls in (("prefill", prefill_calls(cfg, seq)), ("decode", decode_calls(cfg, context))):
+    for phase, calls in (("prefill", prefill_calls(cfg, seq)),
+                         ("decode", decode_calls(cfg, context, ffn_launches=8))):
         acc: dict = {}
         for c in calls:
             if c.host:
