@@ -125,7 +125,7 @@ def difference(expected, got, rtol: float = 1e-5, atol: float = 1e-6, where: str
             got = int(got)
         if not isinstance(got, (int, np.integer)) or isinstance(got, bool) or int(got) != int(expected):
             extra = ""
-            if isinstance(got, (int, np.integer, float)) and expected:
+            if isinstance(got, (int, np.integer, float)) and expected and got:
                 extra = f" ({float(got) / float(expected):.4g}x the expected)"
             return f"expected {_short(expected)}{at}, got {_short(got)}{extra}"
         return None
