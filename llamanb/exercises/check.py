@@ -87,7 +87,7 @@ def difference(expected, got, rtol: float = 1e-5, atol: float = 1e-6, where: str
             e64, g64 = expected.astype(np.float64), g.astype(np.float64)
             same_inf = (e64 == g64) | (np.isnan(e64) & np.isnan(g64))
             with np.errstate(invalid="ignore"):
-                close = np.abs(e64 - g64) <= atol + rtol * np.abs(e64)
+                close = np.isfinite(e64) & (np.abs(e64 - g64) <= atol + rtol * np.abs(e64))
             bad = ~(same_inf | close)
         if bad.any():
             idx = tuple(int(i) for i in np.argwhere(bad)[0])
