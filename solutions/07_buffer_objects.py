@@ -15,9 +15,9 @@ def call_bytes(sizes, roles, first_call):
 
 def decode_bytes(c):
     """One steady-state decode token through the host broker.
-    Why: each layer is two ELFs around host-side attention: rms_gemms_rope takes x and the RoPE
-    rows for q and k and returns q, k, v; o_ffn takes the attention output and x and returns the
-    block output. The LM head gets the normed last row and returns the logits."""
+    Why: each layer is two ELFs around host-side attention: rms_gemv_rope takes x and the RoPE
+    rows for q and k and returns q, k, v; o_gemv_ffn takes the attention output and x and returns
+    the block output. The LM head gets the normed last row and returns the logits."""
     H, qd, kvd, L = c.hidden, c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim, c.n_layers
     to = L * ((H + qd + kvd) + (qd + H)) + H
     back = L * ((qd + 2 * kvd) + H) + c.vocab

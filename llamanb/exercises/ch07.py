@@ -73,8 +73,8 @@ def _decode_cases() -> list[Case]:
 
 decode_bytes = Exercise(
     "07.2", "decode_bytes", _decode_cases,
-    hint="per layer: to the device x and the RoPE rows for q and k (rms_gemms_rope), then the "
-         "attention output and x (o_ffn); back q, k, v and the block output; once: the normed "
+    hint="per layer: to the device x and the RoPE rows for q and k (rms_gemv_rope), then the "
+         "attention output and x (o_gemv_ffn); back q, k, v and the block output; once: the normed "
          "row [H] to the LM head and its logits [V] back; 2 bytes per value")
 
 
