@@ -380,3 +380,37 @@ def test_difference_reports_shapes_and_first_index():
 def test_not_a_function():
     v = exercise("ch01", "block_params").verdict(42)
     assert not v.passed and "expected a function, got int" in v.message
+
+
+# ---- the notebooks: stubs at the end, one checker cell each, solutions substituted by name -------
+def _notebook_cells(stem: str):
+    jupytext = pytest.importorskip("jupytext")
+    from llamanb.course import cells
+    return cells(jupytext.read(ROOT / "notebooks" / f"{stem}.py", fmt="py:percent"))
+
+
+@pytest.mark.parametrize("ch", [c for c in CHAPTERS if c != "ch11"])
+def test_notebook_ends_with_its_exercises(ch):
+    from llamanb.course import stub_functions
+    cs = _notebook_cells(SOLUTIONS[ch])
+    names = [ex.name for ex in chapter(ch).EXERCISES]
+    stubs = [(i, n) for i, (kind, src) in enumerate(cs) if kind == "code" for n in stub_functions(src)]
+    assert [n for _, n in stubs] == names
+    start = next(i for i, (kind, src) in enumerate(cs) if src.startswith("## Exercises"))
+    assert all(i > start for i, _ in stubs)
+    for i, name in stubs:                      # the next cell checks it, and nothing else
+        assert cs[i + 1] == ("code", f"{ch}.{name}({name})")
+    assert cs[-1] == ("code", f"{ch}.{names[-1]}({names[-1]})")
+
+
+def test_solved_cells_substitutes_stubs_by_name():
+    from llamanb.course import solved_cells
+    from llamanb.errors import LlamanbError
+    cs = [("markdown", "raise NotImplementedError in prose"), ("code", "x = 1"),
+          ("code", "def f(a):\n    raise NotImplementedError  # your code here"), ("code", "check(f)")]
+    sol = "import numpy as np\n\n\ndef g():\n    pass\n\n\ndef f(a):\n    \"\"\"doc\"\"\"\n    return np.sum(a)\n"
+    out = solved_cells(cs, sol)
+    assert out[0] == cs[0] and out[1] == cs[1] and out[3] == cs[3]
+    assert out[2] == ("code", 'import numpy as np\n\ndef f(a):\n    """doc"""\n    return np.sum(a)\n')
+    with pytest.raises(LlamanbError, match="no solution for h"):
+        solved_cells([("code", "def h():\n    raise NotImplementedError")], sol, "nb")
