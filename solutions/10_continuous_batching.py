@@ -1,5 +1,4 @@
 """Solutions to the exercises of notebook 10 (continuous batching)."""
-import numpy as np
 
 
 def preempt(cached, block, free_blocks):
@@ -17,7 +16,6 @@ def preempt(cached, block, free_blocks):
         victim = running.pop()                              # the newest
         free += -(-cached[victim] // block)                 # its blocks come back
         victims.append(victim)
-
 
 def gather_keys(k_pool, table, n):
     """[N_kv, n, d]: a sequence's keys, its blocks laid end to end.

@@ -40,7 +40,7 @@ kv_append = Exercise(
     hint="the cache is [N_kv, capacity, d] (heads first) while the new rows come as [n, N_kv, d]: "
          "transpose them to [N_kv, n, d] and write rows length .. length + n - 1; return the new length")
 
-_FMT = {2: "bf16", 4: "fp32", 1: "int8"}
+_FMT = {2: "bf16", 4: "fp32"}
 
 
 def _bytes_cases() -> list[Case]:
