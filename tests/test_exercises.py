@@ -414,3 +414,13 @@ def test_solved_cells_substitutes_stubs_by_name():
     assert out[2] == ("code", 'import numpy as np\n\ndef f(a):\n    """doc"""\n    return np.sum(a)\n')
     with pytest.raises(LlamanbError, match="no solution for h"):
         solved_cells([("code", "def h():\n    raise NotImplementedError")], sol, "nb")
+
+
+def test_solutions_command_refuses_a_notebook_without_solutions():
+    import subprocess
+    import sys
+    for arg in ("notebooks/00_overview.py", "notebooks/nope.py"):
+        r = subprocess.run([sys.executable, "-m", "llamanb.course", "solutions", arg],
+                           capture_output=True, text=True, cwd=ROOT)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert "no solutions file" in r.stderr or "not a notebook source" in r.stderr
