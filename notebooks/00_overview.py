@@ -333,6 +333,19 @@ print(f"max |transformers - float64|  {d_theirs:.3e}")
 print(f"max |llamanb - transformers|  {d_both:.3e}   derived bound (the sum): {d_ours + d_theirs:.3e}")
 
 # %% [markdown]
+# ## Exercises
+#
+# Chapters 01–11 end with exercises: two or three small functions to write in the notebook
+# (a block's parameter count, a RoPE table, a causal mask, a GEMV tile plan, a scheduler's
+# preemption, ...), each with its shapes and a hint. Replace `raise NotImplementedError` with your
+# code and run the cell below it: a checker from `llamanb.exercises` runs your function on fixed
+# cases against the finished code in `llamanb` (or closed-form math) and prints one line —
+# `passed`, or the first case that differs, what was expected and what came back, the shapes, and
+# a hint — or `not attempted yet` while the stub is untouched. Solutions, each with a sentence on
+# why, are kept apart in `solutions/NN_name.py`; `make solutions` runs every notebook with them
+# filled in.
+
+# %% [markdown]
 # ## Summary
 #
 # - `llamanb.hardware.probe()` reports which backends this machine can run: the numpy reference

@@ -834,3 +834,64 @@ assert flops.total(dec0) - dec0["attn_scores"] - dec0["attn_values"] == 2 * (
 # **Next**, notebook 02 takes RoPE apart: the frequencies (with Llama 3's scaling), the 2×2
 # rotation tables of Furiosa's TCP book, and the Q/K row order of GGUF files. The parameter, byte and FLOP
 # counts from this notebook are the yardstick the hardware chapters hold their measurements against.
+
+# %% [markdown]
+# ## Exercises
+#
+# Three functions to write; each is checked against the finished code in `llamanb`. Replace
+# `raise NotImplementedError` with your code and run the cell, then run the check below it. The
+# check prints one line: `passed`, the first case that differs (what was expected, what came back,
+# the shapes) with a hint, or `not attempted yet`. One way to solve each, with a sentence on why,
+# is in `solutions/01_llama_math_numpy.py`.
+
+# %%
+from llamanb.exercises import ch01
+
+# %% [markdown]
+# ### 01.1 Parameters of one block
+#
+# Write `block_params(c)`: the number of parameters of one transformer block of the config `c`
+# (a `LlamaConfig`: `c.hidden`, `c.n_heads`, `c.n_kv_heads`, `c.head_dim`, `c.ffn`), the block's
+# two RMSNorm weights included. It is checked on the four presets and on random small configs.
+# *Hint:* section 1's table; which projections shrink with grouped-query attention?
+
+# %%
+def block_params(c: LlamaConfig) -> int:
+    """Parameters of one transformer block (4 attention projections, 3 FFN matrices, 2 norms)."""
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch01.block_params(block_params)
+
+# %% [markdown]
+# ### 01.2 RMSNorm
+#
+# Write `rms_norm(x, gamma, eps)`: `x [S, H]` float32, `gamma [H]`, returns `[S, H]`, each row
+# divided by its root mean square and scaled by `gamma`. Checked against `llamanb.ops.rms_norm`
+# to a relative 1e-5, including small activations where `eps` matters and an all-zero row.
+# *Hint:* where does `eps` go, and is it a mean or a sum?
+
+# %%
+def rms_norm(x: np.ndarray, gamma: np.ndarray, eps: float) -> np.ndarray:   # [S, H], [H] -> [S, H]
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch01.rms_norm(rms_norm)
+
+# %% [markdown]
+# ### 01.3 FLOPs of a prefill
+#
+# Write `prefill_flops(c, S)`: the total FLOPs of a prefill of `S` tokens through the whole model,
+# causal attention, the LM head on the last row only (what generation needs) -- the number
+# `flops.total(flops.prefill_flops(c, S))` gives. *Hint:* section 4: 2 FLOPs per multiply-add;
+# count the (query, key) pairs of the causal triangle.
+
+# %%
+def prefill_flops(c: LlamaConfig, S: int) -> int:
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch01.prefill_flops(prefill_flops)

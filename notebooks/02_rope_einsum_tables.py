@@ -705,3 +705,61 @@ print(f"scores with W_q un-permuted for 3 heads: relative error {err_bad:.2f}")
 #
 # **Next:** notebook 03 puts the rotated `q` and `k` into grouped-query attention with the causal mask,
 # and proves that a padded prefill gives exactly the same result.
+
+# %% [markdown]
+# ## Exercises
+#
+# Three functions to write; each is checked against the finished code in `llamanb`. Replace
+# `raise NotImplementedError` with your code and run the cell, then run the check below it; it
+# prints one line (`passed`, the first case that differs with a hint, or `not attempted yet`).
+# Solutions: `solutions/02_rope_einsum_tables.py`.
+
+# %%
+from llamanb.exercises import ch02
+
+# %% [markdown]
+# ### 02.1 Inverse frequencies
+#
+# Write `inv_freq(d, theta)`: the `[d/2]` float32 frequencies of RoPE without scaling, checked
+# against `llamanb.rope.inv_freq` to a relative 1e-6. *Hint:* section 1; how many frequencies
+# does a head of `d` dimensions have?
+
+# %%
+def inv_freq(d: int, theta: float) -> np.ndarray:       # -> [d/2] float32
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch02.inv_freq(inv_freq)
+
+# %% [markdown]
+# ### 02.2 The rotation table
+#
+# Write `rotation_table(positions, freqs)`: `positions [S]`, `freqs [d/2]` -> `[S, d/2, 2, 2]`
+# float32, one 2×2 rotation per position and frequency, stored `[in, out]` so that section 4's
+# einsum contracts its first axis. Checked against `llamanb.rope_tables.rotation_table`.
+# *Hint:* which of the two 2×2 matrices turns the pair forwards when the *first* axis is summed?
+
+# %%
+def rotation_table(positions: np.ndarray, freqs: np.ndarray) -> np.ndarray:   # -> [S, d/2, 2, 2]
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch02.rotation_table(rotation_table)
+
+# %% [markdown]
+# ### 02.3 Applying it with one einsum
+#
+# Write `apply_table(x, table)`: `x [S, H, d]` with *interleaved* pairs `(x_2i, x_2i+1)`, `table
+# [S, d/2, 2, 2]` from 02.2 -> the rotated `[S, H, d]`, with one `np.einsum`. Checked against
+# `llamanb.rope_tables.apply_rotation_table`. *Hint:* a reshape puts each pair on an axis of its
+# own; which reshape pairs neighbours rather than halves?
+
+# %%
+def apply_table(x: np.ndarray, table: np.ndarray) -> np.ndarray:   # [S, H, d], [S, d/2, 2, 2] -> [S, H, d]
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch02.apply_table(apply_table)

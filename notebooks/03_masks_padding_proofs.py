@@ -808,3 +808,46 @@ print(f"predicted t(64) / t(1) = 32 x {bandwidth:.1f} / {gemm_rate:.0f} = "
 #
 # **Next — 04 · KV cache growth:** the K/V tensors computed here are kept in a cache so that decode
 # runs one new row per token; its layout, its growth, and sampling from the logits.
+
+# %% [markdown]
+# ## Exercises
+#
+# Two functions to write; each is checked against a reference computed another way. Replace
+# `raise NotImplementedError` with your code and run the cell, then run the check below it; it
+# prints one line (`passed`, the first case that differs with a hint, or `not attempted yet`).
+# Solutions: `solutions/03_masks_padding_proofs.py`.
+
+# %%
+from llamanb.exercises import ch03
+
+# %% [markdown]
+# ### 03.1 GQA scores with a group axis
+#
+# Write `gqa_scores(q, k)`: `q [S, N_h, d]`, `k [T, N_kv, d]` -> scores `[N_kv, G, S, T]` scaled by
+# `1/sqrt(d)`, without copying K (no `np.repeat`). Checked against transformers' way, `repeat_kv`
+# then one product per head. *Hint:* section 1: which query heads share K head `n`?
+
+# %%
+def gqa_scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:    # [S, N_h, d], [T, N_kv, d] -> [N_kv, G, S, T]
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch03.gqa_scores(gqa_scores)
+
+# %% [markdown]
+# ### 03.2 The causal mask of a chunk
+#
+# Write `causal_mask(S, start)`: the additive `[S, start + S]` float32 mask (0 visible, `-inf`
+# hidden) for `S` queries at positions `start .. start + S - 1` over every key so far -- the mask
+# of a decode step (`S = 1`) or of a chunk of a long prompt after `start` cached positions.
+# Checked against the closed form (and the visible count against `llamanb.flops.attention_pairs`).
+# *Hint:* at which position does query row `i` sit?
+
+# %%
+def causal_mask(S: int, start: int) -> np.ndarray:     # -> [S, start + S] float32
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch03.causal_mask(causal_mask)

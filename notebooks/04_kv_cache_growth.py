@@ -756,3 +756,61 @@ plt.show()
 # compiled one kernel at a time. Decode there is the one-row (GEMV) path of section 4; in the
 # published Llama-3.2-1B example the attention over this cache stays on the CPU (about 5 ms per
 # token, host work included).
+
+# %% [markdown]
+# ## Exercises
+#
+# Three functions to write; each is checked against the finished code in `llamanb`. Replace
+# `raise NotImplementedError` with your code and run the cell, then run the check below it; it
+# prints one line (`passed`, the first case that differs with a hint, or `not attempted yet`).
+# Solutions: `solutions/04_kv_cache_growth.py`.
+
+# %%
+from llamanb.exercises import ch04
+
+# %% [markdown]
+# ### 04.1 Appending to the cache
+#
+# Write `kv_append(k_cache, length, k_new)`: one layer's key cache `k_cache [N_kv, capacity, d]`
+# holding `length` positions, the new keys `k_new [n, N_kv, d]` as the projection produces them.
+# Write them after the cached ones and return `(k_cache, new_length)`. Checked against what
+# `KVCache.write` stores. *Hint:* section 1: the cache keeps heads first.
+
+# %%
+def kv_append(k_cache: np.ndarray, length: int, k_new: np.ndarray) -> tuple[np.ndarray, int]:
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch04.kv_append(kv_append)
+
+# %% [markdown]
+# ### 04.2 Bytes per token
+#
+# Write `kv_bytes_per_token(c, bytes_per_element)`: the cache bytes one more position costs for
+# the config `c`, at 2 (bf16) or 4 (float32) bytes per number. Checked against
+# `LlamaConfig.kv_bytes_per_token`. *Hint:* section 5; which head count is it?
+
+# %%
+def kv_bytes_per_token(c, bytes_per_element: int) -> int:
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch04.kv_bytes_per_token(kv_bytes_per_token)
+
+# %% [markdown]
+# ### 04.3 Top-p
+#
+# Write `top_p_probs(logits, top_p)`: `logits [V]` -> `[V]` float64, the softmax restricted to the
+# smallest set of most likely tokens whose probability reaches `top_p`, renormalised (temperature
+# 1, no top-k). Checked against `llamanb.generate.next_token_probs`, including a case exactly on a
+# boundary. *Hint:* section 6; is the token that crosses `top_p` kept?
+
+# %%
+def top_p_probs(logits: np.ndarray, top_p: float) -> np.ndarray:    # [V] -> [V] float64
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch04.top_p_probs(top_p_probs)

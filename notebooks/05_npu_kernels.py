@@ -638,3 +638,61 @@ print(again)
 # Every module above parsed and verified with upstream MLIR, ran on the emulated NPU2 within one
 # bf16 ulp of its numpy model, and matched the numpy engine's op. Notebook 06 stitches them into
 # the multi-launch modules upstream compiles into one ELF each.
+
+# %% [markdown]
+# ## Exercises
+#
+# Three functions to write about the GEMV's tile plan (section 3.7); each is checked against the
+# builder and the array model. Replace `raise NotImplementedError` with your code and run the cell,
+# then run the check below it; it prints one line (`passed`, the first case that differs with a
+# hint, or `not attempted yet`). Solutions: `solutions/05_npu_kernels.py`.
+
+# %%
+from llamanb.exercises import ch05
+
+# %% [markdown]
+# ### 05.1 The builder's tile
+#
+# A GEMV `y [m] = a [m, k] @ x [k]` on a herd of `tiles` tiles gives each tile `m / tiles` output
+# rows, which it streams `tile_m` rows at a time. Write `gemv_tile_m(m, k, tiles)`: the `tile_m`
+# the builder picks by default -- the largest that divides a tile's rows and keeps the bf16 weight
+# block within 32 KB. Checked against `gemv(m, k, herd_xy=(tiles, 1)).tiles["tile_m"]`.
+
+# %%
+def gemv_tile_m(m: int, k: int, tiles: int) -> int:
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch05.gemv_tile_m(gemv_tile_m)
+
+# %% [markdown]
+# ### 05.2 What one tile holds
+#
+# Write `gemv_l1_bytes(tile_m, k)`: the bytes of L1 buffers one tile of the GEMV herd allocates.
+# Checked against the buffers `read_plan` finds in the built module's text. *Hint:* print
+# `gemv(64, 64).text` and find the `memref.alloc`s in memory space 2 (L1).
+
+# %%
+def gemv_l1_bytes(tile_m: int, k: int) -> int:
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch05.gemv_l1_bytes(gemv_l1_bytes)
+
+# %% [markdown]
+# ### 05.3 The largest tile that fits
+#
+# Write `largest_tile_m(m, k, tiles)`: the largest `tile_m` dividing a tile's rows for which the
+# emulated NPU2 accepts the module, i.e. whose buffers fit a compute tile's L1. Checked by building
+# `gemv(..., tile_m=t)` for every divisor. *Hint:* section 1: how much of a tile's 64 KiB is
+# there for buffers?
+
+# %%
+def largest_tile_m(m: int, k: int, tiles: int) -> int:
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch05.largest_tile_m(largest_tile_m)

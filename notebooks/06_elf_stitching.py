@@ -558,3 +558,50 @@ assert second.cache_hit and second.path == first.path
 # transformation is renaming, argument remapping and bare-herd wrapping on text; upstream MLIR
 # accepts the result; the emulated NPU2 computes exactly what the kernels compute one by one, and
 # one decode layer of the real model stays within bf16 rounding of the numpy engine.
+
+# %% [markdown]
+# ## Exercises
+#
+# Two functions to write: the bookkeeping of section 3 for any group. Each is checked against
+# `llamanb.npu.stitch`. Replace `raise NotImplementedError` with your code and run the cell, then
+# run the check below it; it prints one line (`passed`, the first case that differs with a hint, or
+# `not attempted yet`). Solutions: `solutions/06_elf_stitching.py`.
+
+# %%
+from llamanb.exercises import ch06
+
+# %% [markdown]
+# ### 06.1 The argument map
+#
+# Write `group_arguments(members)`. `members` is a list of `(label, kernel_args, argmap)`: a
+# member's label, its kernel's argument names in order (e.g. `["a", "x", "y"]` for a GEMV), and
+# its map kernel argument -> group argument (arguments not in the map are named
+# `<label>_<name>`). Return `(names, slots)`: the group's arguments in order of first use, and per
+# member the group index of each of its arguments (`%argN` -> `%argM`). Checked against
+# `stitch(...)` on real kernels. *Hint:* section 3's `group_args` and `slot`, for any number of
+# members.
+
+# %%
+def group_arguments(members: list) -> tuple[list[str], list[list[int]]]:
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch06.group_arguments(group_arguments)
+
+# %% [markdown]
+# ### 06.2 Roles
+#
+# Write `derive_roles(events, names)`: `events[i]` lists `(group argument, role in member i)` for
+# member `i` in launch order, roles `"input"`, `"weight"` or `"output"`; return `{name: role}`
+# with `"input"`, `"weight"`, `"intermediate"` or `"output"` for the group. Checked against
+# `llamanb.npu.stitch.derive_roles` on the groups of 06.1 and random ones. *Hint:* a buffer the
+# host never needs to read back is one some later member reads.
+
+# %%
+def derive_roles(events: list, names: list[str]) -> dict[str, str]:
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch06.derive_roles(derive_roles)

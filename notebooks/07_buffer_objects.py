@@ -462,3 +462,62 @@ plt.show()
 # * A model built only from specifications, each published figure compared with the design it was
 #   measured on, underestimates decode by 41-47 % and prefill by about 62 %: the gap is kernel
 #   efficiency (FlashAttention's most, 9× per call) that only measurements show.
+
+# %% [markdown]
+# ## Exercises
+#
+# Three functions to write: bytes across the host-device boundary, from one call to a whole
+# prefill. Replace `raise NotImplementedError` with your code and run the cell, then run the
+# check below it; it prints one line (`passed`, the first case that differs with a hint, or `not
+# attempted yet`). Solutions: `solutions/07_buffer_objects.py`.
+
+# %%
+from llamanb.exercises import ch07
+
+# %% [markdown]
+# ### 07.1 One call
+#
+# Write `call_bytes(sizes, roles, first_call)`: for a kernel whose arguments hold `sizes[i]` bf16
+# values with roles `roles[i]` (`"weight"`, `"input"`, `"intermediate"`, `"output"`), the bytes
+# `(to_device, from_device)` of one `KernelCache.call`, the first for its `bo_key` or a later one.
+# Checked against the emulated device's counters. *Hint:* section 3.
+
+# %%
+def call_bytes(sizes: list[int], roles: list[str], first_call: bool) -> tuple[int, int]:
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch07.call_bytes(call_bytes)
+
+# %% [markdown]
+# ### 07.2 One decode token
+#
+# Write `decode_bytes(c)`: `(to_device, from_device)` of one steady-state decode token of the
+# NPU2 backend with the host brokering every hand-off, for a config `c` (bf16). Checked against
+# `llamanb.npu.traffic.decode_bytes`. *Hint:* section 4: per layer `rms_gemv_rope` and
+# `o_gemv_ffn` around the host's attention, then the LM head once.
+
+# %%
+def decode_bytes(c) -> tuple[int, int]:
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch07.decode_bytes(decode_bytes)
+
+# %% [markdown]
+# ### 07.3 A prefill, with and without aliasing
+#
+# Write `prefill_bytes(c, S, aliasing)`: `(to_device, from_device)` of one steady-state prefill of
+# `S` rows (RoPE rows sent every call), through the host broker or with aliasing. Checked against
+# `llamanb.npu.traffic.prefill_bytes`. *Hint:* section 6: with aliasing, which buffers still
+# have to cross?
+
+# %%
+def prefill_bytes(c, S: int, aliasing: bool) -> tuple[int, int]:
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch07.prefill_bytes(prefill_bytes)

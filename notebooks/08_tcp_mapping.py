@@ -672,3 +672,59 @@ plt.show()
 #   Llama 3.1 8B on one card 3,667 tok/s against 3,935 published (-7 %; an FP8 KV cache and
 #   batch >= 35 reproduce it); Llama 3.1 70B on 8 cards 467 against 957 (-51 %), decided by the
 #   all-reduces over an assumed link that nothing published describes.
+
+# %% [markdown]
+# ## Exercises
+#
+# Three functions to write about one TCP einsum; each is checked against every einsum of the
+# prefill, decode and extend programs. Replace `raise NotImplementedError` with your code and run
+# the cell, then run the check below it; it prints one line (`passed`, the first case that differs
+# with a hint, or `not attempted yet`). Solutions: `solutions/08_tcp_mapping.py`.
+
+# %%
+from llamanb.exercises import ch08
+from llamanb.tcp.ops import AXES          # axis name -> einsum letter
+
+# %% [markdown]
+# ### 08.1 Subscripts from named axes
+#
+# Write `subscripts(arg_axes, out_axes)`: e.g. `[["B", "s_in", "D"], ["D", "h_q", "d_k"]]`,
+# `["B", "s_in", "h_q", "d_k"]` -> `"bim,mqe->biqe"`, using `AXES`. Checked against `Op.subscripts`.
+
+# %%
+def subscripts(arg_axes: list[list[str]], out_axes: list[str]) -> str:
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch08.subscripts(subscripts)
+
+# %% [markdown]
+# ### 08.2 Its FLOPs
+#
+# Write `einsum_flops(arg_axes, out_axes, dims)`: the FLOPs of that einsum with the axis sizes
+# `dims` (from `llamanb.tcp.program.dims`). Checked against `Op.flops` for three models and shapes.
+# *Hint:* section 2: the broadcast product has which axes?
+
+# %%
+def einsum_flops(arg_axes: list[list[str]], out_axes: list[str], dims: dict[str, int]) -> int:
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch08.einsum_flops(einsum_flops)
+
+# %% [markdown]
+# ### 08.3 RoPE on the Contraction Engine
+#
+# Write `rope_q(Q2, t_rope)`: `Q2 [B, s_in, h_q, d_k', f]` (the query as pairs), `t_rope [s_in,
+# d_k', f, r]` (notebook 02's table) -> `Q_rope2 [B, h_q, s_in, d_k', r]`, one `np.einsum`. Checked
+# against the program's `rope_q` op. *Hint:* which pair axis is contracted, and where does `h_q` go?
+
+# %%
+def rope_q(Q2: np.ndarray, t_rope: np.ndarray) -> np.ndarray:
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch08.rope_q(rope_q)

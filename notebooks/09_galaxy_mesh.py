@@ -691,3 +691,48 @@ plt.show()
 from llamanb.mesh.backend import ttnn_available
 
 print("ttnn usable here:", ttnn_available())
+
+# %% [markdown]
+# ## Exercises
+#
+# Two functions to write; each is checked against the emulated mesh or the block-float code.
+# Replace `raise NotImplementedError` with your code and run the cell, then run the check below it;
+# it prints one line (`passed`, the first case that differs with a hint, or `not attempted yet`).
+# Solutions: `solutions/09_galaxy_mesh.py`.
+
+# %%
+from llamanb.exercises import ch09
+
+# %% [markdown]
+# ### 09.1 Ring against line
+#
+# Write `collective_traffic(op, topology, n, nbytes)`: for `op` in `"reduce_scatter"`,
+# `"all_gather"`, `"all_reduce"` over `n` chips on a `"line"` or a `"ring"`, with `nbytes` the size
+# of the whole tensor (each chip's before a reduce-scatter or all-reduce, after an all-gather),
+# return `(steps, busiest)`: the communication rounds and the most bytes on one link in one
+# direction. Checked against what `llamanb.mesh.ccl` counts on an emulated `1 × n` mesh.
+# *Hint:* section 2's closed forms.
+
+# %%
+def collective_traffic(op: str, topology: str, n: int, nbytes: int) -> tuple[int, float]:
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch09.collective_traffic(collective_traffic)
+
+# %% [markdown]
+# ### 09.2 One bfloat8_b block
+#
+# Write `bfloat8_block(v)`: 16 float32 values -> the 16 float32 values bfloat8_b keeps of them
+# (one shared exponent, a sign and 7 magnitude bits each). Checked bit for bit against
+# `llamanb.numerics.bfloat8_b` (itself bit-identical to ttnn) on the block of section 5, ties,
+# all zeros and random blocks. *Hint:* section 5's four rules.
+
+# %%
+def bfloat8_block(v: np.ndarray) -> np.ndarray:      # [16] float32 -> [16] float32
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch09.bfloat8_block(bfloat8_block)

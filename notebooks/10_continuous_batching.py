@@ -514,3 +514,46 @@ plt.show()
 # changes a single token. `python -m llamanb batch FILE --check` runs the same machinery on a file
 # of requests and checks every answer against generating it alone; `python -m llamanb bench
 # --batching` measures the throughput table.
+
+# %% [markdown]
+# ## Exercises
+#
+# Two functions to write; each is checked against the scheduler and the paged cache of this
+# chapter. Replace `raise NotImplementedError` with your code and run the cell, then run the check
+# below it; it prints one line (`passed`, the first case that differs with a hint, or `not
+# attempted yet`). Solutions: `solutions/10_continuous_batching.py`.
+
+# %%
+from llamanb.exercises import ch10
+
+# %% [markdown]
+# ### 10.1 Who gives way
+#
+# Write `preempt(cached, block, free_blocks)`: the running requests, oldest first, are all
+# decoding; request `i` holds `cached[i]` positions in whole blocks of `block` positions, and
+# `free_blocks` blocks are free. Return the indices the scheduler preempts before the next step,
+# in order. Checked against `Scheduler.schedule()` on the same state. *Hint:* section 2, decision 1.
+
+# %%
+def preempt(cached: list[int], block: int, free_blocks: int) -> list[int]:
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch10.preempt(preempt)
+
+# %% [markdown]
+# ### 10.2 Reading a paged sequence
+#
+# Write `gather_keys(k_pool, table, n)`: one layer's pool `k_pool [n_blocks, N_kv, block, d]`, a
+# sequence's block table, its length `n` -> its keys `[N_kv, n, d]` in position order, as the
+# attention reads them. Checked against `PagedKVCache.keys` for sequences whose blocks are
+# interleaved in the pool. *Hint:* section 3: where does position `p` live?
+
+# %%
+def gather_keys(k_pool: np.ndarray, table: list[int], n: int) -> np.ndarray:   # -> [N_kv, n, d]
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch10.gather_keys(gather_keys)

@@ -408,3 +408,51 @@ for what, where, ch in BUILT:
 # course built chapter by chapter; a chat that keeps its cache across turns (`python -m llamanb
 # chat`, `make chat`); a profile that keeps what was measured, what was estimated and what was
 # published apart; and every backend of the course agreeing on one answer.
+
+# %% [markdown]
+# ## Exercises
+#
+# Two functions to write: the rule that decides whether a run on hardware is right, and the rule
+# that lets the chat reuse its cache. Replace `raise NotImplementedError` with your code and run
+# the cell, then run the check below it; it prints one line (`passed`, the first case that differs
+# with a hint, or `not attempted yet`). Solutions: `solutions/11_hardware_chat.py`.
+
+# %%
+from llamanb.exercises import ch11
+
+# %% [markdown]
+# ### 11.1 The token-level gate
+#
+# Write `gate(ref_tokens, got_tokens, ref_top5, got_top5)` -> `(passed, first_diff_index)`: two
+# greedy token sequences (lists of ids) and, per step, each side's five most likely ids (most
+# likely first). `first_diff_index` is the first step where the tokens differ (or where the
+# shorter sequence ends), `None` when the two are identical. Checked against
+# `llamanb.check.verify.compare`, the rule section 3 applied. *Hint:* section 3; after the first
+# difference nothing more is compared.
+
+# %%
+def gate(ref_tokens: list[int], got_tokens: list[int], ref_top5: list[list[int]],
+         got_top5: list[list[int]]) -> tuple[bool, int | None]:
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch11.gate(gate)
+
+# %% [markdown]
+# ### 11.2 What a chat turn prefills
+#
+# Write `plan_turn(cached, rendered)` -> `(keep, new_ids)`: the cache holds the ids `cached`; the
+# whole conversation with the new message renders to `rendered`. Return how many cached
+# positions stay valid and the ids to prefill after them. Checked against
+# `llamanb.chat.plan_turn`, which `Chat.send` uses. *Hint:* section 2.3; an answer can
+# re-tokenize differently when the template renders it, and an interrupted answer may have
+# cached more than the conversation keeps. Which row's logits pick the next token?
+
+# %%
+def plan_turn(cached: list[int], rendered: list[int]) -> tuple[int, list[int]]:
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch11.plan_turn(plan_turn)

@@ -1,0 +1,440 @@
+"""The exercises' checkers: every one passes its solution (solutions/NN_name.py), fails a plausible
+wrong answer with a message that names the mistake, and says "not attempted yet" for the stub.
+
+The checkers compute their expected values from the finished code in llamanb (or closed-form
+math); the solutions are written independently of it, so a solution passing is evidence for both.
+The wrong answers below are the mistakes a reader is likely to make, one or more per exercise.
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llamanb.exercises import CHAPTERS, chapter
+from llamanb.exercises.check import NOT_ATTEMPTED, Case, Exercise, difference
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = {
+    "ch01": "01_llama_math_numpy", "ch02": "02_rope_einsum_tables", "ch03": "03_masks_padding_proofs",
+    "ch04": "04_kv_cache_growth", "ch05": "05_npu_kernels", "ch06": "06_elf_stitching",
+    "ch07": "07_buffer_objects", "ch08": "08_tcp_mapping", "ch09": "09_galaxy_mesh",
+    "ch10": "10_continuous_batching", "ch11": "11_hardware_chat",
+}
+
+
+def solution_module(ch: str):
+    path = ROOT / "solutions" / f"{SOLUTIONS[ch]}.py"
+    spec = importlib.util.spec_from_file_location(f"solution_{ch}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+ALL = [(ch, ex.name) for ch in CHAPTERS for ex in chapter(ch).EXERCISES]
+
+
+def exercise(ch: str, name: str) -> Exercise:
+    return next(ex for ex in chapter(ch).EXERCISES if ex.name == name)
+
+
+def test_every_chapter_has_exercises_and_a_solution_file():
+    assert set(SOLUTIONS) == set(CHAPTERS)
+    for ch in CHAPTERS:
+        exs = chapter(ch).EXERCISES
+        assert 2 <= len(exs) <= 4, ch
+        numbers = [ex.number for ex in exs]
+        assert numbers == [f"{ch[2:]}.{i + 1}" for i in range(len(exs))], numbers
+        assert (ROOT / "solutions" / f"{SOLUTIONS[ch]}.py").is_file()
+        assert (ROOT / "notebooks" / f"{SOLUTIONS[ch]}.py").is_file()
+
+
+@pytest.mark.parametrize("ch,name", ALL)
+def test_solution_passes(ch, name):
+    v = exercise(ch, name).verdict(getattr(solution_module(ch), name))
+    assert v.passed, v.message
+    assert v.message.startswith(f"{exercise(ch, name).number} {name}: passed, all ")
+
+
+@pytest.mark.parametrize("ch,name", ALL)
+def test_stub_is_not_attempted(ch, name):
+    def stub(*args, **kwargs):
+        raise NotImplementedError
+
+    v = exercise(ch, name).verdict(stub)
+    assert v.status == NOT_ATTEMPTED
+    assert v.message == (f"{exercise(ch, name).number} {name}: not attempted yet (the function "
+                         f"still raises NotImplementedError)")
+
+
+@pytest.mark.parametrize("ch,name", ALL)
+def test_every_exercise_has_cases_that_can_fail(ch, name):
+    ex = exercise(ch, name)
+    assert len(ex.cases()) >= 2
+    v = ex.verdict(lambda *a, **k: None)           # returns nothing: must fail on case 1
+    assert not v.passed and "FAILED on case 1/" in v.message
+
+
+# ---- plausible wrong answers: (chapter, exercise, wrong function, words the message must hold) --
+def _rms_no_eps(x, g, eps):
+    return x / np.sqrt(np.mean(x * x, -1, keepdims=True)) * g
+
+
+def _rms_sum(x, g, eps):
+    return x / np.sqrt(np.sum(x * x, -1, keepdims=True) + eps) * g
+
+
+def _flops_full_attention(c, S):
+    from llamanb import flops
+    return flops.total(flops.prefill_flops(c, S, attention="full"))
+
+
+def _flops_all_rows(c, S):
+    from llamanb import flops
+    return flops.total(flops.prefill_flops(c, S, lm_head_rows="all"))
+
+
+def _inv_freq_all_dims(d, theta):
+    return (theta ** (-np.arange(d) / d)).astype(np.float32)
+
+
+def _inv_freq_wrong_step(d, theta):
+    return (theta ** (-np.arange(d // 2) / d)).astype(np.float32)
+
+
+def _table_textbook(p, f):
+    a = np.asarray(p, np.float64)[:, None] * np.asarray(f, np.float64)
+    c, s = np.cos(a), np.sin(a)
+    return np.stack([np.stack([c, -s], -1), np.stack([s, c], -1)], -2).astype(np.float32)
+
+
+def _apply_half_split(x, t):
+    S, H, d = x.shape
+    return np.einsum("shfi,sifo->shoi", x.reshape(S, H, 2, d // 2), t).reshape(S, H, d)
+
+
+def _gqa_wrong_group(q, k):
+    S, Nh, d = q.shape
+    T, Nkv, _ = k.shape
+    qg = q.reshape(S, Nh // Nkv, Nkv, d)                      # [S, G, N_kv, d]: head h -> h % N_kv
+    return np.einsum("sgnd,tnd->ngst", qg, k) / np.sqrt(d)
+
+
+def _gqa_unscaled(q, k):
+    S, Nh, d = q.shape
+    T, Nkv, _ = k.shape
+    return np.einsum("sngd,tnd->ngst", q.reshape(S, Nkv, Nh // Nkv, d), k)
+
+
+def _mask_no_offset(S, start):
+    return np.where(np.tril(np.ones((S, S + start), bool)), 0, -np.inf).astype(np.float32)
+
+
+def _append_reshape(kc, n0, kn):
+    n = kn.shape[0]
+    kc[:, n0:n0 + n] = kn.reshape(kc.shape[0], n, -1)
+    return kc, n0 + n
+
+
+def _append_forgets_length(kc, n0, kn):
+    kc[:, n0:n0 + kn.shape[0]] = kn.transpose(1, 0, 2)
+    return kc, n0
+
+
+def _top_p_excludes_crossing(logits, p):
+    z = np.asarray(logits, np.float64)
+    pr = np.exp(z - z.max())
+    pr /= pr.sum()
+    o = np.argsort(-pr)
+    keep = np.zeros(pr.size, bool)
+    keep[o[np.cumsum(pr[o]) <= p]] = True
+    out = np.where(keep, pr, 0)
+    return out / out.sum()
+
+
+def _tile_no_divisor(m, k, t):
+    return min(m // t, 32768 // (2 * k))
+
+
+def _l1_weights_only(tm, k):
+    return 2 * tm * k
+
+
+def _largest_no_stack(m, k, t):
+    rows = m // t
+    return next(x for x in range(rows, 0, -1) if rows % x == 0 and 2 * (x * k + k + x) <= 65536)
+
+
+def _group_no_sharing(members):
+    names, slots = [], []
+    for lab, args, amap in members:
+        sl = []
+        for a in args:
+            names.append(amap.get(a, f"{lab}_{a}"))
+            sl.append(len(names) - 1)
+        slots.append(sl)
+    return names, slots
+
+
+def _roles_written_is_intermediate(events, names):
+    out = {}
+    for g in names:
+        roles = [r for ev in events for n, r in ev if n == g]
+        out[g] = "intermediate" if "output" in roles else ("weight" if "weight" in roles else "input")
+    return out
+
+
+def _call_intermediates_back(sizes, roles, first):
+    to = sum(n for n, r in zip(sizes, roles) if r == "input" or (first and r in ("weight", "intermediate")))
+    back = sum(n for n, r in zip(sizes, roles) if r in ("output", "intermediate"))
+    return 2 * to, 2 * back
+
+
+def _call_weights_every_time(sizes, roles, first):
+    to = sum(n for n, r in zip(sizes, roles) if r != "output")
+    return 2 * to, 2 * sum(n for n, r in zip(sizes, roles) if r == "output")
+
+
+def _decode_no_head(c):
+    H, qd, kvd, L = c.hidden, c.q_dim, c.kv_dim, c.n_layers
+    return 2 * L * ((H + qd + kvd) + (qd + H)), 2 * L * ((qd + 2 * kvd) + H)
+
+
+def _prefill_alias_ignored(c, S, aliasing):
+    from llamanb.npu import traffic
+    d = traffic.prefill_bytes(c, S, aliasing=False)
+    return d["to_device"], d["from_device"]
+
+
+def _subscripts_first_letters(arg_axes, out_axes):
+    j = lambda axes: "".join(a[0].lower() for a in axes)            # noqa: E731
+    return ",".join(j(a) for a in arg_axes) + "->" + j(out_axes)
+
+
+def _flops_output_only(arg_axes, out_axes, dims):
+    return 2 * math.prod(dims[a] for a in out_axes)
+
+
+def _rope_contract_r(q, t):
+    return np.einsum("bihpf,iprf->bhipr", q, t)
+
+
+def _traffic_ring_like_line(op, topo, n, B):
+    steps = (n - 1) * (2 if op == "all_reduce" else 1)
+    return steps, (B if op == "all_reduce" else (n - 1) / n * B)
+
+
+def _traffic_line_all_reduce_doubled(op, topo, n, B):
+    steps = (n - 1) * (2 if op == "all_reduce" else 1)
+    one = (n - 1) / n * B / (2 if topo == "ring" else 1)
+    return steps, 2 * one if op == "all_reduce" else one
+
+
+def _bfp8_round_half_up(v):
+    a = np.abs(v.astype(np.float64))
+    e = max(int(np.frexp(x)[1]) - 1 if x > 0 else -127 for x in a)
+    st = 2.0 ** (e - 6)
+    m = np.minimum(np.floor(a / st + 0.5), 127)
+    return (np.sign(v) * m * st).astype(np.float32)
+
+
+def _bfp8_no_saturation(v):
+    a = np.abs(v.astype(np.float64))
+    e = max(int(np.frexp(x)[1]) - 1 if x > 0 else -127 for x in a)
+    st = 2.0 ** (e - 6)
+    return (np.sign(v) * np.round(a / st) * st).astype(np.float32)
+
+
+def _preempt_oldest(cached, block, free):
+    run, out = list(range(len(cached))), []
+    while sum(1 for i in run if cached[i] % block == 0) > free:
+        x = run.pop(0)
+        free += -(-cached[x] // block)
+        out.append(x)
+    return out
+
+
+def _preempt_keeps_blocks(cached, block, free):
+    run, out = list(range(len(cached))), []
+    while sum(1 for i in run if cached[i] % block == 0) > free:
+        out.append(run.pop())
+    return out
+
+
+def _gather_no_transpose(pool, table, n):
+    return pool[table].reshape(pool.shape[1], -1, pool.shape[3])[:, :n]
+
+
+def _gather_ignores_table(pool, table, n):
+    nb = len(table)
+    return pool[:nb].transpose(1, 0, 2, 3).reshape(pool.shape[1], -1, pool.shape[3])[:, :n]
+
+
+def _gate_one_direction(ref, got, rt, gt):
+    for i in range(min(len(ref), len(got))):
+        if ref[i] != got[i]:
+            return got[i] in rt[i], i
+    return len(ref) == len(got), (None if len(ref) == len(got) else min(len(ref), len(got)))
+
+
+def _gate_ignores_length(ref, got, rt, gt):
+    for i in range(min(len(ref), len(got))):
+        if ref[i] != got[i]:
+            return got[i] in rt[i] and ref[i] in gt[i], i
+    return True, None
+
+
+def _turn_never_recomputes(cached, rendered):      # forgets that the last row must run again
+    keep = 0
+    while keep < min(len(cached), len(rendered)) and cached[keep] == rendered[keep]:
+        keep += 1
+    return keep, list(rendered[keep:])
+
+
+def _turn_keeps_whole_cache(cached, rendered):     # trusts the cache without comparing it
+    keep = min(len(cached), len(rendered) - 1)
+    return keep, list(rendered[keep:])
+
+
+WRONG = [
+    ("ch01", "block_params", lambda c: c.layer_params() - 2 * c.hidden, "expected 3,540,096, got 3,538,944"),
+    ("ch01", "block_params", lambda c: c.hidden * (4 * c.hidden + 3 * c.ffn) + 2 * c.hidden, "N_kv"),
+    ("ch01", "rms_norm", _rms_no_eps, "eps=1e-06"),
+    ("ch01", "rms_norm", _rms_sum, "values differ"),
+    ("ch01", "prefill_flops", _flops_full_attention, "S=64"),
+    ("ch01", "prefill_flops", _flops_all_rows, "LM head"),
+    ("ch02", "inv_freq", _inv_freq_all_dims, "shape: expected (1,), got (2,)"),
+    ("ch02", "inv_freq", _inv_freq_wrong_step, "expected 0.1, got 0.3162278"),
+    ("ch02", "rotation_table", _table_textbook, "expected 0.841471, got -0.841471"),
+    ("ch02", "apply_table", _apply_half_split, "values differ"),
+    ("ch03", "gqa_scores", _gqa_wrong_group, "(G=3)"),
+    ("ch03", "gqa_scores", _gqa_unscaled, "1/sqrt(d)"),
+    ("ch03", "causal_mask", _mask_no_offset, "S=1, start=9): 9 of 10 values differ"),
+    ("ch04", "kv_append", _append_reshape, "values differ at [0]"),
+    ("ch04", "kv_append", _append_forgets_length, "at [1]"),
+    ("ch04", "kv_bytes_per_token", lambda c, b: 2 * c.n_layers * c.n_heads * c.head_dim * b, "(3x the expected)"),
+    ("ch04", "kv_bytes_per_token", lambda c, b: c.n_layers * c.n_kv_heads * c.head_dim * b, "(0.5x the expected)"),
+    ("ch04", "top_p_probs", _top_p_excludes_crossing, "top_p=0.5"),
+    ("ch05", "gemv_tile_m", _tile_no_divisor, "expected 24, got 28"),
+    ("ch05", "gemv_l1_bytes", _l1_weights_only, "expected 1,168, got 1,024"),
+    ("ch05", "largest_tile_m", _largest_no_stack, "expected 11, got 55"),
+    ("ch06", "group_arguments", _group_no_sharing, "got ['x', 'norm_w', 'xn', 'wk', 'xn', 'k']"),
+    ("ch06", "derive_roles", _roles_written_is_intermediate, "expected 'output' at ['k'], got 'intermediate'"),
+    ("ch07", "call_bytes", _call_intermediates_back, "stitched RMSNorm + K projection, first call): expected 64 at [1]"),
+    ("ch07", "call_bytes", _call_weights_every_time, "second call, same bo_key"),
+    ("ch07", "decode_bytes", _decode_no_head, "expected 150,912 at [0]"),
+    ("ch07", "prefill_bytes", _prefill_alias_ignored, "aliasing"),
+    ("ch08", "subscripts", _subscripts_first_letters, "expected 'bim,mqe->biqe', got 'bsd,dhd->bshd'"),
+    ("ch08", "einsum_flops", _flops_output_only, "expected 4,644,864, got 8,064"),
+    ("ch08", "rope_q", _rope_contract_r, "values differ"),
+    ("ch09", "collective_traffic", _traffic_ring_like_line, "on a ring of 3 chips"),
+    ("ch09", "collective_traffic", _traffic_line_all_reduce_doubled, "all_reduce on a line"),
+    ("ch09", "bfloat8_block", _bfp8_round_half_up, "ties"),
+    ("ch09", "bfloat8_block", _bfp8_no_saturation, "expected 254, got 256"),
+    ("ch10", "preempt", _preempt_oldest, "expected 2 at [0], got 0"),
+    ("ch10", "preempt", _preempt_keeps_blocks, "expected [2], got [2, 1]"),
+    ("ch10", "gather_keys", _gather_no_transpose, "values differ"),
+    ("ch10", "gather_keys", _gather_ignores_table, "table [0, 2, 4], n=9"),
+    ("ch11", "gate", _gate_one_direction, "ours in the reference's top-5 but not the reverse): expected False at [0], got True"),
+    ("ch11", "gate", _gate_ignores_length, "ours stops 2 tokens early): expected False at [0], got True"),
+    ("ch11", "plan_turn", _turn_never_recomputes, "everything is already cached (recompute the last position)): expected 39 at [0], got 40"),
+    ("ch11", "plan_turn", _turn_keeps_whole_cache, "re-tokenizes differently from position 24): expected 24 at [0], got 28"),
+]
+
+
+def test_every_exercise_has_a_wrong_answer_below():
+    assert {(ch, name) for ch, name, _, _ in WRONG} == set(ALL)
+
+
+@pytest.mark.parametrize("ch,name,wrong,words", WRONG,
+                         ids=[f"{ch}-{name}-{i}" for i, (ch, name, _, _) in enumerate(WRONG)])
+def test_wrong_answer_fails_with_a_pointed_message(ch, name, wrong, words):
+    ex = exercise(ch, name)
+    v = ex.verdict(wrong)
+    assert not v.passed and v.status == "failed", v.message
+    assert v.message.startswith(f"{ex.number} {name}: FAILED on case "), v.message
+    assert words in v.message, v.message
+    assert "\n" not in v.message and "| hint: " in v.message
+
+
+# ---- the mechanics ------------------------------------------------------------------------------
+def test_exception_in_student_code_is_one_line():
+    ex = Exercise("00.1", "f", lambda: [Case("x=1", (1,), 2)])
+    v = ex.verdict(lambda x: {}["missing"])
+    assert v.message == "00.1 f: FAILED on case 1/1 (x=1): raised KeyError: 'missing'"
+
+
+def test_student_cannot_change_the_cases_by_writing_into_arguments():
+    a = np.zeros(3)
+    ex = Exercise("00.1", "f", lambda: [Case("a", (a,), np.zeros(3))])
+
+    def writes(x):
+        x += 1
+        return np.zeros(3)
+
+    assert ex.verdict(writes).passed and ex.verdict(writes).passed and not a.any()
+
+
+def test_difference_reports_shapes_and_first_index():
+    e = np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert difference(e, e.T).startswith("shape: expected (2, 3), got (3, 2)")
+    g = e.copy()
+    g[1, 2] = 9
+    assert difference(e, g) == ("1 of 6 values differ (shape (2, 3) float32); first at index (1, 2): "
+                                "expected 5, got 9")
+    assert difference(5, 5.0) is None and difference(True, np.bool_(True)) is None
+    assert difference(True, 1) is not None and difference([1, 2], [1]) is not None
+    assert difference(np.array([-np.inf, 0.0]), np.array([-np.inf, 0.0])) is None
+    assert difference(np.array([-np.inf]), np.array([-1e30])) is not None
+
+
+def test_not_a_function():
+    v = exercise("ch01", "block_params").verdict(42)
+    assert not v.passed and "expected a function, got int" in v.message
+
+
+# ---- the notebooks: stubs at the end, one checker cell each, solutions substituted by name -------
+def _notebook_cells(stem: str):
+    jupytext = pytest.importorskip("jupytext")
+    from llamanb.course import cells
+    return cells(jupytext.read(ROOT / "notebooks" / f"{stem}.py", fmt="py:percent"))
+
+
+@pytest.mark.parametrize("ch", CHAPTERS)
+def test_notebook_ends_with_its_exercises(ch):
+    from llamanb.course import stub_functions
+    cs = _notebook_cells(SOLUTIONS[ch])
+    names = [ex.name for ex in chapter(ch).EXERCISES]
+    stubs = [(i, n) for i, (kind, src) in enumerate(cs) if kind == "code" for n in stub_functions(src)]
+    assert [n for _, n in stubs] == names
+    start = next(i for i, (kind, src) in enumerate(cs) if src.startswith("## Exercises"))
+    assert all(i > start for i, _ in stubs)
+    for i, name in stubs:                      # the next cell checks it, and nothing else
+        assert cs[i + 1] == ("code", f"{ch}.{name}({name})")
+    assert cs[-1] == ("code", f"{ch}.{names[-1]}({names[-1]})")
+
+
+def test_solved_cells_substitutes_stubs_by_name():
+    from llamanb.course import solved_cells
+    from llamanb.errors import LlamanbError
+    cs = [("markdown", "raise NotImplementedError in prose"), ("code", "x = 1"),
+          ("code", "def f(a):\n    raise NotImplementedError  # your code here"), ("code", "check(f)")]
+    sol = "import numpy as np\n\n\ndef g():\n    pass\n\n\ndef f(a):\n    \"\"\"doc\"\"\"\n    return np.sum(a)\n"
+    out = solved_cells(cs, sol)
+    assert out[0] == cs[0] and out[1] == cs[1] and out[3] == cs[3]
+    assert out[2] == ("code", 'import numpy as np\n\ndef f(a):\n    """doc"""\n    return np.sum(a)\n')
+    with pytest.raises(LlamanbError, match="no solution for h"):
+        solved_cells([("code", "def h():\n    raise NotImplementedError")], sol, "nb")
+
+
+def test_solutions_command_refuses_a_notebook_without_solutions():
+    import subprocess
+    import sys
+    for arg in ("notebooks/00_overview.py", "notebooks/nope.py"):
+        r = subprocess.run([sys.executable, "-m", "llamanb.course", "solutions", arg],
+                           capture_output=True, text=True, cwd=ROOT)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert "no solutions file" in r.stderr or "not a notebook source" in r.stderr
