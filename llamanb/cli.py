@@ -58,14 +58,15 @@ def _model_arg(p):
 
 
 def _backend_arg(p) -> None:
-    p.add_argument("--backend", default="numpy", help="numpy (default), npu2-emulated, npu2, ... "
-                   "(an NPU2 backend runs bf16; --dtype applies to numpy)")
+    p.add_argument("--backend", default="numpy", help="numpy (default), cpu (compiled C++ "
+                   "kernels), npu2-emulated, npu2, ... (an NPU2 backend runs bf16; --dtype applies "
+                   "to numpy and cpu)")
 
 
 def _engine(model, backend: str, dtype: str = "float32"):
     from .engine import Engine
 
-    return Engine(model, backend, **({"dtype": dtype} if backend == "numpy" else {}))
+    return Engine(model, backend, **({"dtype": dtype} if backend in ("numpy", "cpu") else {}))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -164,7 +165,7 @@ def cmd_generate(a) -> int:
     if a.no_stream:
         print((prompt if a.raw else "") + r.text, end="")
     print()
-    dtype = a.dtype if a.backend == "numpy" else "bf16"
+    dtype = a.dtype if a.backend in ("numpy", "cpu") else "bf16"
     print(f"[{engine.backend.description}, {dtype}] load {model.load_s:.2f} s | "
           f"prefill {len(ids)} tok in {r.prefill_s:.3f} s ({r.prefill_tok_s:.1f} tok/s) | "
           f"decode {r.decode_steps} tok in {r.decode_s:.3f} s ({r.decode_tok_s:.1f} tok/s) | "

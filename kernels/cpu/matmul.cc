@@ -5,7 +5,9 @@
 // the weights once, as one sequence does. Prefill (M up to thousands) runs the same tiles over
 // blocks of MB rows: W is read once per block, the block's activations stay in L2.
 //
-// Threads split the output columns (weight rows); each output element is one thread's dot
+// Threads split the output columns (weight rows) in chunks of 8 tiles handed out on demand (on a
+// shared, busy machine a thread that loses its core would hold up a static split's barrier;
+// here the other threads take its remaining chunks). Each output element is one thread's dot
 // product, accumulated in the same order whatever M is and whichever rows share the step -- so a
 // row's result does not depend on its neighbours (see tests/test_cpu_backend.py).
 #include "vec.h"
@@ -63,7 +65,7 @@ void matmul(const float* x, int M, int K, const WT* W, int N, float* y, int accu
 #pragma omp parallel
     for (int m0 = 0; m0 < M; m0 += MB) {
         const int m1 = m0 + MB < M ? m0 + MB : M;
-#pragma omp for schedule(static) nowait
+#pragma omp for schedule(dynamic, 8) nowait
         for (int t = 0; t < tiles; ++t) {
             const int n = t * NR;
             if (n + NR <= N) {
