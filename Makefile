@@ -14,7 +14,8 @@ help:
 	@echo "make lab     install JupyterLab and open the course"
 	@echo "make notebooks  regenerate every notebooks/NN_name.ipynb from its .py and execute it"
 	@echo "make verify  compare greedy decoding with the shared HF transformers reference"
-	@echo "make bench   llamanb vs transformers fp32/bf16 on this machine (JSON=file to save)"
+	@echo "make bench   llamanb vs transformers fp32/bf16 on this machine (JSON=file to save;"
+	@echo "             BACKEND=cpu: the compiled kernels too, beside llama.cpp if PEER_PYTHON has it)"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -71,7 +72,7 @@ verify: $(VENV)/.run-installed
 	$(PY) -m llamanb verify $${MODEL:+--model "$$MODEL"} $${BACKEND:+--backend "$$BACKEND"}
 
 bench: $(VENV)/.test-installed
-	$(PY) -m llamanb bench $${MODEL:+--model "$$MODEL"} $${JSON:+--json "$$JSON"}
+	$(PY) -m llamanb bench $${MODEL:+--model "$$MODEL"} $${BACKEND:+--backend "$$BACKEND"} $${PEER_PYTHON:+--peer-python "$$PEER_PYTHON"} $${JSON:+--json "$$JSON"}
 
 info: $(VENV)/.run-installed
 	$(PY) -m llamanb info $${MODEL:+--model "$$MODEL"}

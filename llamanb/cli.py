@@ -119,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-bf16", action="store_true", help="skip transformers bf16")
     b.add_argument("--backend", default="numpy", help="also measure this llamanb backend (e.g. "
                    "npu2-emulated) beside the numpy engine, as a ratio in the same run")
+    b.add_argument("--peer-python", default=None, help="with --backend cpu: a Python that has "
+                   "llama-cpp-python, to measure llama.cpp F32/BF16 beside it (default: "
+                   "$LLAMANB_PEER_PYTHON, or this Python if it can import llama_cpp)")
     b.add_argument("--batching", action="store_true", help="instead: one request at a time vs "
                    "static vs continuous batching (llamanb only, slot counts 1-16)")
 
