@@ -2,15 +2,17 @@
 // `rnd` != 0 rounds each output to bfloat16 (the --dtype bf16 numerics of the numpy engine).
 #include <cmath>
 
+#include "pool.h"
 #include "vec.h"
+
+using llamanb_cpu::parallel_for;
 
 extern "C" {
 
 // out [M, H] = x [M, H] / sqrt(mean(x^2) + eps) * w [H]
 void llamanb_cpu_rmsnorm(const float* x, const float* w, float* out, int M, int H, float eps,
                          int rnd) {
-#pragma omp parallel for schedule(static) if (M > 16)
-    for (int m = 0; m < M; ++m) {
+    parallel_for(M, [&](int64_t m) {
         const float* xr = x + (long)m * H;
         float* o = out + (long)m * H;
         vf acc = {};
@@ -26,7 +28,7 @@ void llamanb_cpu_rmsnorm(const float* x, const float* w, float* out, int M, int 
             float v = xr[i] * inv * w[i];
             o[i] = rnd ? round_bf16(v) : v;
         }
-    }
+    });
 }
 
 // Rotate heads [R rows, n_heads, d] in place (row stride `ld` floats) by cos/sin [R, d/2]:
@@ -34,8 +36,7 @@ void llamanb_cpu_rmsnorm(const float* x, const float* w, float* out, int M, int 
 void llamanb_cpu_rope(float* x, int R, long ld, int n_heads, int d, const float* cos,
                       const float* sin, int rnd) {
     const int half = d / 2;
-#pragma omp parallel for schedule(static) if (R > 16)
-    for (int r = 0; r < R; ++r) {
+    parallel_for(R, [&](int64_t r) {
         const float* c = cos + (long)r * half;
         const float* s = sin + (long)r * half;
         for (int h = 0; h < n_heads; ++h) {
@@ -48,13 +49,12 @@ void llamanb_cpu_rope(float* x, int R, long ld, int n_heads, int d, const float*
                 v[i + half] = rnd ? round_bf16(hi) : hi;
             }
         }
-    }
+    });
 }
 
 // out [M, F] = silu(gu[:, :F]) * gu[:, F:]   for gu [M, 2F] (gate and up packed side by side)
 void llamanb_cpu_silu_mul(const float* gu, float* out, int M, int F, int rnd) {
-#pragma omp parallel for schedule(static) if (M > 4)
-    for (int m = 0; m < M; ++m) {
+    parallel_for(M, [&](int64_t m) {
         const float* g = gu + (long)m * 2 * F;
         const float* u = g + F;
         float* o = out + (long)m * F;
@@ -62,7 +62,7 @@ void llamanb_cpu_silu_mul(const float* gu, float* out, int M, int F, int rnd) {
             float v = g[i] / (1.0f + std::exp(-g[i])) * u[i];
             o[i] = rnd ? round_bf16(v) : v;
         }
-    }
+    });
 }
 
 void llamanb_cpu_round_bf16(float* x, long n) {
@@ -71,7 +71,6 @@ void llamanb_cpu_round_bf16(float* x, long n) {
 
 // float32 -> bfloat16 bit patterns (ties to even): the weights' one-time conversion.
 void llamanb_cpu_to_bf16_bits(const float* x, uint16_t* out, long n) {
-#pragma omp parallel for schedule(static)
     for (long i = 0; i < n; ++i) {
         float r = round_bf16(x[i]);
         uint32_t u;

@@ -5,11 +5,11 @@
 // the weights once, as one sequence does. Prefill (M up to thousands) runs the same tiles over
 // blocks of MB rows: W is read once per block, the block's activations stay in L2.
 //
-// Threads split the output columns (weight rows) in chunks of 8 tiles handed out on demand (on a
-// shared, busy machine a thread that loses its core would hold up a static split's barrier;
-// here the other threads take its remaining chunks). Each output element is one thread's dot
+// Threads (pool.h) take chunks of 32 output columns (weight rows) x one block of rows, on
+// demand. Each output element is one thread's dot
 // product, accumulated in the same order whatever M is and whichever rows share the step -- so a
 // row's result does not depend on its neighbours (see tests/test_cpu_backend.py).
+#include "pool.h"
 #include "vec.h"
 
 namespace {
@@ -60,13 +60,15 @@ inline void rows(const float* x, int m0, int m1, int K, const WT* W, int n, floa
 template <typename WT>
 void matmul(const float* x, int M, int K, const WT* W, int N, float* y, int accumulate, int rnd) {
     // one row alone: four weight rows at a time keeps four streams of W in flight
-    constexpr int NR = 4;
+    constexpr int NR = 4, TILES_PER_CHUNK = 8;
     const int tiles = (N + NR - 1) / NR;
-#pragma omp parallel
-    for (int m0 = 0; m0 < M; m0 += MB) {
-        const int m1 = m0 + MB < M ? m0 + MB : M;
-#pragma omp for schedule(dynamic, 8) nowait
-        for (int t = 0; t < tiles; ++t) {
+    const int64_t n_chunks = (tiles + TILES_PER_CHUNK - 1) / TILES_PER_CHUNK;
+    const int64_t m_blocks = (M + MB - 1) / MB;
+    llamanb_cpu::parallel_for(m_blocks * n_chunks, [&](int64_t chunk) {
+        const int m0 = int(chunk / n_chunks) * MB, m1 = m0 + MB < M ? m0 + MB : M;
+        const int t0 = int(chunk % n_chunks) * TILES_PER_CHUNK;
+        const int t1 = t0 + TILES_PER_CHUNK < tiles ? t0 + TILES_PER_CHUNK : tiles;
+        for (int t = t0; t < t1; ++t) {
             const int n = t * NR;
             if (n + NR <= N) {
                 if (m1 - m0 == 1) rows<4>(x, m0, m1, K, W, n, y, N, accumulate, rnd);
@@ -78,7 +80,7 @@ void matmul(const float* x, int M, int K, const WT* W, int N, float* y, int accu
                 for (int j = n; j < N; ++j) rows<1>(x, m0, m1, K, W, j, y, N, accumulate, rnd);
             }
         }
-    }
+    });
 }
 
 }  // namespace

@@ -43,7 +43,7 @@ class CpuBackend(Backend):
         c = self.config
         isa = "-march=native" if self.k.native else "portable flags"
         self.description = (f"compiled C++ kernels on the host CPU ({dtype} weights, "
-                            f"{self.k.vector_width}-lane vectors, {isa})")
+                            f"{self.k.vector_width}-lane vectors, {isa}, {self.k.threads} threads)")
         self.freqs = rope_for(c)
         self.scale = float(c.head_dim ** -0.5)
         self._rope_key, self._rope = None, None

@@ -1,6 +1,6 @@
 """The cpu backend's C++ kernels (kernels/cpu/*.cc): built once into the cache, bound with ctypes.
 
-    kernels/cpu/*.cc, *.h --g++ -O3 -march=native -fopenmp--> $LLAMANB_CACHE/cpu/cpu-kernels-<key>.so
+    kernels/cpu/*.cc, *.h --g++ -O3 -march=native -pthread--> $LLAMANB_CACHE/cpu/cpu-kernels-<key>.so
 
 The build machinery is the NPU host build's (llamanb.npu.hostbuild): the key hashes the sources,
 the flags and `g++ --version`, and the library is written to a temporary file and renamed into
@@ -11,11 +11,9 @@ the compiler's default instruction set). `-ffp-contract=fast` lets multiply-adds
 
     LLAMANB_CXX   the compiler (default g++); "none" turns builds off
 
-Threads: OpenMP, one per core. An idle OpenMP thread spins before it sleeps (libgomp's default:
-300000 spins, about a millisecond); between two kernels of a decode step the Python code runs for
-microseconds, so spinning that long only takes a core from the main thread and from other
-programs (on a busy 2-core machine it cut decode speed 5x). GOMP_SPINCOUNT is set to 20000 (tens
-of microseconds) unless the user set it, before the library (and libgomp) is loaded.
+Threads: the kernels' own pool (kernels/cpu/pool.h), one thread per core this process may use, or
+$LLAMANB_THREADS. The calling thread works too and never waits for a helper that has not started,
+so a busy, shared machine slows the kernels down instead of stalling them.
 """
 from __future__ import annotations
 
@@ -30,7 +28,7 @@ from ..errors import LlamanbError
 from ..npu import hostbuild
 
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels" / "cpu"
-BASE_FLAGS = ("-std=c++20", "-O3", "-ffp-contract=fast", "-fopenmp", "-shared", "-fPIC",
+BASE_FLAGS = ("-std=c++20", "-O3", "-ffp-contract=fast", "-pthread", "-shared", "-fPIC",
               "-Wall", "-Wextra")
 
 
@@ -74,11 +72,13 @@ class Kernels:
                "llamanb_cpu_attention": (P, L, I, I, I, I, I, P, P, L, P, F, I),
                "llamanb_cpu_round_bf16": (P, L),
                "llamanb_cpu_to_bf16_bits": (P, P, L),
-               "llamanb_cpu_vector_width": ()}
+               "llamanb_cpu_vector_width": (),
+               "llamanb_cpu_threads": ()}
         for name, args in sig.items():
             fn = getattr(lib, name)
-            fn.argtypes, fn.restype = list(args), (ctypes.c_int if name.endswith("width") else None)
+            fn.argtypes, fn.restype = list(args), (ctypes.c_int if name.endswith(("width", "threads")) else None)
         self.vector_width = lib.llamanb_cpu_vector_width()
+        self.threads = lib.llamanb_cpu_threads()
 
     # y [M, N] (+)= x [M, K] @ W[N, K]^T
     def matmul(self, x: np.ndarray, w: np.ndarray, y: np.ndarray, accumulate: bool = False,
@@ -105,9 +105,6 @@ class Kernels:
 
 @lru_cache(maxsize=None)
 def _load(kernels_dir: Path, cache: Path) -> Kernels | str:
-    import os
-
-    os.environ.setdefault("GOMP_SPINCOUNT", "20000")
     for flags, native in ((native_flags(), True), (portable_flags(), False)):
         built = hostbuild.build(kernels_dir, cache, flags, "cpu-kernels")
         if built is not None:

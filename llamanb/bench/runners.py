@@ -45,7 +45,7 @@ class LlamanbRunner:
         name, _, dtype = backend.partition(":")           # "cpu:bf16": the cpu backend in bf16
         self.engine = Engine(self.model, name, **({"dtype": dtype} if dtype else {}))
         b = self.engine.backend
-        threads = (f"OpenMP {os.cpu_count()}" if name == "cpu" else
+        threads = (f"kernel pool {b.k.threads}" if name == "cpu" else
                    f"numpy/OpenBLAS {openblas_info()['threads']}")
         self.info = {"backend": b.description, "dtype": getattr(b, "dtype", "float32"),
                      "threads": threads,
