@@ -16,7 +16,8 @@ help:
 	@echo "make notebooks  regenerate every notebooks/NN_name.ipynb from its .py and execute it"
 	@echo "make solutions  run every notebook with its exercises solved (solutions/NN_name.py); writes nothing"
 	@echo "make verify  compare greedy decoding with the shared HF transformers reference"
-	@echo "make bench   llamanb vs transformers fp32/bf16 on this machine (JSON=file to save)"
+	@echo "make bench   llamanb vs transformers fp32/bf16 on this machine (JSON=file to save;"
+	@echo "             BACKEND=cpu: the compiled kernels too, beside llama.cpp if PEER_PYTHON has it)"
 	@echo "make test-lab   every widget of chapters 04-11 in a real JupyterLab in Debian's chromium"
 
 $(PY):
@@ -53,8 +54,10 @@ test-notebooks: check-pairs notebook-env
 check-pairs: $(VENV)/.test-installed
 	$(PY) -m llamanb.course check
 
+# Convert the model, and build the cpu backend's kernels into the cache (where a compiler exists).
 warm: $(VENV)/.run-installed
-	$(PY) -c "import llamanb; llamanb.Engine(llamanb.load_model())"
+	$(PY) -c "import llamanb; m = llamanb.load_model(); llamanb.Engine(m); \
+	  from llamanb.hardware import cpu_compiler_missing; cpu_compiler_missing() or llamanb.Engine(m, 'cpu')"
 
 # What a notebook kernel would otherwise do on its first run: convert the model, and build
 # matplotlib's font cache (whose message would land in a cell's output).
@@ -89,7 +92,7 @@ verify: $(VENV)/.run-installed
 	$(PY) -m llamanb verify $${MODEL:+--model "$$MODEL"} $${BACKEND:+--backend "$$BACKEND"}
 
 bench: $(VENV)/.test-installed
-	$(PY) -m llamanb bench $${MODEL:+--model "$$MODEL"} $${JSON:+--json "$$JSON"}
+	$(PY) -m llamanb bench $${MODEL:+--model "$$MODEL"} $${BACKEND:+--backend "$$BACKEND"} $${PEER_PYTHON:+--peer-python "$$PEER_PYTHON"} $${JSON:+--json "$$JSON"}
 
 info: $(VENV)/.run-installed
 	$(PY) -m llamanb info $${MODEL:+--model "$$MODEL"}

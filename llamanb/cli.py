@@ -58,8 +58,9 @@ def _model_arg(p):
 
 
 def _backend_arg(p) -> None:
-    p.add_argument("--backend", default="numpy", help="numpy (default), npu2-emulated, npu2, ... "
-                   "(an NPU2 backend runs bf16; --dtype applies to numpy)")
+    p.add_argument("--backend", default="numpy", help="numpy (default), cpu (compiled C++ "
+                   "kernels), npu2-emulated, npu2, ... (an NPU2 backend runs bf16; --dtype applies "
+                   "to numpy and cpu)")
 
 
 def _sampling_args(p) -> None:
@@ -82,7 +83,7 @@ def _sampling_args(p) -> None:
 def _engine(model, backend: str, dtype: str = "float32"):
     from .engine import Engine
 
-    return Engine(model, backend, **({"dtype": dtype} if backend == "numpy" else {}))
+    return Engine(model, backend, **({"dtype": dtype} if backend in ("numpy", "cpu") else {}))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-bf16", action="store_true", help="skip transformers bf16")
     b.add_argument("--backend", default="numpy", help="also measure this llamanb backend (e.g. "
                    "npu2-emulated) beside the numpy engine, as a ratio in the same run")
+    b.add_argument("--peer-python", default=None, help="with --backend cpu: a Python that has "
+                   "llama-cpp-python, to measure llama.cpp F32/BF16 beside it (default: "
+                   "$LLAMANB_PEER_PYTHON, or this Python if it can import llama_cpp)")
     b.add_argument("--batching", action="store_true", help="instead: one request at a time vs "
                    "static vs continuous batching (llamanb only, slot counts 1-16)")
 
@@ -178,7 +182,7 @@ def cmd_generate(a) -> int:
     if a.no_stream:
         print((prompt if a.raw else "") + r.text, end="")
     print()
-    dtype = a.dtype if a.backend == "numpy" else "bf16"
+    dtype = a.dtype if a.backend in ("numpy", "cpu") else "bf16"
     print(f"[{engine.backend.description}, {dtype}] load {model.load_s:.2f} s | "
           f"prefill {len(ids)} tok in {r.prefill_s:.3f} s ({r.prefill_tok_s:.1f} tok/s) | "
           f"decode {r.decode_steps} tok in {r.decode_s:.3f} s ({r.decode_tok_s:.1f} tok/s) | "

@@ -298,8 +298,9 @@ print(profile.spec_table(profile.spec_rows(PRESETS["llama3.2-1b"], 2048, 1024)))
 #
 # One chat prompt, 16 greedy tokens, on every backend this course built (and any real one this
 # machine has): the numpy reference (float32), the NPU2 groups (bf16), Furiosa's TCP einsum
-# program (chapter 08, float32) and a 3×4 Tenstorrent mesh (chapter 09, float32, line
-# collectives). Each answer is checked against the numpy reference with the top-5 rule; the
+# program (chapter 08, float32), a 3×4 Tenstorrent mesh (chapter 09, float32, line collectives)
+# and — where a C++ compiler exists — `cpu`, this CPU running the course's own kernels compiled
+# natively (`kernels/cpu/`, float32): the one real-hardware row every reader has. Each answer is checked against the numpy reference with the top-5 rule; the
 # activity column is counted by each backend itself: calls into the NPU runtime, collectives over
 # the mesh's links, or TCP program ops.
 
@@ -310,6 +311,8 @@ from llamanb.mesh.config import MeshConfig
 question = tok.encode_prompt("What is the tallest mountain on Earth?")
 engines = {"numpy": Engine(model), BACKEND: npu, "tcp": Engine(model, "tcp"),
            "galaxy-emulated": Engine(model, "galaxy-emulated", mesh=MeshConfig((3, 4)))}
+if ready.get("cpu"):                        # this CPU, the course's C++ kernels (real hardware)
+    engines["cpu"] = Engine(model, "cpu")
 for r in rows:                              # real hardware, where this machine has it
     if r.ready and r.runs_on == "device" and r.name not in engines:
         engines[r.name] = Engine(model, r.name)

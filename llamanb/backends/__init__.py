@@ -8,7 +8,8 @@ from .numpy_ref import NumpyBackend
 BACKENDS = {"numpy": NumpyBackend}
 
 
-LAZY = {"galaxy-emulated": ("llamanb.mesh.backend", "MeshBackend"),   # imported on first use
+LAZY = {"cpu": ("llamanb.backends.cpu", "CpuBackend"),
+        "galaxy-emulated": ("llamanb.mesh.backend", "MeshBackend"),   # imported on first use
         "tcp": ("llamanb.tcp.backend", "TCPBackend"),
         "npu2-emulated": ("llamanb.npu.backend", "NPU2Backend"),
         "npu2": ("llamanb.npu.backend", "NPU2RealBackend"),

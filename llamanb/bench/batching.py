@@ -86,15 +86,17 @@ def ceiling(one: dict, cont: dict, slots: int) -> float:
 
 
 def measure(model_spec, runs: int, n_requests: int = 16, slot_counts=SLOT_COUNTS,
-            progress=lambda m: None, **workload) -> dict:
-    """workload: prompt_range / new_range for mixed_workload (tests use short ones)."""
+            progress=lambda m: None, backend: str = "numpy", **workload) -> dict:
+    """workload: prompt_range / new_range for mixed_workload (tests use short ones). backend: a
+    name, or "cpu:bf16" for a backend with a dtype."""
     from ..io.store import load_model
     from ..engine import Engine
     from ..serve.workload import mixed_workload
     from .runners import PROMPT_TEXT
 
     model = load_model(model_spec)
-    engine = Engine(model)
+    name, _, dtype = backend.partition(":")
+    engine = Engine(model, name, **({"dtype": dtype} if dtype else {}))
     unit = model.tokenizer.encode(PROMPT_TEXT, add_special_tokens=False)
     work = mixed_workload(unit, n_requests, **workload)
     modes = [("one_at_a_time", 1)] + [(p, s) for s in slot_counts for p in ("static", "continuous")]
@@ -135,7 +137,7 @@ def measure(model_spec, runs: int, n_requests: int = 16, slot_counts=SLOT_COUNTS
         bound = None
     return {"workload": {"requests": len(work), "prompt_tokens": [len(p) for p, _ in work],
                          "max_new_tokens": [k for _, k in work]},
-            "engine": f"{engine.backend.description}, float32, not batch-invariant; prompt steps "
+            "engine": f"{engine.backend.description}, {getattr(engine.backend, 'dtype', 'float32')}, not batch-invariant; prompt steps "
                       f"padded to {engine.backend.row_multiple} rows, decode-only steps unpadded",
             "runs": runs, "table": table, "ratios": ratios, "bound": bound}
 
@@ -181,7 +183,8 @@ def main(args) -> int:
         print(f"bench: {msg}", file=sys.stderr, flush=True)
 
     progress("batching: one at a time vs static vs continuous, interleaved rounds")
-    res = measure(args.model, args.runs, progress=progress)
+    res = measure(args.model, args.runs, progress=progress,
+                  backend=getattr(args, "backend", "numpy") or "numpy")
     print(report(res))
     if args.json:
         write_json(args.json, {"batching": res})

@@ -141,9 +141,10 @@ class EngineProcess:
 
 
 def measure_engines(engines: list[str], model_spec, cache_dir, ids: list[int], runs: int,
-                    steps: int, progress) -> tuple[dict, list[list[str]]]:
+                    steps: int, progress, peers: dict | None = None) -> tuple[dict, list[list[str]]]:
     """Load every engine in its own child, then run the rounds interleaved round-robin; return
-    each engine's medians, samples and peak RSS, and the order of every round."""
+    each engine's medians, samples and peak RSS, and the order of every round. `peers`: engine
+    name -> (python, gguf path) for the llama.cpp engines (bench.peer)."""
     ctx = multiprocessing.get_context("spawn")
     keys = [f"prefill_{n}" for n in PREFILL_LENS] + ["decode"]
     procs, info = {}, {}
@@ -152,7 +153,12 @@ def measure_engines(engines: list[str], model_spec, cache_dir, ids: list[int], r
     try:
         for e in engines:
             progress(f"{e}: starting its process, loading")
-            procs[e] = EngineProcess(ctx, e, model_spec, cache_dir, ids, steps)
+            if peers and e in peers:
+                from .peer import PeerProcess
+
+                procs[e] = PeerProcess(e, *peers[e], ids, steps)
+            else:
+                procs[e] = EngineProcess(ctx, e, model_spec, cache_dir, ids, steps)
             info[e] = procs[e].ask()
             progress(f"  loaded in {info[e]['load_s']:.2f} s: {info[e]['backend']}")
         progress(f"rounds: warm-up + {runs} timed, interleaved round-robin "

@@ -32,6 +32,8 @@ def main(args) -> int:
             raise LlamanbError(f"unknown backend {backend!r}; available: "
                                f"{', '.join({**BACKENDS, **LAZY})}")
         engines.append(f"llamanb@{backend}")
+        if backend == "cpu":                     # both precisions, each beside llama.cpp's
+            engines.append("llamanb@cpu:bf16")
     if not args.no_transformers:
         missing = [m for m in ("torch", "transformers") if find_spec(m) is None]
         if missing:
@@ -56,6 +58,19 @@ def main(args) -> int:
                   "cache_dir": str(model.cache_dir)}
     if cfg.max_seq < max(max(PREFILL_LENS), DECODE_CONTEXT + args.decode_tokens):
         raise LlamanbError(f"{cfg.name}: context {cfg.max_seq} is too short for the benchmark")
+    peers = None
+    if backend == "cpu":
+        from ..io.store import cache_root
+        from .peer import PEERS, make_ggufs, peer_python
+
+        py, version = peer_python(getattr(args, "peer_python", None))
+        if py is None:
+            progress(version)
+        else:
+            progress(f"llama.cpp peer: llama-cpp-python {version} in {py}; writing F32/BF16 GGUFs")
+            files = make_ggufs(model.source, cache_root() / "peer")
+            peers = {e: (py, files[prec]) for e, prec in PEERS.items()}
+            engines += list(PEERS)
     del model
 
     machine = machine_info()
@@ -68,7 +83,7 @@ def main(args) -> int:
     progress(f"  {bw['gb_s']:.2f} GB/s ({bw['best']}) -> decode roofline {roofline:.2f} tok/s")
 
     results, orders = measure_engines(engines, args.model, model_info["cache_dir"], ids,
-                                      args.runs, args.decode_tokens, progress)
+                                      args.runs, args.decode_tokens, progress, peers)
 
     agreement = None
     if "transformers_fp32" in results:
@@ -91,7 +106,7 @@ def main(args) -> int:
         "memory_read": bw,
         "decode_roofline_tok_s": roofline,
         "engines": results,
-        "ratios": ratios(results, roofline),
+        "ratios": ratios(results, roofline, bw["gb_s"]),
         "greedy_agreement": agreement,
     }
     res["cpu_taken_by_others_pct"] = cpu.pct()      # children count as ours: all reaped by now

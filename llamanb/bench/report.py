@@ -13,7 +13,11 @@ from .runners import DECODE_CONTEXT, PREFILL_LENS, label
 BACKEND_DECODE_TARGETS = {"npu2-emulated": 0.5}
 
 
-def ratios(engines: dict, roofline: float) -> list[dict]:
+# The cpu backend against llama.cpp at the same precision, in the same run (issue 18's targets).
+CPU_PEER = {"cpu": "llamacpp_f32", "cpu:bf16": "llamacpp_bf16"}
+
+
+def ratios(engines: dict, roofline: float, gb_s: float | None = None) -> list[dict]:
     lb, hf = engines["llamanb"], engines.get("transformers_fp32")
     rows = [
         ("llamanb decode / transformers fp32 decode", "x", 1.5,
@@ -29,6 +33,26 @@ def ratios(engines: dict, roofline: float) -> list[dict]:
                          BACKEND_DECODE_TARGETS.get(b), e["decode_tok_s"] / lb["decode_tok_s"]))
             rows.append((f"{b} prefill_128 / numpy fp32 prefill_128", "x", None,
                          e["prefill_128_tok_s"] / lb["prefill_128_tok_s"]))
+            if b in CPU_PEER:
+                rows.append((f"{b} prefill_512 / numpy fp32 prefill_512", "x", None,
+                             e["prefill_512_tok_s"] / lb["prefill_512_tok_s"]))
+                if gb_s and e.get("weight_bytes"):       # its own bytes per token (bf16: half)
+                    rows.append((f"{b} decode / its roofline ({gb_s:.1f} GB/s / "
+                                 f"{e['weight_bytes'] / 1e6:.0f} MB)", "%", 0.90,
+                                 e["decode_tok_s"] / (gb_s * 1e9 / e["weight_bytes"])))
+                peer = engines.get(CPU_PEER[b])
+                if peer:
+                    rows.append((f"{b} decode / {label(CPU_PEER[b])} decode", "x", 1.0,
+                                 e["decode_tok_s"] / peer["decode_tok_s"]))
+                    rows.append((f"{b} prefill_512 / {label(CPU_PEER[b])} prefill_512", "x",
+                                 1.0 if b == "cpu" else None,
+                                 e["prefill_512_tok_s"] / peer["prefill_512_tok_s"]))
+        elif name in CPU_PEER.values() and gb_s:
+            nbytes = engines["llamanb"].get("weight_bytes")
+            if nbytes:
+                nbytes = nbytes // 2 if name.endswith("bf16") else nbytes
+                rows.append((f"{label(name)} decode / roofline ({nbytes / 1e6:.0f} MB)", "%", None,
+                             e["decode_tok_s"] / (gb_s * 1e9 / nbytes)))
     return [{"name": n, "unit": u, "target": t, "value": v,
              "pass": None if v is None or t is None else v >= t} for n, u, t, v in rows]
 

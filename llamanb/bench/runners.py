@@ -12,11 +12,13 @@ from .machine import openblas_info
 PREFILL_LENS = (128, 512)
 DECODE_CONTEXT = 128                     # prompt length before the decode steps
 LABELS = {"llamanb": "llamanb (numpy fp32)", "transformers_fp32": "transformers fp32",
-          "transformers_bf16": "transformers bf16"}
+          "transformers_bf16": "transformers bf16", "llamacpp_f32": "llama.cpp F32",
+          "llamacpp_bf16": "llama.cpp BF16"}
 
 
 def label(engine: str) -> str:
-    """Table label of an engine name: "llamanb", "llamanb@<backend>", "transformers_<dtype>"."""
+    """Table label of an engine name: "llamanb", "llamanb@<backend>[:<dtype>]",
+    "transformers_<dtype>", "llamacpp_<precision>"."""
     return LABELS.get(engine) or f"llamanb ({engine.split('@', 1)[1]})"
 
 # A fixed English text; its token ids, repeated and truncated, are every engine's prompt.
@@ -40,10 +42,14 @@ class LlamanbRunner:
         from ..io.store import load_model
 
         self.model = load_model(model_spec)
-        self.engine = Engine(self.model, backend)
-        dtype = getattr(self.engine.backend, "dtype", "float32")
-        self.info = {"backend": self.engine.backend.description, "dtype": dtype,
-                     "threads": f"numpy/OpenBLAS {openblas_info()['threads']}"}
+        name, _, dtype = backend.partition(":")           # "cpu:bf16": the cpu backend in bf16
+        self.engine = Engine(self.model, name, **({"dtype": dtype} if dtype else {}))
+        b = self.engine.backend
+        threads = (f"kernel pool {b.k.threads}" if name == "cpu" else
+                   f"numpy/OpenBLAS {openblas_info()['threads']}")
+        self.info = {"backend": b.description, "dtype": getattr(b, "dtype", "float32"),
+                     "threads": threads,
+                     "weight_bytes": getattr(b, "weight_bytes", self.model.weights.nbytes())}
 
     def prefill(self, ids) -> float:
         cache = self.engine.new_cache(len(ids))

@@ -69,26 +69,28 @@ def sources(kernels_dir: Path = KERNELS_DIR) -> list[Path]:
     return sorted(p for p in Path(kernels_dir).iterdir() if p.suffix in (".cc", ".h"))
 
 
-def build_key(cxx: str, kernels_dir: Path = KERNELS_DIR) -> str:
+def build_key(cxx: str, kernels_dir: Path = KERNELS_DIR, flags: tuple[str, ...] = FLAGS) -> str:
     h = hashlib.sha256(FORMAT.encode())
     h.update(_VERSIONS[cxx].encode())
-    h.update("\0".join(FLAGS).encode())
+    h.update("\0".join(flags).encode())
     for p in sources(kernels_dir):
         h.update(b"\0" + p.name.encode() + b"\0" + p.read_bytes())
     return h.hexdigest()
 
 
-def build(kernels_dir: Path = KERNELS_DIR, cache_dir: Path | None = None) -> HostBuild | None:
+def build(kernels_dir: Path = KERNELS_DIR, cache_dir: Path | None = None,
+          flags: tuple[str, ...] = FLAGS, name: str = "host-kernels") -> HostBuild | None:
     """The host build of kernels_dir's sources, compiled now or found in the cache; None when
     there is no compiler, no sources, or the compiler rejects them (an old g++ without C++20):
-    `reason` then says which, quoting the compiler's first error lines."""
+    `reason` then says which, quoting the compiler's first error lines. Other users of this
+    machinery (the cpu backend) pass their own flags and library name."""
     cxx, _ = compiler()
     kernels_dir = Path(kernels_dir)
     if cxx is None or not kernels_dir.is_dir() or not any(kernels_dir.glob("*.cc")):
         return None
-    key = build_key(cxx, kernels_dir)
+    key = build_key(cxx, kernels_dir, flags)
     cache_dir = Path(cache_dir) if cache_dir is not None else cache_root() / "npu-host"
-    lib = cache_dir / f"host-kernels-{key[:24]}.so"
+    lib = cache_dir / f"{name}-{key[:24]}.so"
     version = _VERSIONS[cxx].splitlines()[0] if _VERSIONS[cxx] else cxx
     if lib.is_file():
         return HostBuild(lib, key, True, version)
@@ -99,7 +101,7 @@ def build(kernels_dir: Path = KERNELS_DIR, cache_dir: Path | None = None) -> Hos
     os.close(fd)
     cc_files = [str(p) for p in sources(kernels_dir) if p.suffix == ".cc"]
     try:
-        out = subprocess.run([cxx, *FLAGS, "-o", tmp, *cc_files], capture_output=True, text=True,
+        out = subprocess.run([cxx, *flags, "-o", tmp, *cc_files], capture_output=True, text=True,
                              timeout=300)
         if out.returncode != 0:
             errors = [ln for ln in out.stderr.splitlines() if "error" in ln][:2]
@@ -112,19 +114,20 @@ def build(kernels_dir: Path = KERNELS_DIR, cache_dir: Path | None = None) -> Hos
     return HostBuild(lib, key, False, version)
 
 
-def reason(kernels_dir: Path = KERNELS_DIR) -> str:
+def reason(kernels_dir: Path = KERNELS_DIR, flags: tuple[str, ...] = FLAGS) -> str:
     """Why there is no host build ("" when there is one or can be one)."""
     cxx, why = compiler()
     if cxx is None:
         return why
     if not Path(kernels_dir).is_dir() or not any(Path(kernels_dir).glob("*.cc")):
         return f"kernel sources not found in {kernels_dir}"
-    return _FAILED.get(build_key(cxx, kernels_dir), "")
+    return _FAILED.get(build_key(cxx, kernels_dir, flags), "")
 
 
-def load(kernels_dir: Path = KERNELS_DIR) -> ctypes.CDLL | None:
+def load(kernels_dir: Path = KERNELS_DIR, flags: tuple[str, ...] = FLAGS,
+         name: str = "host-kernels", cache_dir: Path | None = None) -> ctypes.CDLL | None:
     """The host build loaded with ctypes (built first if needed), or None (see `reason`)."""
-    built = build(kernels_dir)
+    built = build(kernels_dir, cache_dir, flags, name)
     if built is None:
         return None
     if built.path not in _LOADED:

@@ -1,0 +1,82 @@
+// The row-wise pieces of a Llama block: RMSNorm, RoPE (half-split pairs), SwiGLU, bf16 rounding.
+// `rnd` != 0 rounds each output to bfloat16 (the --dtype bf16 numerics of the numpy engine).
+#include <cmath>
+
+#include "pool.h"
+#include "vec.h"
+
+using llamanb_cpu::parallel_for;
+
+extern "C" {
+
+// out [M, H] = x [M, H] / sqrt(mean(x^2) + eps) * w [H]
+void llamanb_cpu_rmsnorm(const float* x, const float* w, float* out, int M, int H, float eps,
+                         int rnd) {
+    parallel_for(M, [&](int64_t m) {
+        const float* xr = x + (long)m * H;
+        float* o = out + (long)m * H;
+        vf acc = {};
+        int k = 0;
+        for (; k + VW <= H; k += VW) {
+            vf v = load(xr + k);
+            acc += v * v;
+        }
+        float ss = hsum(acc);
+        for (; k < H; ++k) ss += xr[k] * xr[k];
+        const float inv = 1.0f / std::sqrt(ss / float(H) + eps);
+        for (int i = 0; i < H; ++i) {
+            float v = xr[i] * inv * w[i];
+            o[i] = rnd ? round_bf16(v) : v;
+        }
+    });
+}
+
+// Rotate heads [R rows, n_heads, d] in place (row stride `ld` floats) by cos/sin [R, d/2]:
+// (x1, x2) -> (x1 c - x2 s, x2 c + x1 s) for the halves x1 = x[:d/2], x2 = x[d/2:].
+void llamanb_cpu_rope(float* x, int R, long ld, int n_heads, int d, const float* cos,
+                      const float* sin, int rnd) {
+    const int half = d / 2;
+    parallel_for(R, [&](int64_t r) {
+        const float* c = cos + (long)r * half;
+        const float* s = sin + (long)r * half;
+        for (int h = 0; h < n_heads; ++h) {
+            float* v = x + r * ld + (long)h * d;
+            for (int i = 0; i < half; ++i) {
+                const float a = v[i], b = v[i + half];
+                float lo = a * c[i] - b * s[i];
+                float hi = b * c[i] + a * s[i];
+                v[i] = rnd ? round_bf16(lo) : lo;
+                v[i + half] = rnd ? round_bf16(hi) : hi;
+            }
+        }
+    });
+}
+
+// out [M, F] = silu(gu[:, :F]) * gu[:, F:]   for gu [M, 2F] (gate and up packed side by side)
+void llamanb_cpu_silu_mul(const float* gu, float* out, int M, int F, int rnd) {
+    parallel_for(M, [&](int64_t m) {
+        const float* g = gu + (long)m * 2 * F;
+        const float* u = g + F;
+        float* o = out + (long)m * F;
+        for (int i = 0; i < F; ++i) {
+            float v = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+            o[i] = rnd ? round_bf16(v) : v;
+        }
+    });
+}
+
+void llamanb_cpu_round_bf16(float* x, long n) {
+    for (long i = 0; i < n; ++i) x[i] = round_bf16(x[i]);
+}
+
+// float32 -> bfloat16 bit patterns (ties to even): the weights' one-time conversion.
+void llamanb_cpu_to_bf16_bits(const float* x, uint16_t* out, long n) {
+    for (long i = 0; i < n; ++i) {
+        float r = round_bf16(x[i]);
+        uint32_t u;
+        std::memcpy(&u, &r, 4);
+        out[i] = uint16_t(u >> 16);
+    }
+}
+
+}

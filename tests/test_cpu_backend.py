@@ -1,0 +1,272 @@
+"""The compiled cpu backend (llamanb.backends.cpu, kernels/cpu): its kernels against float64 with
+the classical float32 summation bound, the engine against the float64 forward and the shared
+transformers reference, batch rows against the same rows alone, the paged cache, bf16, and the
+build (no compiler: one line; the cache key; no half-written library)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from llamanb.errors import LlamanbError
+
+from conftest import REPO_ROOT
+
+U = 2.0 ** -24                     # float32 unit roundoff
+
+
+def _gamma(n: int) -> float:
+    """Higham's gamma_n = n u / (1 - n u): |fl(sum of n products) - exact| <= gamma_n sum|x w|,
+    whatever the summation order (fused multiply-adds only make it tighter)."""
+    return n * U / (1 - n * U)
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    from llamanb.backends import cpu_kernels
+
+    try:
+        return cpu_kernels.load()
+    except LlamanbError as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="module")
+def cpu_engine(smollm, kernels):
+    from llamanb.engine import Engine
+
+    return Engine(smollm, "cpu")
+
+
+@pytest.fixture(scope="module")
+def capital_ids(smollm):
+    return smollm.tokenizer.encode_prompt("What is the capital of France?", chat=True)
+
+
+@pytest.mark.parametrize("M", [1, 3, 8, 16, 70])
+@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
+def test_matmul_within_float32_summation_bound(kernels, M, wdtype):
+    rng = np.random.default_rng(M)
+    K, N = 200, 37                                   # K, N not multiples of the vector width
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    w = rng.standard_normal((N, K)).astype(np.float32)
+    if wdtype == "bf16":
+        import ml_dtypes
+
+        wk = w.astype(ml_dtypes.bfloat16).view(np.uint16)
+        w = wk.view(ml_dtypes.bfloat16).astype(np.float32)     # the values the kernel multiplies
+    else:
+        wk = w
+    y0 = rng.standard_normal((M, N)).astype(np.float32)
+    y = kernels.matmul(x, wk, y0.copy(), accumulate=True)
+    exact = y0.astype(np.float64) + x.astype(np.float64) @ w.astype(np.float64).T
+    bound = _gamma(K + 1) * (np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T
+                             + np.abs(y0))
+    err = np.abs(y - exact)
+    print(f"M={M} {wdtype}: max error {err.max():.2e}, max bound {bound.max():.2e}")
+    assert (err <= bound).all()
+    assert err.max() > 0 or M == 1          # a real float32 computation, not the float64 one
+
+
+def test_decode_row_in_a_batch_equals_it_alone(smollm, cpu_engine):
+    """Each output element is one dot product summed in an order fixed by K alone (not by how
+    many rows share the step): the derived bound for a row in a batch against it alone is 0."""
+    from llamanb.step import Step
+
+    e = cpu_engine
+    prompts = [[1, 504 + i, 3000 + 7 * i, 42 + i][: 2 + i % 3] for i in range(8)]
+    batch = e.new_cache(64, slots=8)
+    for s, p in enumerate(prompts):
+        e.prefill(p, batch, slot=s)
+    step = Step.build([(s, len(p), np.array([100 + s])) for s, p in enumerate(prompts)])
+    together = e.step(step, batch)                                     # [8, V]
+    worst = 0.0
+    for s, p in enumerate(prompts):
+        alone = e.new_cache(64)
+        e.prefill(p, alone)
+        row = e.decode(100 + s, alone)
+        worst = max(worst, float(np.abs(row - together[s]).max()))
+    print(f"8-row decode step vs each row alone: max |diff| {worst} (bound 0: same order)")
+    assert worst == 0.0
+
+
+def test_logits_close_to_float64_like_numpy(smollm, cpu_engine, smollm_engine, capital_ids):
+    """The cpu backend's float32 error against the float64 forward is of the numpy engine's size."""
+    from llamanb.check.float64 import forward
+
+    ids = capital_ids
+    ref = forward(smollm.weights, ids, rows=[len(ids) - 1])[0]
+    lc = cpu_engine.prefill(ids, cpu_engine.new_cache(len(ids)))
+    ln = smollm_engine.prefill(ids, smollm_engine.new_cache(len(ids)))
+    ec, en = np.abs(lc - ref).max(), np.abs(ln - ref).max()
+    print(f"max |logit - float64|: cpu {ec:.2e}, numpy {en:.2e}")
+    assert int(np.argmax(lc)) == int(np.argmax(ref))
+    assert ec <= 3 * en + 1e-5
+
+
+def test_reference_gate_first_steps(cpu_engine, reference_data):
+    """Every shared transformers case, first 4 greedy steps, with the release gate's tolerances
+    (`verify --backend cpu` walks them all)."""
+    from test_reference_gate import ALL_STEPS_TOP5_ATOL, greedy_walk
+
+    for c in reference_data["cases"]:
+        ref_ids, ref_top5 = c["greedy_ids"][:4], c["top5"][:4]
+        ours, tops, kept = greedy_walk(cpu_engine, c["prompt_ids"], ref_ids, ref_top5)
+        for i, logits in enumerate(kept):
+            d = np.abs(logits[ref_top5[i]["ids"]] - np.array(ref_top5[i]["logits"], np.float32))
+            assert d.max() <= ALL_STEPS_TOP5_ATOL, f"{c['name']} step {i}: {d.max()}"
+        for i, (a, b) in enumerate(zip(ours, ref_ids)):
+            if a != b:
+                assert a in ref_top5[i]["ids"] and b in tops[i], f"{c['name']} step {i}"
+                break
+
+
+def test_paged_cache_gives_the_contiguous_results(cpu_engine, capital_ids):
+    e = cpu_engine
+    flat, paged = e.new_cache(64), e.new_cache(64, block=4, n_blocks=16)
+    a, b = e.prefill(capital_ids, flat), e.prefill(capital_ids, paged)
+    for _ in range(6):                       # crosses block boundaries (block of 4 positions)
+        t = int(np.argmax(a))
+        assert np.array_equal(a, b)
+        a, b = e.decode(t, flat), e.decode(t, paged)
+    assert np.array_equal(a, b)
+
+
+def test_bf16_matches_the_numpy_bf16_engine(smollm, cpu_engine, capital_ids):
+    import ml_dtypes
+
+    from llamanb.engine import Engine
+
+    cb, nb, cf = Engine(smollm, "cpu", dtype="bf16"), Engine(smollm, dtype="bf16"), cpu_engine
+    assert cb.backend.weight_bytes < 0.51 * cf.backend.weight_bytes     # half the bytes to read
+    lc = cb.prefill(capital_ids, cb.new_cache(len(capital_ids)))
+    ln = nb.prefill(capital_ids, nb.new_cache(len(capital_ids)))
+    lf = cf.prefill(capital_ids, cf.new_cache(len(capital_ids)))
+    assert np.array_equal(lc, lc.astype(ml_dtypes.bfloat16).astype(np.float32))   # bf16 values
+    # same bf16 numerics, different float32 summation order inside each op: the two bf16 runs
+    # differ by bf16 roundings flipped by those float32 differences (2^-8 relative each); the
+    # bound is the one test_engine allows bf16 against fp32.
+    print(f"max |cpu bf16 - numpy bf16| {np.abs(lc - ln).max():.3f}, "
+          f"|cpu bf16 - cpu fp32| {np.abs(lc - lf).max():.3f}")
+    assert np.abs(lc - ln).max() < 2.0 and np.abs(lc - lf).max() < 2.0
+    assert int(np.argmax(lc)) in set(np.argsort(-lf)[:2])
+    assert np.corrcoef(lc, ln)[0, 1] > 0.999
+
+
+def test_no_compiler_is_one_line_naming_numpy(smollm, monkeypatch):
+    from llamanb.engine import Engine
+
+    monkeypatch.setenv("LLAMANB_CXX", "/nonexistent/bin/g++")
+    with pytest.raises(LlamanbError) as e:
+        Engine(smollm, "cpu")
+    assert "numpy" in str(e.value) and "\n" not in str(e.value)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    out = subprocess.run([sys.executable, "-m", "llamanb", "generate", "--backend", "cpu",
+                          "--prompt", "Hi", "--max-new-tokens", "2"], capture_output=True,
+                         text=True, env=env, cwd=REPO_ROOT, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr and "--backend numpy" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_build_is_keyed_and_atomic(tmp_path, kernels):
+    """hostbuild with the cpu flags: a second build is a cache hit, another flag or source is a
+    new key, and nothing but finished libraries is left in the cache directory."""
+    from llamanb.backends import cpu_kernels
+    from llamanb.npu import hostbuild
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "one.cc").write_text('extern "C" int one() { return 1; }\n')
+    cache = tmp_path / "cache"
+    flags = cpu_kernels.portable_flags()
+    first = hostbuild.build(src, cache, flags, "cpu-kernels")
+    again = hostbuild.build(src, cache, flags, "cpu-kernels")
+    assert not first.cache_hit and again.cache_hit and again.path == first.path
+    assert first.path.name.startswith("cpu-kernels-")
+    other = hostbuild.build(src, cache, flags + ("-DX=1",), "cpu-kernels")
+    assert other.key != first.key
+    (src / "one.cc").write_text('extern "C" int one() { return 2; }\n')
+    changed = hostbuild.build(src, cache, flags, "cpu-kernels")
+    assert changed.key != first.key and not changed.cache_hit
+    assert sorted(p.suffix for p in cache.iterdir()) == [".so"] * 3      # no .tmp left behind
+    import ctypes
+
+    assert ctypes.CDLL(str(changed.path)).one() == 2
+    assert kernels.built.path.suffix == ".so" and kernels.built.key in kernels.built.path.name or \
+        kernels.built.key[:24] in kernels.built.path.name
+
+
+def test_bench_ratios_against_llamacpp_and_roofline():
+    """`bench --backend cpu`: each precision against llama.cpp at the same precision, and decode
+    against its own roofline (bandwidth / the bytes it reads per token: bf16 reads half)."""
+    from llamanb.bench.report import ratios
+
+    eng = {"llamanb": {"decode_tok_s": 40.0, "prefill_128_tok_s": 400.0,
+                       "prefill_512_tok_s": 500.0, "weight_bytes": 500e6},
+           "llamanb@cpu": {"decode_tok_s": 60.0, "prefill_128_tok_s": 400.0,
+                           "prefill_512_tok_s": 400.0, "weight_bytes": 500e6},
+           "llamanb@cpu:bf16": {"decode_tok_s": 100.0, "prefill_128_tok_s": 400.0,
+                                "prefill_512_tok_s": 300.0, "weight_bytes": 250e6},
+           "llamacpp_f32": {"decode_tok_s": 50.0, "prefill_512_tok_s": 500.0},
+           "llamacpp_bf16": {"decode_tok_s": 125.0, "prefill_512_tok_s": 250.0}}
+    rows = {r["name"]: r for r in ratios(eng, roofline=60.0, gb_s=40.0)}
+    f32 = rows["cpu decode / llama.cpp F32 decode"]
+    assert (f32["value"], f32["target"], f32["pass"]) == (1.2, 1.0, True)
+    bf = rows["cpu:bf16 decode / llama.cpp BF16 decode"]
+    assert (bf["value"], bf["pass"]) == (0.8, False)
+    assert rows["cpu prefill_512 / llama.cpp F32 prefill_512"]["value"] == 0.8
+    assert rows["cpu decode / its roofline (40.0 GB/s / 500 MB)"]["value"] == 60.0 / 80.0
+    assert rows["cpu:bf16 decode / its roofline (40.0 GB/s / 250 MB)"]["value"] == 100.0 / 160.0
+    assert rows["cpu prefill_512 / numpy fp32 prefill_512"]["value"] == 0.8
+
+
+def test_peer_python_missing_is_one_line(monkeypatch):
+    from llamanb.bench.peer import peer_python
+
+    monkeypatch.delenv("LLAMANB_PEER_PYTHON", raising=False)
+    with pytest.raises(LlamanbError, match="cannot import llama_cpp|does not run"):
+        peer_python(sys.executable if __import__("importlib").util.find_spec("llama_cpp") is None
+                    else "/nonexistent/python")
+
+
+def test_peer_ggufs_rewrite_every_tensor_and_key(tmp_path):
+    """make_ggufs (the files llama.cpp is measured on) on a small GGUF: every metadata key kept,
+    2-D tensors in float32 / bfloat16 (nearest-even, checked with ml_dtypes), 1-D kept float32,
+    the file type updated, and a second call rewrites nothing."""
+    import ml_dtypes
+    from gguf import GGUFReader, GGUFWriter
+
+    from llamanb.bench.peer import make_ggufs
+
+    rng = np.random.default_rng(0)
+    mat, norm = rng.standard_normal((6, 32)).astype(np.float32), rng.standard_normal(32).astype(np.float32)
+    src = tmp_path / "tiny.gguf"
+    w = GGUFWriter(str(src), "llama")
+    w.add_uint32("llama.block_count", 1)
+    w.add_array("tokenizer.ggml.tokens", ["a", "b", "c"])
+    w.add_tensor("blk.0.ffn_down.weight", mat)
+    w.add_tensor("blk.0.attn_norm.weight", norm)
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    out = tmp_path / "peer"
+    files = make_ggufs(src, out)
+    for prec, path in files.items():
+        r = GGUFReader(path)
+        assert r.fields["llama.block_count"].contents() == 1
+        assert r.fields["tokenizer.ggml.tokens"].contents() == ["a", "b", "c"]
+        assert r.fields["general.file_type"].contents() == (0 if prec == "F32" else 32)
+        t = {x.name: x for x in r.tensors}
+        assert np.array_equal(np.asarray(t["blk.0.attn_norm.weight"].data), norm)
+        got = np.asarray(t["blk.0.ffn_down.weight"].data)
+        if prec == "BF16":
+            got = got.view(np.uint16).reshape(mat.shape).view(ml_dtypes.bfloat16).astype(np.float32)
+            assert np.array_equal(got, mat.astype(ml_dtypes.bfloat16).astype(np.float32))
+        else:
+            assert np.array_equal(got, mat)
+    stamps = {p: p.stat().st_mtime_ns for p in files.values()}
+    assert make_ggufs(src, out) == files
+    assert {p: p.stat().st_mtime_ns for p in files.values()} == stamps      # cached
+    assert sorted(p.suffix for p in out.iterdir()) == [".gguf", ".gguf"]     # no .tmp left
