@@ -196,10 +196,11 @@ axes[0].set_ylabel("NPU calls")
 axes[1].bar(x - 0.2, np.array(to_dev) / 1e3, 0.4, label="to device")
 axes[1].bar(x + 0.2, np.array(from_dev) / 1e3, 0.4, label="from device")
 axes[1].set_yscale("log")
-axes[1].set_ylabel("kB synced")
+axes[1].set_ylim(10, 3 * max(max(to_dev), max(from_dev)) / 1e3)
+axes[1].set_ylabel("kB synced (log)")
 axes[1].legend(fontsize=8)
 axes[2].bar(x, est_ms, color="grey")
-axes[2].set_yscale("log")
+axes[2].set_ylim(0, 1.15 * max(est_ms))
 axes[2].set_ylabel("estimated\nNPU2 ms")
 axes[2].set_xlabel("token (0 = the prefill, which also yields the first token)")
 fig.suptitle(f"Per token through the {'emulated ' if b.emulated else ''}NPU2 runtime "
@@ -368,7 +369,8 @@ else:
 # %% [markdown]
 # ## 7. The course in one page
 #
-# Every module that just ran, and the chapter that built it:
+# Every module that just ran, and the chapter that built it (the compiled `cpu` backend is the
+# course's C++ kernels for the host, outside the chapter sequence):
 
 # %%
 BUILT = [
@@ -384,6 +386,7 @@ BUILT = [
     ("mesh, collectives, block floats", "llamanb.mesh", "09"),
     ("steps of many sequences, paged cache, scheduler", "llamanb.serve, kv.paged", "10"),
     ("readiness, chat, profile, side by side", "llamanb.hardware, chat, npu.profile, check", "11"),
+    ("this CPU's native kernels (kernels/cpu, C++)", "llamanb.backends.cpu", "--"),
 ]
 for what, where, ch in BUILT:
     print(f"  {ch}  {what:<58} {where}")

@@ -52,7 +52,7 @@ def portable_flags() -> tuple[str, ...]:
 
 
 def cache_dir() -> Path:
-    from ..io.store import cache_root
+    from ..paths import cache_root
 
     return cache_root() / "cpu"
 

