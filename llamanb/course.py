@@ -163,13 +163,10 @@ def _strip(nb) -> None:
         c.id = f"cell-{i:03d}"              # jupytext draws random ids; keep rebuilds diff-free
 
 
-def build(py: Path, timeout: int = 600) -> float:
-    """Regenerate py's .ipynb, execute it, write it atomically. Returns the execution seconds."""
-    jupytext, nbformat = _jupytext()
+def _execute(nb, py: Path, timeout: int) -> float:
+    """Execute `nb` in py's folder (where nbval runs it too); returns the seconds it took."""
     from nbclient import NotebookClient
 
-    py = Path(py).resolve()
-    nb = jupytext.read(py, fmt="py:percent")
     nb.metadata.setdefault("kernelspec", {"name": "python3", "display_name": "Python 3 (ipykernel)",
                                           "language": "python"})
     # store_widget_state=True: nbclient needs the widget state machinery to route output captured by
@@ -178,7 +175,15 @@ def build(py: Path, timeout: int = 600) -> float:
                             store_widget_state=True, resources={"metadata": {"path": str(py.parent)}})
     t0 = time.perf_counter()
     client.execute()
-    seconds = time.perf_counter() - t0
+    return time.perf_counter() - t0
+
+
+def build(py: Path, timeout: int = 600) -> float:
+    """Regenerate py's .ipynb, execute it, write it atomically. Returns the execution seconds."""
+    jupytext, nbformat = _jupytext()
+    py = Path(py).resolve()
+    nb = jupytext.read(py, fmt="py:percent")
+    seconds = _execute(nb, py, timeout)
     _strip(nb)
     target = py.with_suffix(".ipynb")
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
@@ -244,8 +249,6 @@ def run_with_solutions(py: Path, timeout: int = 600) -> tuple[float, list[str]]:
     """Execute py's notebook with its exercises solved (in memory, in the notebook's folder).
     Returns (seconds, the checker lines it printed)."""
     jupytext, nbformat = _jupytext()
-    from nbclient import NotebookClient
-
     py = Path(py).resolve()
     sol = solution_file(py)
     if not sol.exists():
@@ -257,13 +260,7 @@ def run_with_solutions(py: Path, timeout: int = 600) -> tuple[float, list[str]]:
         raise LlamanbError(f"{py.name}: no exercise cells (functions raising NotImplementedError)")
     for c, (_, src) in zip(nb.cells, new):
         c.source = src
-    nb.metadata.setdefault("kernelspec", {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                          "language": "python"})
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                            store_widget_state=True, resources={"metadata": {"path": str(py.parent)}})
-    t0 = time.perf_counter()
-    client.execute()
-    seconds = time.perf_counter() - t0
+    seconds = _execute(nb, py, timeout)
     verdicts = []
     for c in nb.cells:
         for o in c.get("outputs", []):
