@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .engine import Engine
+from .engine import Engine, _count
 from .errors import LlamanbError
 from .generate import SamplingParams, sample
 from .step import Step
@@ -80,7 +80,7 @@ class Chat:
         if not engine.model.tokenizer.chat_template:
             raise LlamanbError("this model has no chat template, so it cannot chat (try generate --raw)")
         self.engine, self.params, self.system = engine, params, system
-        self.max_new_tokens = int(max_new_tokens)
+        self.max_new_tokens = _count("max_new_tokens", max_new_tokens)
         self.cache = engine.new_cache(context)
         self.context = self.cache.max_seq
         self.rng = np.random.default_rng(params.seed)

@@ -79,6 +79,8 @@ def test_bad_messages(smollm_engine):
         chat.send("   ")
     with pytest.raises(LlamanbError, match="Engine"):
         Chat("numpy")
+    with pytest.raises(LlamanbError, match="max_new_tokens"):
+        Chat(smollm_engine, max_new_tokens=0)
 
 
 def test_device_backend_counts_calls_per_token(npu_engine):
