@@ -53,13 +53,11 @@ def test_matmul_within_float32_summation_bound(kernels, M, wdtype):
     K, N = 200, 37                                   # K, N not multiples of the vector width
     x = rng.standard_normal((M, K)).astype(np.float32)
     w = rng.standard_normal((N, K)).astype(np.float32)
+    wk = kernels.pack(w, bf16=wdtype == "bf16")            # panels [ceil(N / NP), K, NP]
     if wdtype == "bf16":
         import ml_dtypes
 
-        wk = w.astype(ml_dtypes.bfloat16).view(np.uint16)
-        w = wk.view(ml_dtypes.bfloat16).astype(np.float32)     # the values the kernel multiplies
-    else:
-        wk = w
+        w = w.astype(ml_dtypes.bfloat16).astype(np.float32)    # the values the kernel multiplies
     y0 = rng.standard_normal((M, N)).astype(np.float32)
     y = kernels.matmul(x, wk, y0.copy(), accumulate=True)
     exact = y0.astype(np.float64) + x.astype(np.float64) @ w.astype(np.float64).T
@@ -133,6 +131,41 @@ def test_paged_cache_gives_the_contiguous_results(cpu_engine, capital_ids):
         assert np.array_equal(a, b)
         a, b = e.decode(t, flat), e.decode(t, paged)
     assert np.array_equal(a, b)
+
+
+def test_mixed_step_in_one_call_equals_block_by_block(cpu_engine):
+    """A step mixing a new prompt with decoding sequences, run whole in kernels/cpu/forward.cc
+    (contiguous cache) and block by block from Python (paged cache): the same kernels in the same
+    order, so the same bits -- and the same keys land in both caches."""
+    from llamanb.step import Step
+
+    e = cpu_engine
+    flat, paged = e.new_cache(32, slots=3), e.new_cache(32, slots=3, block=4, n_blocks=24)
+    for c in (flat, paged):
+        e.prefill([1, 504, 3000], c, slot=0)
+        e.prefill([1, 77, 12, 9, 4000, 31], c, slot=2)
+    step = Step.build([(0, 3, np.array([100])), (1, 0, np.array([1, 42, 43, 44, 45])),
+                       (2, 6, np.array([7]))])
+    a, b = e.step(step, flat), e.step(step, paged)                   # [3, V] each
+    print(f"mixed step: max |one call - block by block| {np.abs(a - b).max()}")
+    assert np.array_equal(a, b)
+    for layer in (0, e.config.n_layers - 1):
+        for slot, n in ((0, 4), (1, 5), (2, 7)):
+            assert np.array_equal(flat.keys(layer, slot, n), paged.keys(layer, slot, n))
+            assert np.array_equal(flat.values(layer, slot, n), paged.values(layer, slot, n))
+
+
+def test_packed_panels_are_the_weight_transposed(kernels):
+    """pack(W)[p, k, j] == W[p NP + j, k], zeros past the last row: checked element by element
+    against numpy's own reshaping."""
+    rng = np.random.default_rng(1)
+    N, K, NP = 37, 11, kernels.panel_width
+    w = rng.standard_normal((N, K)).astype(np.float32)
+    got = kernels.pack(w).data                                        # [ceil(N / NP), K, NP]
+    want = np.zeros((-(-N // NP) * NP, K), np.float32)
+    want[:N] = w
+    want = want.reshape(-1, NP, K).transpose(0, 2, 1)
+    assert got.shape == want.shape and np.array_equal(got, want)
 
 
 def test_bf16_matches_the_numpy_bf16_engine(smollm, cpu_engine, capital_ids):

@@ -1,84 +1,154 @@
-// y [M, N] = x [M, K] @ W[N, K]^T  (or y += that), W float32 or bfloat16, row-major K-contiguous.
+// y [M, N] = x [M, K] @ W[N, K]^T  (or y += that), over weights packed once at load into panels.
 //
-// Decode is M = 1..16 rows against every weight: the kernel streams rows of W once and multiplies
-// each against all M activation rows while it is in L1, so a step of 8 decoding sequences reads
-// the weights once, as one sequence does. Prefill (M up to thousands) runs the same tiles over
-// blocks of MB rows: W is read once per block, the block's activations stay in L2.
+// The packed layout (llamanb_cpu_pack_*): NP = 2 VW consecutive output columns form a panel, and
+// a panel is stored k-major:
 //
-// Threads (pool.h) take chunks of 32 output columns (weight rows) x one block of rows, on
-// demand. Each output element is one thread's dot
-// product, accumulated in the same order whatever M is and whichever rows share the step -- so a
-// row's result does not depend on its neighbours (see tests/test_cpu_backend.py).
+//     P[p, k, j] = W[p NP + j, k]        p < ceil(N / NP), k < K, j < NP   (zeros past N)
+//
+// so one weight row-slice W[n0 : n0+NP, k] is two vector loads, and an activation x[i, k] is
+// broadcast against it. Every output element y[i, n] is one lane of one accumulator, summed over
+// k = 0, 1, .., K-1 in that order with fused multiply-adds: the order is fixed by K alone, so a
+// row's result never depends on how many rows share the step (no horizontal sums, no K split).
+//
+// Decode (M = 1..16): a step streams each panel once and multiplies every activation row
+// against it while it sits in L1/L2 -- 8 decoding sequences read the weights once, as one does.
+// Prefill (large M): the same micro-kernel over blocks of MB rows; a panel (K NP floats) stays in
+// L2 while the block's row tiles pass over it.
+//
+// Register tiles (MR rows x NPAN panels, 2 MR NPAN accumulators of VW lanes): 1 x 4, 2 x 2,
+// 3 x 1, 4 x 1 -- at most 8 accumulators, so that with the two weight vectors, the broadcast and
+// bfloat16 widening's temporaries nothing spills from AVX2's 16 registers; 8 independent FMA
+// chains (6 for three rows) cover the FMA latency (4 cycles, 2 FMAs a cycle).
+//
+// Threads (pool.h) take chunks of panels (x one block of rows when M is large) on demand.
+#include <cstring>
+
 #include "pool.h"
 #include "vec.h"
 
 namespace {
 
-constexpr int MB = 64;      // activation rows per block when M is large
+constexpr int NP = 2 * VW;          // columns per panel
+constexpr int MB = 48;              // activation rows per block when M is large
+constexpr int PF = 24;              // weight rows (cache lines) prefetched ahead
+constexpr int DECODE_ROWS = 16;     // up to this many rows: one block, chunks of panels only
 
-// MR activation rows x NR weight rows, over all K: MR*NR vector accumulators in registers.
-template <int MR, int NR, typename WT>
-inline void tile(const float* x, int K, const WT* W, float* y, int N, int accumulate, int rnd) {
-    vf acc[MR][NR] = {};
-    int k = 0;
-    for (; k + VW <= K; k += VW) {
-        vf w[NR];
-        for (int j = 0; j < NR; ++j) w[j] = load(W + (long)j * K + k);
+// Rows x[0..MR) (row stride ldx) against NPAN panels starting at P (panel stride ps), all of K.
+// `cols` = output columns that exist from this tile's first column (the last panel may be short).
+template <int MR, int NPAN, typename WT>
+inline void micro(const float* x, long ldx, int K, const WT* P, long ps, float* y, long ldy,
+                  int cols, int accumulate, int rnd) {
+    vf acc[MR][NPAN][2];
+    for (int i = 0; i < MR; ++i)
+        for (int p = 0; p < NPAN; ++p) acc[i][p][0] = acc[i][p][1] = vf{};
+    for (int k = 0; k < K; ++k) {
+        vf w[NPAN][2];
+        for (int p = 0; p < NPAN; ++p) {
+            __builtin_prefetch(P + p * ps + (long)(k + PF) * NP, 0, 3);
+            load_pair(P + p * ps + (long)k * NP, w[p][0], w[p][1]);
+        }
         for (int i = 0; i < MR; ++i) {
-            vf xv = load(x + (long)i * K + k);
-            for (int j = 0; j < NR; ++j) acc[i][j] += xv * w[j];
+            const vf xb = bcast(x[i * ldx + k]);
+            for (int p = 0; p < NPAN; ++p) {
+                acc[i][p][0] += xb * w[p][0];
+                acc[i][p][1] += xb * w[p][1];
+            }
         }
     }
-    for (int i = 0; i < MR; ++i)
-        for (int j = 0; j < NR; ++j) {
-            float s = hsum(acc[i][j]);
-            for (int kk = k; kk < K; ++kk) s += x[(long)i * K + kk] * widen(W[(long)j * K + kk]);
-            float* out = y + (long)i * N + j;
-            if (rnd) s = round_bf16(s);
-            float v = accumulate ? *out + s : s;
-            *out = rnd ? round_bf16(v) : v;
+    for (int i = 0; i < MR; ++i) {
+        float* yr = y + i * ldy;
+        for (int p = 0; p < NPAN; ++p) {
+            const int base = p * NP;
+            if (!rnd && base + NP <= cols) {                 // a whole panel: vector stores
+                for (int h = 0; h < 2; ++h) {
+                    vf v = acc[i][p][h];
+                    if (accumulate) v += load(yr + base + h * VW);
+                    std::memcpy(yr + base + h * VW, &v, sizeof v);
+                }
+                continue;
+            }
+            for (int j = 0; j < NP && base + j < cols; ++j) {
+                float s = acc[i][p][j / VW][j % VW];
+                if (rnd) s = round_bf16(s);
+                float v = accumulate ? yr[base + j] + s : s;
+                yr[base + j] = rnd ? round_bf16(v) : v;
+            }
         }
+    }
 }
 
-// Rows m0..m1 of x against NR weight rows starting at n.
-template <int NR, typename WT>
-inline void rows(const float* x, int m0, int m1, int K, const WT* W, int n, float* y, int N,
-                 int accumulate, int rnd) {
-    const WT* w = W + (long)n * K;
+template <int MR, typename WT>
+inline void tile_rows(const float* x, long ldx, int K, const WT* P, int p0, int p1, float* y,
+                      int N, int accumulate, int rnd) {
+    constexpr int G = MR == 1 ? 4 : MR == 2 ? 2 : 1;      // panels per register tile
+    const long ps = (long)K * NP;
+    int p = p0;
+    for (; p + G <= p1; p += G)
+        micro<MR, G>(x, ldx, K, P + p * ps, ps, y + (long)p * NP, N, N - p * NP, accumulate, rnd);
+    for (; p < p1; ++p)
+        micro<MR, 1>(x, ldx, K, P + p * ps, ps, y + (long)p * NP, N, N - p * NP, accumulate, rnd);
+}
+
+// Rows m0..m1 against panels p0..p1: row tiles of up to 4, each over the panels.
+template <typename WT>
+inline void rows_panels(const float* x, int m0, int m1, int K, const WT* P, int p0, int p1,
+                        float* y, int N, int accumulate, int rnd) {
     int m = m0;
-    for (; m + 4 <= m1; m += 4) tile<4, NR>(x + (long)m * K, K, w, y + (long)m * N + n, N, accumulate, rnd);
+    if (m1 - m0 > DECODE_ROWS)
+        for (; m + 6 <= m1; m += 6)
+            tile_rows<6>(x + (long)m * K, K, K, P, p0, p1, y + (long)m * N, N, accumulate, rnd);
+    for (; m + 4 <= m1; m += 4)
+        tile_rows<4>(x + (long)m * K, K, K, P, p0, p1, y + (long)m * N, N, accumulate, rnd);
     const float* xm = x + (long)m * K;
-    float* ym = y + (long)m * N + n;
+    float* ym = y + (long)m * N;
     switch (m1 - m) {
-        case 3: tile<3, NR>(xm, K, w, ym, N, accumulate, rnd); break;
-        case 2: tile<2, NR>(xm, K, w, ym, N, accumulate, rnd); break;
-        case 1: tile<1, NR>(xm, K, w, ym, N, accumulate, rnd); break;
+        case 3: tile_rows<3>(xm, K, K, P, p0, p1, ym, N, accumulate, rnd); break;
+        case 2: tile_rows<2>(xm, K, K, P, p0, p1, ym, N, accumulate, rnd); break;
+        case 1: tile_rows<1>(xm, K, K, P, p0, p1, ym, N, accumulate, rnd); break;
         default: break;
     }
 }
 
 template <typename WT>
-void matmul(const float* x, int M, int K, const WT* W, int N, float* y, int accumulate, int rnd) {
-    // one row alone: four weight rows at a time keeps four streams of W in flight
-    constexpr int NR = 4, TILES_PER_CHUNK = 8;
-    const int tiles = (N + NR - 1) / NR;
-    const int64_t n_chunks = (tiles + TILES_PER_CHUNK - 1) / TILES_PER_CHUNK;
-    const int64_t m_blocks = (M + MB - 1) / MB;
-    llamanb_cpu::parallel_for(m_blocks * n_chunks, [&](int64_t chunk) {
-        const int m0 = int(chunk / n_chunks) * MB, m1 = m0 + MB < M ? m0 + MB : M;
-        const int t0 = int(chunk % n_chunks) * TILES_PER_CHUNK;
-        const int t1 = t0 + TILES_PER_CHUNK < tiles ? t0 + TILES_PER_CHUNK : tiles;
-        for (int t = t0; t < t1; ++t) {
-            const int n = t * NR;
-            if (n + NR <= N) {
-                if (m1 - m0 == 1) rows<4>(x, m0, m1, K, W, n, y, N, accumulate, rnd);
-                else {
-                    rows<2>(x, m0, m1, K, W, n, y, N, accumulate, rnd);
-                    rows<2>(x, m0, m1, K, W, n + 2, y, N, accumulate, rnd);
-                }
-            } else {
-                for (int j = n; j < N; ++j) rows<1>(x, m0, m1, K, W, j, y, N, accumulate, rnd);
-            }
+void matmul(const float* x, int M, int K, const WT* P, int N, float* y, int accumulate, int rnd) {
+    const int panels = (N + NP - 1) / NP;
+    if (M <= DECODE_ROWS) {
+        // one block of rows; chunks of 4 panels (2 when that leaves the threads too few chunks)
+        const int per = panels >= 8 * llamanb_cpu::pool_threads() ? 4 : 2;
+        const int64_t chunks = (panels + per - 1) / per;
+        llamanb_cpu::parallel_for(chunks, [&](int64_t c) {
+            const int p0 = int(c) * per, p1 = p0 + per < panels ? p0 + per : panels;
+            rows_panels(x, 0, M, K, P, p0, p1, y, N, accumulate, rnd);
+        });
+        return;
+    }
+    constexpr int PER = 4;
+    const int64_t groups = (panels + PER - 1) / PER, blocks = (M + MB - 1) / MB;
+    llamanb_cpu::parallel_for(groups * blocks, [&](int64_t c) {
+        const int m0 = int(c / groups) * MB, m1 = m0 + MB < M ? m0 + MB : M;
+        const int p0 = int(c % groups) * PER, p1 = p0 + PER < panels ? p0 + PER : panels;
+        for (int p = p0; p < p1; ++p) rows_panels(x, m0, m1, K, P, p, p + 1, y, N, accumulate, rnd);
+    });
+}
+
+inline uint16_t bf16_bits(float f) {
+    const float r = round_bf16(f);
+    uint32_t u;
+    std::memcpy(&u, &r, 4);
+    return uint16_t(u >> 16);
+}
+
+// slot(j): where column j of a panel row is stored (identity for float32; bf16_slot for bfloat16)
+template <typename WT, typename Conv, typename Slot>
+void pack(const float* W, int N, int K, WT* out, Conv conv, Slot slot) {
+    const int panels = (N + NP - 1) / NP;
+    llamanb_cpu::parallel_for(panels, [&](int64_t p) {
+        WT* o = out + p * (long)K * NP;
+        for (int j = 0; j < NP; ++j) {
+            const long n = p * NP + j;
+            const float* row = n < N ? W + n * K : nullptr;
+            const int at = slot(j);
+            for (int k = 0; k < K; ++k) o[(long)k * NP + at] = row ? conv(row[k]) : WT(0);
         }
     });
 }
@@ -87,14 +157,26 @@ void matmul(const float* x, int M, int K, const WT* W, int N, float* y, int accu
 
 extern "C" {
 
-void llamanb_cpu_matmul_f32(const float* x, int M, int K, const float* W, int N, float* y,
-                            int accumulate, int rnd) {
-    matmul(x, M, K, W, N, y, accumulate, rnd);
+int llamanb_cpu_panel_width() { return NP; }
+
+// W [N, K] float32 -> panels [ceil(N/NP), K, NP]: float32, or bfloat16 bits (rounded to nearest
+// even) with each panel row's columns in load_pair's order (vec.h)
+void llamanb_cpu_pack_f32(const float* W, int N, int K, float* out) {
+    pack(W, N, K, out, [](float v) { return v; }, [](int j) { return j; });
 }
 
-void llamanb_cpu_matmul_bf16(const float* x, int M, int K, const uint16_t* W, int N, float* y,
+void llamanb_cpu_pack_bf16(const float* W, int N, int K, uint16_t* out) {
+    pack(W, N, K, out, bf16_bits, bf16_slot);
+}
+
+void llamanb_cpu_matmul_f32(const float* x, int M, int K, const float* P, int N, float* y,
+                            int accumulate, int rnd) {
+    matmul(x, M, K, P, N, y, accumulate, rnd);
+}
+
+void llamanb_cpu_matmul_bf16(const float* x, int M, int K, const uint16_t* P, int N, float* y,
                              int accumulate, int rnd) {
-    matmul(x, M, K, W, N, y, accumulate, rnd);
+    matmul(x, M, K, P, N, y, accumulate, rnd);
 }
 
 int llamanb_cpu_vector_width() { return VW; }

@@ -7,12 +7,16 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 #if defined(__AVX512F__)
-constexpr int VW = 16;
+#define LLAMANB_VW 16
 #else
-constexpr int VW = 8;
+#define LLAMANB_VW 8
 #endif
+constexpr int VW = LLAMANB_VW;
 
 typedef float vf __attribute__((vector_size(VW * 4)));
 typedef uint16_t vh __attribute__((vector_size(VW * 2)));
@@ -31,10 +35,65 @@ static inline vf load(const uint16_t* p) {
     return (vf)u;
 }
 
+// Sum of the lanes, pairwise (a tree of depth log2 VW rather than a chain of VW adds).
+// 2 VW bfloat16 weights -> two float32 vectors (lo = the first VW columns, hi = the next VW).
+// With AVX2 / AVX-512BW one load and two unpacks with a zero register do it (a bfloat16 is the top
+// half of a float32), but an unpack works within each 128-bit lane: it yields elements 0-3 of
+// every lane, then 4-7. So packed bfloat16 panels store column j at bf16_slot(j) (matmul.cc's
+// pack), which the unpacks put back in order. Elsewhere: plain widening, identity order.
+#if defined(__AVX2__) && (LLAMANB_VW == 8 || defined(__AVX512BW__))
+#include <immintrin.h>
+constexpr bool BF16_UNPACK = true;
+static inline void load_pair(const uint16_t* p, vf& lo, vf& hi) {
+#if LLAMANB_VW == 16
+    const __m512i v = _mm512_loadu_si512(p), z = _mm512_setzero_si512();
+    lo = (vf)_mm512_unpacklo_epi16(z, v);
+    hi = (vf)_mm512_unpackhi_epi16(z, v);
+#else
+    const __m256i v = _mm256_loadu_si256((const __m256i*)p), z = _mm256_setzero_si256();
+    lo = (vf)_mm256_unpacklo_epi16(z, v);
+    hi = (vf)_mm256_unpackhi_epi16(z, v);
+#endif
+}
+#else
+constexpr bool BF16_UNPACK = false;
+static inline void load_pair(const uint16_t* p, vf& lo, vf& hi) {
+    lo = load(p);
+    hi = load(p + VW);
+}
+#endif
+
+static inline void load_pair(const float* p, vf& lo, vf& hi) {
+    lo = load(p);
+    hi = load(p + VW);
+}
+
+// Where column j (0 <= j < 2 VW) of a bfloat16 panel row is stored, so load_pair reads it back in
+// order: 128-bit lane L of the loaded vector holds columns 4L..4L+3 (for lo) then VW+4L..VW+4L+3.
+static inline int bf16_slot(int j) {
+    if (!BF16_UNPACK) return j;
+    const int h = j / VW, r = j % VW;
+    return 8 * (r / 4) + 4 * h + r % 4;
+}
+
 static inline float hsum(vf v) {
-    float s = 0.0f;
-    for (int i = 0; i < VW; ++i) s += v[i];
-    return s;
+    float t[VW];
+    std::memcpy(t, &v, sizeof v);
+    for (int w = VW / 2; w > 0; w /= 2)
+        for (int i = 0; i < w; ++i) t[i] += t[i + w];
+    return t[0];
+}
+
+// VW copies of s: one vbroadcastss. (GCC compiles `vf{} + s` to a real add, since -0 + 0 = +0,
+// and a lane-by-lane fill to a chain of inserts.)
+static inline vf bcast(float s) {
+#if defined(__AVX512F__)
+    return (vf)_mm512_set1_ps(s);
+#elif defined(__AVX__)
+    return (vf)_mm256_set1_ps(s);
+#else
+    return s - vf{};
+#endif
 }
 
 static inline float widen(float w) { return w; }

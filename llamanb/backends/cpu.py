@@ -20,9 +20,12 @@ for the contiguous store and a gathered copy for the paged one.
 """
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 
 from ..kv.base import KVStore
+from ..kv.contiguous import KVCache
 from ..numerics import to_bf16
 from ..rope import cos_sin, rope_for
 from ..step import Step
@@ -47,15 +50,21 @@ class CpuBackend(Backend):
         self.freqs = rope_for(c)
         self.scale = float(c.head_dim ** -0.5)
         self._rope_key, self._rope = None, None
-        mat = self.k.to_bf16_bits if self.bf16 else (lambda a: np.ascontiguousarray(a, np.float32))
+        mat = lambda a: self.k.pack(a, bf16=self.bf16)                    # noqa: E731
         vec = to_bf16 if self.bf16 else (lambda a: np.ascontiguousarray(a, np.float32))
-        self.layer_w = [dict(attn_norm=vec(w.attn_norm), ffn_norm=vec(w.ffn_norm),
-                             wqkv=mat(w.wqkv), wo=mat(w.wo), gate_up=mat(w.w_gate_up),
+        self.layer_w = [dict(attn_norm=vec(w.attn_norm), wqkv=mat(w.wqkv), wo=mat(w.wo),
+                             ffn_norm=vec(w.ffn_norm), gate_up=mat(w.w_gate_up),
                              down=mat(w.w_down)) for w in weights.layers]
         self.final_norm = vec(weights.final_norm)
-        self.lm_head = mat(weights.lm_head)           # [V, H]
+        self.lm_head = mat(weights.lm_head)           # [V, H] packed
         self.weight_bytes = sum(a.nbytes for lw in self.layer_w for a in lw.values()) + \
             self.lm_head.nbytes + self.final_norm.nbytes
+        # forward.cc's arguments that never change: the sizes, and 6 weight pointers per layer
+        self._dims = cpu_kernels.Dims(c.n_layers, c.hidden, c.n_heads, c.n_kv_heads, c.head_dim,
+                                      c.ffn, int(self.bf16), int(self.bf16), c.rms_eps, self.scale)
+        ptrs = [(a.data if isinstance(a, cpu_kernels.Packed) else a).ctypes.data
+                for lw in self.layer_w for a in lw.values()]
+        self._wptrs = (ctypes.c_void_p * len(ptrs))(*ptrs)
 
     def embed(self, ids: np.ndarray) -> np.ndarray:
         x = super().embed(ids)
@@ -69,6 +78,27 @@ class CpuBackend(Backend):
             self._rope = np.ascontiguousarray(cos), np.ascontiguousarray(sin)
             self._rope_key = key
         return self._rope
+
+    def layers(self, x: np.ndarray, step: Step, cache: KVStore, collect: list | None = None) -> np.ndarray:
+        """All L blocks in one call to kernels/cpu/forward.cc when the cache is the contiguous
+        float32 store (its arrays are written in place); otherwise (a paged store, or `collect`
+        asking for every block's output) block by block in Python."""
+        if collect is not None or not (isinstance(cache, KVCache) and cache.k_all.dtype == np.float32
+                                        and cache.k_all.flags.c_contiguous):
+            return super().layers(x, step, cache, collect)
+        x = np.array(x, dtype=np.float32, order="C")                    # [R, H], updated in place
+        for seg in step.segments:
+            cache.writing(seg.slot, seg.start, seg.n)                   # room, high-water mark
+        cos, sin = self.rope_tables(step.positions)                      # [R, d/2]
+        segs = (cpu_kernels.Seg * len(step.segments))(*[(s.row, s.n, s.start, s.slot)
+                                                        for s in step.segments])
+        k_all, v_all = cache.k_all, cache.v_all                          # [slots, L, Nkv, cap, d]
+        desc = cpu_kernels.CacheDesc(k_all.ctypes.data, v_all.ctypes.data, k_all.strides[0] // 4,
+                                     k_all.strides[1] // 4, k_all.strides[2] // 4)
+        self.k.lib.llamanb_cpu_forward(ctypes.byref(self._dims), self._wptrs, x.ctypes.data,
+                                       x.shape[0], cos.ctypes.data, sin.ctypes.data, segs,
+                                       len(step.segments), ctypes.byref(desc))
+        return x
 
     def block(self, layer: int, x: np.ndarray, step: Step, cache: KVStore) -> np.ndarray:
         c, w, k, rnd = self.config, self.layer_w[layer], self.k, self.bf16

@@ -57,6 +57,40 @@ def cache_dir() -> Path:
     return cache_root() / "cpu"
 
 
+class Dims(ctypes.Structure):
+    """kernels/cpu/forward.cc's Dims: the model's sizes and the step's numerics."""
+    _fields_ = [(n, ctypes.c_int32) for n in ("L", "H", "n_heads", "n_kv", "d", "F", "wbf16", "rnd")] + \
+        [("eps", ctypes.c_float), ("scale", ctypes.c_float)]
+
+
+class Seg(ctypes.Structure):
+    """forward.cc's Seg: rows row .. row+n-1 of the step are positions start .. of `slot`."""
+    _fields_ = [(n, ctypes.c_int32) for n in ("row", "n", "start", "slot")]
+
+
+class CacheDesc(ctypes.Structure):
+    """forward.cc's Cache: a contiguous float32 store k, v [slots, L, N_kv, capacity, d]."""
+    _fields_ = [("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("slot_stride", ctypes.c_int64),
+                ("layer_stride", ctypes.c_int64), ("head_stride", ctypes.c_int64)]
+
+
+class Packed:
+    """A weight W [n, k] packed for the matmul kernel: `data` [ceil(n / NP), k, NP] float32 or
+    uint16 (bfloat16 bits)."""
+
+    def __init__(self, n: int, k: int, data: np.ndarray):
+        self.n, self.k, self.data = n, k, data
+        self.bf16 = data.dtype == np.uint16
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.n, self.k
+
+
 class Kernels:
     """The loaded library with typed entry points; arrays must be C-contiguous float32 (uint16
     for bf16 weights) unless a stride is passed."""
@@ -65,6 +99,10 @@ class Kernels:
         self.lib, self.built, self.native = lib, built, native
         P, I, L, F = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
         sig = {"llamanb_cpu_matmul_f32": (P, I, I, P, I, P, I, I),
+               "llamanb_cpu_pack_f32": (P, I, I, P),
+               "llamanb_cpu_pack_bf16": (P, I, I, P),
+               "llamanb_cpu_forward": (P, P, P, I, P, P, P, I, P),
+               "llamanb_cpu_panel_width": (),
                "llamanb_cpu_matmul_bf16": (P, I, I, P, I, P, I, I),
                "llamanb_cpu_rmsnorm": (P, P, P, I, I, F, I),
                "llamanb_cpu_rope": (P, I, L, I, I, P, P, I),
@@ -78,16 +116,28 @@ class Kernels:
             fn = getattr(lib, name)
             fn.argtypes, fn.restype = list(args), (ctypes.c_int if name.endswith(("width", "threads")) else None)
         self.vector_width = lib.llamanb_cpu_vector_width()
+        self.panel_width = lib.llamanb_cpu_panel_width()
         self.threads = lib.llamanb_cpu_threads()
 
+    def pack(self, w: np.ndarray, bf16: bool = False) -> Packed:
+        """W [N, K] -> panels [ceil(N / NP), K, NP] (kernels/cpu/matmul.cc), float32 or bfloat16
+        bits (rounded to nearest even); NP = this build's panel width."""
+        w = np.ascontiguousarray(w, dtype=np.float32)
+        N, K = w.shape
+        NP = self.panel_width
+        data = np.empty((-(-N // NP), K, NP), dtype=np.uint16 if bf16 else np.float32)
+        fn = self.lib.llamanb_cpu_pack_bf16 if bf16 else self.lib.llamanb_cpu_pack_f32
+        fn(w.ctypes.data, N, K, data.ctypes.data)
+        return Packed(N, K, data)
+
     # y [M, N] (+)= x [M, K] @ W[N, K]^T
-    def matmul(self, x: np.ndarray, w: np.ndarray, y: np.ndarray, accumulate: bool = False,
+    def matmul(self, x: np.ndarray, w: Packed, y: np.ndarray, accumulate: bool = False,
                rnd: bool = False) -> np.ndarray:
         M, K = x.shape
-        N = w.shape[0]
-        assert w.shape[1] == K and y.shape == (M, N) and x.flags.c_contiguous and y.flags.c_contiguous
-        fn = self.lib.llamanb_cpu_matmul_bf16 if w.dtype == np.uint16 else self.lib.llamanb_cpu_matmul_f32
-        fn(x.ctypes.data, M, K, w.ctypes.data, N, y.ctypes.data, int(accumulate), int(rnd))
+        N = w.n
+        assert w.k == K and y.shape == (M, N) and x.flags.c_contiguous and y.flags.c_contiguous
+        fn = self.lib.llamanb_cpu_matmul_bf16 if w.bf16 else self.lib.llamanb_cpu_matmul_f32
+        fn(x.ctypes.data, M, K, w.data.ctypes.data, N, y.ctypes.data, int(accumulate), int(rnd))
         return y
 
     def rmsnorm(self, x: np.ndarray, w: np.ndarray, eps: float, rnd: bool = False) -> np.ndarray:

@@ -56,6 +56,16 @@ class KVCache(KVStore):
         if end > self._written[slot]:
             self._written[slot] = end
 
+    def writing(self, slot: int, start: int, n: int) -> None:
+        """A backend's own kernel is about to write positions start .. start+n-1 of `slot` into
+        k_all / v_all in place (every layer): check the room and note the high-water mark, as
+        write() does."""
+        end = start + n
+        if end > self.capacity:
+            raise LlamanbError(f"KV cache full: position {end - 1} >= {self.capacity}")
+        if end > self._written[slot]:
+            self._written[slot] = end
+
     def keys(self, layer: int, slot: int, n: int) -> np.ndarray:
         return self.k_all[slot, layer, :, :n]
 

@@ -1,0 +1,98 @@
+// Every transformer block of one engine step in one call, over a contiguous float32 KV cache.
+//
+//   for each layer l (weights W[6 l .. 6 l + 5]: attn_norm, wqkv, wo, ffn_norm, gate_up, down):
+//     h   = rmsnorm(x) * attn_norm                 [R, H]
+//     qkv = h @ wqkv^T                              [R, (Nh + 2 Nkv) d]
+//     rope(q, k) at each row's position             cos, sin [R, d/2]
+//     cache[slot, l, :, start + i] = k, v           each segment's rows
+//     a   = attention of each row over its cache    [R, Nh d]   (padding rows: 0)
+//     x  += a @ wo^T
+//     h   = rmsnorm(x) * ffn_norm
+//     g|u = h @ gate_up^T                           [R, 2 F]
+//     x  += (silu(g) * u) @ down^T
+//
+// The same kernels as the per-block path (llamanb.backends.cpu.CpuBackend.block), called in the
+// same order with the same arguments, so both give the same bits; this one only saves the
+// Python between them (about 10 calls and their arrays per layer). Weights are packed panels
+// (matmul.cc), float32 or bfloat16 bits; `rnd` rounds every op's output to bfloat16.
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "attention.h"
+
+extern "C" {
+void llamanb_cpu_matmul_f32(const float* x, int M, int K, const float* P, int N, float* y,
+                            int accumulate, int rnd);
+void llamanb_cpu_matmul_bf16(const float* x, int M, int K, const uint16_t* P, int N, float* y,
+                             int accumulate, int rnd);
+void llamanb_cpu_rmsnorm(const float* x, const float* w, float* out, int M, int H, float eps,
+                         int rnd);
+void llamanb_cpu_rope(float* x, int R, long ld, int n_heads, int d, const float* cos,
+                      const float* sin, int rnd);
+void llamanb_cpu_silu_mul(const float* gu, float* out, int M, int F, int rnd);
+}
+
+namespace {
+
+struct Dims {
+    int32_t L, H, n_heads, n_kv, d, F, wbf16, rnd;
+    float eps, scale;
+};
+
+struct Seg {
+    int32_t row, n, start, slot;
+};
+
+struct Cache {
+    float* k;
+    float* v;
+    int64_t slot_stride, layer_stride, head_stride;     // in floats
+};
+
+void mm(const Dims& D, const float* x, int M, int K, const void* P, int N, float* y, int acc) {
+    if (D.wbf16)
+        llamanb_cpu_matmul_bf16(x, M, K, static_cast<const uint16_t*>(P), N, y, acc, D.rnd);
+    else
+        llamanb_cpu_matmul_f32(x, M, K, static_cast<const float*>(P), N, y, acc, D.rnd);
+}
+
+}  // namespace
+
+extern "C" void llamanb_cpu_forward(const Dims* dims, const void* const* W, float* x, int R,
+                                    const float* cos, const float* sin, const Seg* segs,
+                                    int n_seg, const Cache* cache) {
+    const Dims& D = *dims;
+    const int H = D.H, Nh = D.n_heads, Nkv = D.n_kv, d = D.d, F = D.F;
+    const int Q = (Nh + 2 * Nkv) * d;
+    std::vector<float> h((size_t)R * H), qkv((size_t)R * Q), att((size_t)R * Nh * d, 0.0f),
+        gu((size_t)R * 2 * F), a((size_t)R * F);
+    std::vector<llamanb_cpu::AttnSeg> as(n_seg);
+    for (int l = 0; l < D.L; ++l) {
+        const void* const* w = W + 6 * l;
+        llamanb_cpu_rmsnorm(x, static_cast<const float*>(w[0]), h.data(), R, H, D.eps, D.rnd);
+        mm(D, h.data(), R, H, w[1], Q, qkv.data(), 0);
+        llamanb_cpu_rope(qkv.data(), R, Q, Nh + Nkv, d, cos, sin, D.rnd);
+        for (int s = 0; s < n_seg; ++s) {
+            const Seg& g = segs[s];
+            float* kc = cache->k + g.slot * cache->slot_stride + l * cache->layer_stride;
+            float* vc = cache->v + g.slot * cache->slot_stride + l * cache->layer_stride;
+            for (int i = 0; i < g.n; ++i) {
+                const float* r = qkv.data() + (size_t)(g.row + i) * Q;
+                for (int j = 0; j < Nkv; ++j) {
+                    const long at = j * cache->head_stride + (long)(g.start + i) * d;
+                    std::memcpy(kc + at, r + (Nh + j) * d, d * sizeof(float));
+                    std::memcpy(vc + at, r + (Nh + Nkv + j) * d, d * sizeof(float));
+                }
+            }
+            as[s] = {kc, vc, cache->head_stride, g.row, g.n, g.start};
+        }
+        llamanb_cpu::attention(qkv.data(), Q, as.data(), n_seg, Nh, Nkv, d, att.data(), D.scale,
+                               D.rnd);
+        mm(D, att.data(), R, Nh * d, w[2], H, x, 1);
+        llamanb_cpu_rmsnorm(x, static_cast<const float*>(w[3]), h.data(), R, H, D.eps, D.rnd);
+        mm(D, h.data(), R, H, w[4], 2 * F, gu.data(), 0);
+        llamanb_cpu_silu_mul(gu.data(), a.data(), R, F, D.rnd);
+        mm(D, a.data(), R, F, w[5], H, x, 1);
+    }
+}
