@@ -135,24 +135,32 @@ def test_paged_cache_gives_the_contiguous_results(cpu_engine, capital_ids):
 
 def test_mixed_step_in_one_call_equals_block_by_block(cpu_engine):
     """A step mixing a new prompt with decoding sequences, run whole in kernels/cpu/forward.cc
-    (contiguous cache) and block by block from Python (paged cache): the same kernels in the same
-    order, so the same bits -- and the same keys land in both caches."""
+    over the contiguous store and over the paged one (block tables), and block by block from
+    Python (`collect` asks for every block's output): the same kernels in the same order, so the
+    same bits -- and the same keys land in every cache."""
     from llamanb.step import Step
 
     e = cpu_engine
-    flat, paged = e.new_cache(32, slots=3), e.new_cache(32, slots=3, block=4, n_blocks=24)
-    for c in (flat, paged):
-        e.prefill([1, 504, 3000], c, slot=0)
-        e.prefill([1, 77, 12, 9, 4000, 31], c, slot=2)
+    caches = {"one call, contiguous": e.new_cache(32, slots=3),
+              "one call, paged": e.new_cache(32, slots=3, block=4, n_blocks=24),
+              "block by block, contiguous": e.new_cache(32, slots=3)}
     step = Step.build([(0, 3, np.array([100])), (1, 0, np.array([1, 42, 43, 44, 45])),
                        (2, 6, np.array([7]))])
-    a, b = e.step(step, flat), e.step(step, paged)                   # [3, V] each
-    print(f"mixed step: max |one call - block by block| {np.abs(a - b).max()}")
-    assert np.array_equal(a, b)
-    for layer in (0, e.config.n_layers - 1):
-        for slot, n in ((0, 4), (1, 5), (2, 7)):
-            assert np.array_equal(flat.keys(layer, slot, n), paged.keys(layer, slot, n))
-            assert np.array_equal(flat.values(layer, slot, n), paged.values(layer, slot, n))
+    out = {}
+    for name, c in caches.items():
+        e.prefill([1, 504, 3000], c, slot=0)
+        e.prefill([1, 77, 12, 9, 4000, 31], c, slot=2)
+        out[name] = e.step(step, c, collect=[] if name.startswith("block") else None)   # [3, V]
+    ref = out["block by block, contiguous"]
+    for name, got in out.items():
+        print(f"mixed step, {name}: max |diff| vs block by block {np.abs(got - ref).max()}")
+        assert np.array_equal(got, ref)
+    first = caches["block by block, contiguous"]
+    for c in caches.values():
+        for layer in (0, e.config.n_layers - 1):
+            for slot, n in ((0, 4), (1, 5), (2, 7)):
+                assert np.array_equal(c.keys(layer, slot, n), first.keys(layer, slot, n))
+                assert np.array_equal(c.values(layer, slot, n), first.values(layer, slot, n))
 
 
 def test_packed_panels_are_the_weight_transposed(kernels):

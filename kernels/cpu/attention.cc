@@ -1,8 +1,8 @@
 // Causal grouped-query attention of a step's rows, each over its own sequence's cached keys/values.
 //
 //   q     [R, n_heads, d]     row stride ldq floats (rows of the fused qkv buffer)
-//   seg   rows row .. row+n-1 of one sequence, at positions start .. start+n-1; its cache
-//         k, v [n_kv, T, d] with head stride ldk floats (T >= start + n)
+//   seg   rows row .. row+n-1 of one sequence, at positions start .. start+n-1, and where its
+//         cached keys/values lie (attention.h: blocks of a pool, or one contiguous block)
 //   out   [R, n_heads * d]    rows outside every segment (padding) are left as they are
 //
 // Query row i of a segment sees keys 0 .. start + i. Each (row, head) is one job: scores (four
@@ -25,17 +25,12 @@ struct Job {
     int seg, i;     // segment, row within it
 };
 
-void one(const float* q, long ldq, const AttnSeg& s, int i, int h, int n_heads, int group, int d,
-         float* out, float scale, int rnd, float* p, float* acc) {
-    const int row = s.row + i;
-    const float* qr = q + row * ldq + (long)h * d;
-    const float* kh = s.k + (long)(h / group) * s.ldk;
-    const float* vh = s.v + (long)(h / group) * s.ldk;
-    const int n = s.start + i + 1;
-    float mx = -INFINITY;
-    int t = 0;
-    for (; t + 4 <= n; t += 4) {
-        const float* k0 = kh + (long)t * d;
+// Scores of query row qr against keys t0 .. t1-1 stored contiguously from kt (row stride d).
+inline void scores(const float* qr, const float* kt, int t0, int t1, int d, float scale, float* p,
+                   float& mx) {
+    int t = t0;
+    for (; t + 4 <= t1; t += 4) {
+        const float* k0 = kt + (long)(t - t0) * d;
         vf a0 = {}, a1 = {}, a2 = {}, a3 = {};
         int j = 0;
         for (; j + VW <= d; j += VW) {
@@ -53,15 +48,28 @@ void one(const float* q, long ldq, const AttnSeg& s, int i, int h, int n_heads, 
             mx = p[t + u] > mx ? p[t + u] : mx;
         }
     }
-    for (; t < n; ++t) {
-        const float* kt = kh + (long)t * d;
+    for (; t < t1; ++t) {
+        const float* k1 = kt + (long)(t - t0) * d;
         vf a = {};
         int j = 0;
-        for (; j + VW <= d; j += VW) a += load(qr + j) * load(kt + j);
+        for (; j + VW <= d; j += VW) a += load(qr + j) * load(k1 + j);
         float sc = hsum(a);
-        for (; j < d; ++j) sc += qr[j] * kt[j];
+        for (; j < d; ++j) sc += qr[j] * k1[j];
         p[t] = sc * scale;
         mx = p[t] > mx ? p[t] : mx;
+    }
+}
+
+void one(const float* q, long ldq, const AttnSeg& s, int i, int h, int n_heads, int group, int d,
+         float* out, float scale, int rnd, float* p, float* acc) {
+    const int row = s.row + i;
+    const float* qr = q + row * ldq + (long)h * d;
+    const long head = (long)(h / group) * s.head_stride;
+    const int n = s.start + i + 1, B = s.block;
+    float mx = -INFINITY;
+    for (int t0 = 0; t0 < n; t0 += B) {                         // block by block
+        const long at = (long)s.table[t0 / B] * s.block_stride + head;
+        scores(qr, s.k + at, t0, t0 + B < n ? t0 + B : n, d, scale, p, mx);
     }
     float sum = 0.0f;
     for (int u = 0; u < n; ++u) {
@@ -70,11 +78,15 @@ void one(const float* q, long ldq, const AttnSeg& s, int i, int h, int n_heads, 
     }
     const float inv = 1.0f / sum;
     for (int j = 0; j < d; ++j) acc[j] = 0.0f;
-    for (int u = 0; u < n; ++u) {
-        float w = p[u] * inv;
-        if (rnd) w = round_bf16(w);
-        const float* vt = vh + (long)u * d;
-        for (int j = 0; j < d; ++j) acc[j] += w * vt[j];
+    for (int t0 = 0; t0 < n; t0 += B) {
+        const float* vb = s.v + (long)s.table[t0 / B] * s.block_stride + head;
+        const int t1 = t0 + B < n ? t0 + B : n;
+        for (int u = t0; u < t1; ++u) {
+            float w = p[u] * inv;
+            if (rnd) w = round_bf16(w);
+            const float* vt = vb + (long)(u - t0) * d;
+            for (int j = 0; j < d; ++j) acc[j] += w * vt[j];
+        }
     }
     float* o = out + (long)row * n_heads * d + (long)h * d;
     for (int j = 0; j < d; ++j) o[j] = rnd ? round_bf16(acc[j]) : acc[j];
@@ -116,6 +128,7 @@ void attention(const float* q, long ldq, const AttnSeg* segs, int n_seg, int n_h
 extern "C" void llamanb_cpu_attention(const float* q, long ldq, int S, int start, int n_heads,
                                       int n_kv, int d, const float* k, const float* v, long ldk,
                                       float* out, float scale, int rnd) {
-    const llamanb_cpu::AttnSeg seg{k, v, ldk, 0, S, start};
+    const int block0 = 0;                   // one block holding every position
+    const llamanb_cpu::AttnSeg seg{k, v, 0, ldk, start + S, &block0, 0, S, start};
     llamanb_cpu::attention(q, ldq, &seg, 1, n_heads, n_kv, d, out, scale, rnd);
 }

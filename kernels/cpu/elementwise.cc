@@ -1,6 +1,7 @@
 // The row-wise pieces of a Llama block: RMSNorm, RoPE (half-split pairs), SwiGLU, bf16 rounding.
 // `rnd` != 0 rounds each output to bfloat16 (the --dtype bf16 numerics of the numpy engine).
 #include <cmath>
+#include <vector>
 
 #include "pool.h"
 #include "vec.h"
@@ -79,4 +80,30 @@ void llamanb_cpu_to_bf16_bits(const float* x, uint16_t* out, long n) {
     }
 }
 
+}
+
+// The sum of n floats, read by every pool thread in 256 KiB chunks with four accumulators each:
+// the streaming read a decode step's weights get, used as a memory-bandwidth probe by the
+// benchmark (llamanb.bench.machine). Returns the sum so that the reads cannot be skipped.
+extern "C" double llamanb_cpu_read_sum(const float* p, long n) {
+    constexpr long CHUNK = 65536;
+    const long chunks = (n + CHUNK - 1) / CHUNK;
+    std::vector<double> part(chunks);
+    llamanb_cpu::parallel_for(chunks, [&](int64_t c) {
+        const long i0 = c * CHUNK, i1 = i0 + CHUNK < n ? i0 + CHUNK : n;
+        vf a0 = {}, a1 = {}, a2 = {}, a3 = {};
+        long i = i0;
+        for (; i + 4 * VW <= i1; i += 4 * VW) {
+            a0 += load(p + i);
+            a1 += load(p + i + VW);
+            a2 += load(p + i + 2 * VW);
+            a3 += load(p + i + 3 * VW);
+        }
+        double s = hsum(a0 + a1 + a2 + a3);
+        for (; i < i1; ++i) s += p[i];
+        part[c] = s;
+    });
+    double s = 0.0;
+    for (double v : part) s += v;
+    return s;
 }

@@ -1,10 +1,11 @@
-// Every transformer block of one engine step in one call, over a contiguous float32 KV cache.
+// Every transformer block of one engine step in one call, over a float32 KV cache (contiguous or
+// paged: both are pools of blocks, see Cache).
 //
 //   for each layer l (weights W[6 l .. 6 l + 5]: attn_norm, wqkv, wo, ffn_norm, gate_up, down):
 //     h   = rmsnorm(x) * attn_norm                 [R, H]
 //     qkv = h @ wqkv^T                              [R, (Nh + 2 Nkv) d]
 //     rope(q, k) at each row's position             cos, sin [R, d/2]
-//     cache[slot, l, :, start + i] = k, v           each segment's rows
+//     cache[block of p, l, :, p % B] = k, v         each segment's rows, p = start + i
 //     a   = attention of each row over its cache    [R, Nh d]   (padding rows: 0)
 //     x  += a @ wo^T
 //     h   = rmsnorm(x) * ffn_norm
@@ -42,12 +43,17 @@ struct Dims {
 
 struct Seg {
     int32_t row, n, start, slot;
+    const int32_t* table;           // the sequence's block ids, in position order
 };
 
+// The KV store as a pool of blocks: k, v [n_blocks, L, N_kv, block, d] (strides in floats).
+// Paged: the pool itself. Contiguous [slots, L, N_kv, capacity, d]: one block per slot, of the
+// whole capacity, and each sequence's table is its own slot.
 struct Cache {
     float* k;
     float* v;
-    int64_t slot_stride, layer_stride, head_stride;     // in floats
+    int64_t block_stride, layer_stride, head_stride;
+    int32_t block;
 };
 
 void mm(const Dims& D, const float* x, int M, int K, const void* P, int N, float* y, int acc) {
@@ -73,19 +79,22 @@ extern "C" void llamanb_cpu_forward(const Dims* dims, const void* const* W, floa
         llamanb_cpu_rmsnorm(x, static_cast<const float*>(w[0]), h.data(), R, H, D.eps, D.rnd);
         mm(D, h.data(), R, H, w[1], Q, qkv.data(), 0);
         llamanb_cpu_rope(qkv.data(), R, Q, Nh + Nkv, d, cos, sin, D.rnd);
+        float* kl = cache->k + l * cache->layer_stride;
+        float* vl = cache->v + l * cache->layer_stride;
+        const int B = cache->block;
         for (int s = 0; s < n_seg; ++s) {
             const Seg& g = segs[s];
-            float* kc = cache->k + g.slot * cache->slot_stride + l * cache->layer_stride;
-            float* vc = cache->v + g.slot * cache->slot_stride + l * cache->layer_stride;
-            for (int i = 0; i < g.n; ++i) {
+            for (int i = 0; i < g.n; ++i) {                     // position p: row p % B of its block
+                const int p = g.start + i;
+                const long at = g.table[p / B] * cache->block_stride + (long)(p % B) * d;
                 const float* r = qkv.data() + (size_t)(g.row + i) * Q;
                 for (int j = 0; j < Nkv; ++j) {
-                    const long at = j * cache->head_stride + (long)(g.start + i) * d;
-                    std::memcpy(kc + at, r + (Nh + j) * d, d * sizeof(float));
-                    std::memcpy(vc + at, r + (Nh + Nkv + j) * d, d * sizeof(float));
+                    std::memcpy(kl + at + j * cache->head_stride, r + (Nh + j) * d, d * sizeof(float));
+                    std::memcpy(vl + at + j * cache->head_stride, r + (Nh + Nkv + j) * d,
+                                d * sizeof(float));
                 }
             }
-            as[s] = {kc, vc, cache->head_stride, g.row, g.n, g.start};
+            as[s] = {kl, vl, cache->block_stride, cache->head_stride, B, g.table, g.row, g.n, g.start};
         }
         llamanb_cpu::attention(qkv.data(), Q, as.data(), n_seg, Nh, Nkv, d, att.data(), D.scale,
                                D.rnd);

@@ -30,7 +30,7 @@ namespace {
 
 constexpr int NP = 2 * VW;          // columns per panel
 constexpr int MB = 48;              // activation rows per block when M is large
-constexpr int PF = 24;              // weight rows (cache lines) prefetched ahead
+constexpr int PF = 64;              // weight rows (cache lines) prefetched ahead, per panel
 constexpr int DECODE_ROWS = 16;     // up to this many rows: one block, chunks of panels only
 
 // Rows x[0..MR) (row stride ldx) against NPAN panels starting at P (panel stride ps), all of K.

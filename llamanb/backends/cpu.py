@@ -3,20 +3,22 @@
     x [R, H] --rmsnorm--> --qkv matmul--> --rope (q, k)--> cache.write --attention per sequence-->
              --wo matmul, += x--> --rmsnorm--> --gate|up matmul--> --silu*mul--> --down, += x-->
 
-Every matrix product is one kernel (kernels/cpu/matmul.cc) over weights stored [out, in], the
-layout the model already has (gate and up packed as one [2 D_ff, H] matrix), so float32 weights
-are used where they lie (memory-mapped from the store); `dtype="bf16"` converts them once to
-bfloat16 bit patterns, halving the bytes a decode step reads. The kernel streams each weight row
-once per step and multiplies every activation row against it, so a step of 8 decoding
-sequences reads the weights once, as one does.
+Every matrix product is one kernel (kernels/cpu/matmul.cc) over weights packed once at load into
+k-major panels of NP = 2 x vector-width output columns (gate and up packed as one [2 D_ff, H]
+matrix); `dtype="bf16"` stores the panels as bfloat16 bits, halving the bytes a decode step reads.
+The kernel streams each panel once per step and multiplies every activation row against it, so
+a step of 8 decoding sequences reads the weights once, as one does.
 
-Each output element is one thread's dot product, in the same order whatever the other rows of
-the step are: a row's result does not depend on its neighbours, so the engine need not pad
-(row_multiple = row_align = 1). With dtype="bf16" every op's output is rounded to bfloat16, as
-the numpy engine's bf16 mode does.
+Each output element is one FMA chain over k = 0 .. K-1 in one vector lane, the same whatever the
+other rows of the step are: a row's result does not depend on its neighbours, so the engine need
+not pad (row_multiple = row_align = 1). With dtype="bf16" every op's output is rounded to
+bfloat16, as the numpy engine's bf16 mode does.
 
-The KV cache is the engine's (contiguous or paged): attention reads `cache.keys/values`, a view
-for the contiguous store and a gathered copy for the paged one.
+`layers` runs every block of a step in one call (kernels/cpu/forward.cc: the same kernels in the
+same order as `block`), writing K/V into the store's float32 arrays in place and reading each
+sequence's keys block by block through its block table -- the contiguous store is one block per
+slot, the paged store its pool. When every block's output is asked for (`collect`), or for any
+other store, `block` runs layer by layer from Python and attention reads `cache.keys/values`.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import numpy as np
 
 from ..kv.base import KVStore
 from ..kv.contiguous import KVCache
+from ..kv.paged import PagedKVCache
 from ..numerics import to_bf16
 from ..rope import cos_sin, rope_for
 from ..step import Step
@@ -80,25 +83,47 @@ class CpuBackend(Backend):
         return self._rope
 
     def layers(self, x: np.ndarray, step: Step, cache: KVStore, collect: list | None = None) -> np.ndarray:
-        """All L blocks in one call to kernels/cpu/forward.cc when the cache is the contiguous
-        float32 store (its arrays are written in place); otherwise (a paged store, or `collect`
-        asking for every block's output) block by block in Python."""
-        if collect is not None or not (isinstance(cache, KVCache) and cache.k_all.dtype == np.float32
-                                        and cache.k_all.flags.c_contiguous):
+        """All L blocks in one call to kernels/cpu/forward.cc, which writes K/V straight into the
+        store's float32 arrays (contiguous or paged: both are pools of blocks to it); block by
+        block from Python when `collect` asks for every block's output or the store is another."""
+        pools = self._pools(cache)
+        if collect is not None or pools is None:
             return super().layers(x, step, cache, collect)
+        k_pool, v_pool, block, tables = pools
         x = np.array(x, dtype=np.float32, order="C")                    # [R, H], updated in place
-        for seg in step.segments:
-            cache.writing(seg.slot, seg.start, seg.n)                   # room, high-water mark
         cos, sin = self.rope_tables(step.positions)                      # [R, d/2]
-        segs = (cpu_kernels.Seg * len(step.segments))(*[(s.row, s.n, s.start, s.slot)
-                                                        for s in step.segments])
-        k_all, v_all = cache.k_all, cache.v_all                          # [slots, L, Nkv, cap, d]
-        desc = cpu_kernels.CacheDesc(k_all.ctypes.data, v_all.ctypes.data, k_all.strides[0] // 4,
-                                     k_all.strides[1] // 4, k_all.strides[2] // 4)
+        keep = [np.asarray(tables(s), dtype=np.int32) for s in step.segments]   # block ids
+        segs = (cpu_kernels.Seg * len(step.segments))(
+            *[(s.row, s.n, s.start, s.slot, t.ctypes.data) for s, t in zip(step.segments, keep)])
+        f = k_pool.itemsize
+        desc = cpu_kernels.CacheDesc(k_pool.ctypes.data, v_pool.ctypes.data, k_pool.strides[0] // f,
+                                     k_pool.strides[1] // f, k_pool.strides[2] // f, block)
         self.k.lib.llamanb_cpu_forward(ctypes.byref(self._dims), self._wptrs, x.ctypes.data,
                                        x.shape[0], cos.ctypes.data, sin.ctypes.data, segs,
                                        len(step.segments), ctypes.byref(desc))
         return x
+
+    @staticmethod
+    def _pools(cache: KVStore):
+        """(k pool, v pool, positions per block, slot's segment -> its block ids) for a float32
+        store forward.cc can write in place [n_blocks, L, N_kv, block, d]; None otherwise."""
+        if isinstance(cache, KVCache):                 # one block of the whole capacity per slot
+            k, v = cache.k_all, cache.v_all
+
+            def tables(seg):
+                cache.writing(seg.slot, seg.start, seg.n)              # room, high-water mark
+                return [seg.slot]
+            block = cache.capacity
+        elif isinstance(cache, PagedKVCache):          # the engine reserved the step's blocks
+            k, v, block = cache.k_pool, cache.v_pool, cache.block
+
+            def tables(seg):
+                return cache.tables[seg.slot][: -(-seg.end // block)]
+        else:
+            return None
+        if k.dtype != np.float32 or not (k.flags.c_contiguous and v.flags.c_contiguous):
+            return None
+        return k, v, block, tables
 
     def block(self, layer: int, x: np.ndarray, step: Step, cache: KVStore) -> np.ndarray:
         c, w, k, rnd = self.config, self.layer_w[layer], self.k, self.bf16

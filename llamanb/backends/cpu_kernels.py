@@ -64,14 +64,18 @@ class Dims(ctypes.Structure):
 
 
 class Seg(ctypes.Structure):
-    """forward.cc's Seg: rows row .. row+n-1 of the step are positions start .. of `slot`."""
-    _fields_ = [(n, ctypes.c_int32) for n in ("row", "n", "start", "slot")]
+    """forward.cc's Seg: rows row .. row+n-1 of the step are positions start .. of `slot`, whose
+    positions lie in the blocks `table` lists (int32, position order)."""
+    _fields_ = [(n, ctypes.c_int32) for n in ("row", "n", "start", "slot")] + \
+        [("table", ctypes.c_void_p)]
 
 
 class CacheDesc(ctypes.Structure):
-    """forward.cc's Cache: a contiguous float32 store k, v [slots, L, N_kv, capacity, d]."""
-    _fields_ = [("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("slot_stride", ctypes.c_int64),
-                ("layer_stride", ctypes.c_int64), ("head_stride", ctypes.c_int64)]
+    """forward.cc's Cache: float32 k, v as a pool of blocks [n_blocks, L, N_kv, block, d]
+    (strides in floats)."""
+    _fields_ = [("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("block_stride", ctypes.c_int64),
+                ("layer_stride", ctypes.c_int64), ("head_stride", ctypes.c_int64),
+                ("block", ctypes.c_int32)]
 
 
 class Packed:
@@ -110,11 +114,13 @@ class Kernels:
                "llamanb_cpu_attention": (P, L, I, I, I, I, I, P, P, L, P, F, I),
                "llamanb_cpu_round_bf16": (P, L),
                "llamanb_cpu_to_bf16_bits": (P, P, L),
+               "llamanb_cpu_read_sum": (P, L),
                "llamanb_cpu_vector_width": (),
                "llamanb_cpu_threads": ()}
         for name, args in sig.items():
             fn = getattr(lib, name)
-            fn.argtypes, fn.restype = list(args), (ctypes.c_int if name.endswith(("width", "threads")) else None)
+            fn.argtypes, fn.restype = list(args), (ctypes.c_int if name.endswith(("width", "threads")) else
+                                                   ctypes.c_double if name.endswith("_sum") else None)
         self.vector_width = lib.llamanb_cpu_vector_width()
         self.panel_width = lib.llamanb_cpu_panel_width()
         self.threads = lib.llamanb_cpu_threads()
@@ -139,6 +145,11 @@ class Kernels:
         fn = self.lib.llamanb_cpu_matmul_bf16 if w.bf16 else self.lib.llamanb_cpu_matmul_f32
         fn(x.ctypes.data, M, K, w.data.ctypes.data, N, y.ctypes.data, int(accumulate), int(rnd))
         return y
+
+    def read_sum(self, a: np.ndarray) -> float:
+        """The float64 sum of a float32 array, read by every pool thread (a bandwidth probe)."""
+        a = np.ascontiguousarray(a, dtype=np.float32)
+        return self.lib.llamanb_cpu_read_sum(a.ctypes.data, a.size)
 
     def rmsnorm(self, x: np.ndarray, w: np.ndarray, eps: float, rnd: bool = False) -> np.ndarray:
         out = np.empty_like(x)

@@ -77,7 +77,13 @@ def main(args) -> int:
     progress(f"{machine['cpu']}, {machine['cores']} cores; numpy OpenBLAS threads "
              f"{machine['openblas']['threads']}; one child process per engine")
     progress(f"measuring memory-read bandwidth ({BANDWIDTH_BYTES >> 20} MiB float32 array)")
-    bw = memory_read_bandwidth()
+    extra = None
+    if backend == "cpu":                             # the kernels' own streaming read
+        from ..backends import cpu_kernels
+
+        k = cpu_kernels.load()
+        extra = {f"cpu kernels' streaming sum, {k.threads} threads": k.read_sum}
+    bw = memory_read_bandwidth(extra=extra)
     release_memory()
     roofline = bw["gb_s"] * 1e9 / model_info["weights_bytes"]
     progress(f"  {bw['gb_s']:.2f} GB/s ({bw['best']}) -> decode roofline {roofline:.2f} tok/s")

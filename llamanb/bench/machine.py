@@ -130,8 +130,12 @@ def _threaded(fn, parts) -> float:
     return time.perf_counter() - t0
 
 
-def memory_read_bandwidth(nbytes: int = BANDWIDTH_BYTES, repeats: int = BANDWIDTH_REPEATS) -> dict:
-    """Median GB/s of each method over `repeats` passes (after one warm-up), and the best."""
+def memory_read_bandwidth(nbytes: int = BANDWIDTH_BYTES, repeats: int = BANDWIDTH_REPEATS,
+                          extra: dict | None = None) -> dict:
+    """Median GB/s of each method over `repeats` passes (after one warm-up), and the best.
+    `extra`: more methods, name -> fn(float32 array) that reads the whole array (the cpu
+    backend's own streaming sum, when it is benchmarked: a roofline must not be slower than
+    what the engine under test already reads at)."""
     a = np.ones(nbytes // 4, dtype=np.float32)           # written once: every page is resident
     parts = np.array_split(a, os.cpu_count() or 1)
     cols = 4096
@@ -153,6 +157,8 @@ def memory_read_bandwidth(nbytes: int = BANDWIDTH_BYTES, repeats: int = BANDWIDT
         f"sgemv [{matrix.shape[0]}] @ [{matrix.shape[0]}, {cols}], OpenBLAS":
             lambda: timed(lambda: row @ matrix),
     }
+    for name, fn in (extra or {}).items():
+        methods[name] = lambda fn=fn: timed(lambda: fn(a))
     out = {}
     for name, run in methods.items():
         size = matrix.nbytes if name.startswith("sgemv") else a.nbytes
