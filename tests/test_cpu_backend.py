@@ -28,10 +28,11 @@ def _gamma(n: int) -> float:
 def kernels():
     from llamanb.backends import cpu_kernels
 
-    try:
-        return cpu_kernels.load()
-    except LlamanbError as e:
-        pytest.skip(str(e))
+    from llamanb.npu import hostbuild
+
+    if hostbuild.compiler()[0] is None:                 # no compiler here: nothing to test
+        pytest.skip("no C++ compiler")
+    return cpu_kernels.load()             # a compiler that fails on the sources fails the tests
 
 
 @pytest.fixture(scope="module")

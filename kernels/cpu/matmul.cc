@@ -35,16 +35,18 @@ constexpr int DECODE_ROWS = 16;     // up to this many rows: one block, chunks o
 
 // Rows x[0..MR) (row stride ldx) against NPAN panels starting at P (panel stride ps), all of K.
 // `cols` = output columns that exist from this tile's first column (the last panel may be short).
+// `pf`: what to prefetch while reading weight row k, as an offset from it (elements): PF rows ahead
+// in the same panel, or, for a second pass over a panel already in cache, the next panel.
 template <int MR, int NPAN, typename WT>
 inline void micro(const float* x, long ldx, int K, const WT* P, long ps, float* y, long ldy,
-                  int cols, int accumulate, int rnd) {
+                  int cols, int accumulate, int rnd, long pf = (long)PF * NP) {
     vf acc[MR][NPAN][2];
     for (int i = 0; i < MR; ++i)
         for (int p = 0; p < NPAN; ++p) acc[i][p][0] = acc[i][p][1] = vf{};
     for (int k = 0; k < K; ++k) {
         vf w[NPAN][2];
         for (int p = 0; p < NPAN; ++p) {
-            __builtin_prefetch(P + p * ps + (long)(k + PF) * NP, 0, 3);
+            __builtin_prefetch(P + p * ps + (long)k * NP + pf, 0, 3);
             load_pair(P + p * ps + (long)k * NP, w[p][0], w[p][1]);
         }
         for (int i = 0; i < MR; ++i) {
@@ -109,6 +111,32 @@ inline void rows_panels(const float* x, int m0, int m1, int K, const WT* P, int 
     }
 }
 
+// Decode rows 0..M (more than one row tile) against panels p0..p1, panel by panel: the first
+// tile streams the panel from memory, the others find it in cache and meanwhile prefetch the
+// next panel, so the weights keep streaming while the later tiles compute.
+template <int MR, typename WT>
+inline void tile_panel(const float* x, int m, int K, const WT* P, int p, float* y, int N,
+                       int accumulate, int rnd) {
+    const long ps = (long)K * NP;
+    micro<MR, 1>(x + (long)m * K, K, K, P + p * ps, ps, y + (long)m * N + (long)p * NP, N,
+                 N - p * NP, accumulate, rnd, m == 0 ? (long)PF * NP : ps);
+}
+
+template <typename WT>
+inline void decode_panels(const float* x, int M, int K, const WT* P, int p0, int p1, float* y,
+                          int N, int accumulate, int rnd) {
+    for (int p = p0; p < p1; ++p) {
+        int m = 0;
+        for (; m + 4 <= M; m += 4) tile_panel<4>(x, m, K, P, p, y, N, accumulate, rnd);
+        switch (M - m) {
+            case 3: tile_panel<3>(x, m, K, P, p, y, N, accumulate, rnd); break;
+            case 2: tile_panel<2>(x, m, K, P, p, y, N, accumulate, rnd); break;
+            case 1: tile_panel<1>(x, m, K, P, p, y, N, accumulate, rnd); break;
+            default: break;
+        }
+    }
+}
+
 template <typename WT>
 void matmul(const float* x, int M, int K, const WT* P, int N, float* y, int accumulate, int rnd) {
     const int panels = (N + NP - 1) / NP;
@@ -118,7 +146,8 @@ void matmul(const float* x, int M, int K, const WT* P, int N, float* y, int accu
         const int64_t chunks = (panels + per - 1) / per;
         llamanb_cpu::parallel_for(chunks, [&](int64_t c) {
             const int p0 = int(c) * per, p1 = p0 + per < panels ? p0 + per : panels;
-            rows_panels(x, 0, M, K, P, p0, p1, y, N, accumulate, rnd);
+            if (M <= 4) rows_panels(x, 0, M, K, P, p0, p1, y, N, accumulate, rnd);
+            else decode_panels(x, M, K, P, p0, p1, y, N, accumulate, rnd);
         });
         return;
     }

@@ -35,7 +35,6 @@ static inline vf load(const uint16_t* p) {
     return (vf)u;
 }
 
-// Sum of the lanes, pairwise (a tree of depth log2 VW rather than a chain of VW adds).
 // 2 VW bfloat16 weights -> two float32 vectors (lo = the first VW columns, hi = the next VW).
 // With AVX2 / AVX-512BW one load and two unpacks with a zero register do it (a bfloat16 is the top
 // half of a float32), but an unpack works within each 128-bit lane: it yields elements 0-3 of
@@ -76,11 +75,14 @@ static inline int bf16_slot(int j) {
     return 8 * (r / 4) + 4 * h + r % 4;
 }
 
+// Sum of the lanes as a tree of adjacent pairs, ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))
+// for 8 lanes: the order attention.cc's eight-at-a-time reduction (hadd) gives each sum too, so a
+// score has the same bits whichever path computed it.
 static inline float hsum(vf v) {
     float t[VW];
     std::memcpy(t, &v, sizeof v);
-    for (int w = VW / 2; w > 0; w /= 2)
-        for (int i = 0; i < w; ++i) t[i] += t[i + w];
+    for (int w = 1; w < VW; w *= 2)
+        for (int i = 0; i < VW; i += 2 * w) t[i] += t[i + w];
     return t[0];
 }
 
