@@ -48,6 +48,11 @@ inline void micro(const float* x, long ldx, int K, const WT* P, long ps, float* 
         for (int p = 0; p < NPAN; ++p) {
             __builtin_prefetch(P + p * ps + (long)k * NP + pf, 0, 3);
             load_pair(P + p * ps + (long)k * NP, w[p][0], w[p][1]);
+#if defined(__AVX__)
+            // keep the weights in registers: left to itself GCC folds each load into every FMA
+            // that uses it (MR loads per vector per k), and the load ports, not the FMAs, bind
+            asm("" : "+x"(w[p][0]), "+x"(w[p][1]));
+#endif
         }
         for (int i = 0; i < MR; ++i) {
             const vf xb = bcast(x[i * ldx + k]);
@@ -141,8 +146,10 @@ template <typename WT>
 void matmul(const float* x, int M, int K, const WT* P, int N, float* y, int accumulate, int rnd) {
     const int panels = (N + NP - 1) / NP;
     if (M <= DECODE_ROWS) {
-        // one block of rows; chunks of 4 panels (2 when that leaves the threads too few chunks)
-        const int per = panels >= 8 * llamanb_cpu::pool_threads() ? 4 : 2;
+        // one block of rows; chunks of 4 panels, or 2 or 1 where that leaves each thread fewer
+        // than 8 chunks (the last chunk claimed decides when the step may go on)
+        const int T = llamanb_cpu::pool_threads();
+        const int per = panels >= 32 * T ? 4 : panels >= 16 * T ? 2 : 1;
         const int64_t chunks = (panels + per - 1) / per;
         llamanb_cpu::parallel_for(chunks, [&](int64_t c) {
             const int p0 = int(c) * per, p1 = p0 + per < panels ? p0 + per : panels;
