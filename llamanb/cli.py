@@ -120,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="prompt for --diagnose")
     v.add_argument("--steps", type=_positive_int, default=32, help="greedy steps for --live")
     v.add_argument("--save", default=None, help="with --live: write the fresh references here")
+    v.add_argument("--dtype", choices=["float32", "bf16"], default="float32",
+                   help="numpy and cpu backends: run in bfloat16 against the float32 reference "
+                        "(the gate's top-5 rule judges where bf16 rounding changes a token)")
     _backend_arg(v)
 
     b = sub.add_parser("bench", help="llamanb vs transformers on this machine")
@@ -221,7 +224,7 @@ def cmd_verify(a) -> int:
         return verify.diagnose_cli(a.model, a.prompt)
     if a.live:
         return verify.live_cli(a.model, a.steps, a.save)
-    return verify.reference_cli(a.model, a.reference, backend=a.backend)
+    return verify.reference_cli(a.model, a.reference, backend=a.backend, dtype=a.dtype)
 
 
 def cmd_bench(a) -> int:

@@ -123,6 +123,24 @@ def test_reference_gate_first_steps(cpu_engine, reference_data):
                 break
 
 
+def test_verify_bf16_passes_the_reference_gate(kernels, capsys):
+    """`verify --backend cpu --dtype bf16`: every shared case passes vLLM's top-5 rule against
+    transformers' float32 reference (bf16 may change a token; the other must be in its top-5)."""
+    from llamanb.check.verify import reference_cli
+
+    assert reference_cli(None, None, backend="cpu", dtype="bf16") == 0
+    out = capsys.readouterr().out
+    print(out)
+    assert "8 passed, 0 failed" in out
+
+
+def test_verify_dtype_on_a_device_backend_is_one_line():
+    from llamanb.check.verify import reference_cli
+
+    with pytest.raises(LlamanbError, match="--dtype applies to the numpy and cpu backends"):
+        reference_cli(None, None, backend="npu2-emulated", dtype="bf16")
+
+
 def test_paged_cache_gives_the_contiguous_results(cpu_engine, capital_ids):
     e = cpu_engine
     flat, paged = e.new_cache(64), e.new_cache(64, block=4, n_blocks=16)

@@ -110,12 +110,17 @@ def summary(results: list[CaseResult], out=sys.stdout) -> int:
     return 0 if passed == len(results) else 1
 
 
-def reference_cli(model_spec, reference, backend: str = "numpy") -> int:
+def reference_cli(model_spec, reference, backend: str = "numpy", dtype: str = "float32") -> int:
+    """The reference gate on one engine. dtype: "bf16" runs the numpy or cpu backend in bfloat16
+    (the reference stays the float32 one: the top-5 rule judges the first difference)."""
     path = Path(reference) if reference else default_reference()
     ref = read_reference(path)
     model = load_model(model_spec)
-    engine = Engine(model, backend)
-    what = "numpy engine, float32" if backend == "numpy" else engine.backend.description
+    if dtype != "float32" and backend not in ("numpy", "cpu"):
+        raise LlamanbError(f"--dtype applies to the numpy and cpu backends, not {backend!r}")
+    engine = Engine(model, backend, **({"dtype": dtype} if dtype != "float32" else {}))
+    what = (f"numpy engine, {dtype}" if backend == "numpy" else
+            engine.backend.description)
     print(f"verify: {model.config.name} ({what}) against {path.name}: "
           f"{ref.get('reference', 'unknown system')}")
     return summary(run_reference(model, ref, engine))
