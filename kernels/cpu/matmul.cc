@@ -153,6 +153,10 @@ void matmul(const float* x, int M, int K, const WT* P, int N, float* y, int accu
         const int64_t chunks = (panels + per - 1) / per;
         llamanb_cpu::parallel_for(chunks, [&](int64_t c) {
             const int p0 = int(c) * per, p1 = p0 + per < panels ? p0 + per : panels;
+            // the first PF rows of each panel: the kernel's own prefetch starts PF rows in
+            for (int p = p0; p < p1; ++p)
+                for (int k = 0; k < PF && k < K; ++k)
+                    __builtin_prefetch(P + (long)p * K * NP + (long)k * NP, 0, 2);
             if (M <= 4) rows_panels(x, 0, M, K, P, p0, p1, y, N, accumulate, rnd);
             else decode_panels(x, M, K, P, p0, p1, y, N, accumulate, rnd);
         });
