@@ -150,9 +150,13 @@ void matmul(const float* x, int M, int K, const WT* P, int N, float* y, int accu
         // than 8 chunks (the last chunk claimed decides when the step may go on)
         const int T = llamanb_cpu::pool_threads();
         const int per = panels >= 32 * T ? 4 : panels >= 16 * T ? 2 : 1;
-        const int64_t chunks = (panels + per - 1) / per;
+        // The pool hands chunks out from the last index down, so the first `small` panels --
+        // the chunks claimed last -- go one at a time: the threads finish together.
+        const int small = per > 1 && panels > 2 * T ? 2 * T : 0;
+        const int64_t chunks = small + (panels - small + per - 1) / per;
         llamanb_cpu::parallel_for(chunks, [&](int64_t c) {
-            const int p0 = int(c) * per, p1 = p0 + per < panels ? p0 + per : panels;
+            const int p0 = c < small ? int(c) : small + int(c - small) * per;
+            const int p1 = c < small ? p0 + 1 : p0 + per < panels ? p0 + per : panels;
             // the first PF rows of each panel: the kernel's own prefetch starts PF rows in
             for (int p = p0; p < p1; ++p)
                 for (int k = 0; k < PF && k < K; ++k)
