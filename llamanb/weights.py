@@ -100,10 +100,12 @@ class Weights:
 
     def derived(self, tag: str, producers: dict) -> dict:
         """Arrays a backend derives from the weights (another layout, say), computed once.
-        producers: name -> (shape, fn returning the array). In memory unless the store that
+        producers: name -> (shape, fn returning the float32 array), or (shape, fn, "BF16") for
+        bfloat16 bits (uint16). In memory unless the store that
         loaded these weights persists them (then they are memory-mapped on later loads)."""
         if self.deriver is None:
-            return {n: np.ascontiguousarray(fn(), dtype=np.float32) for n, (_, fn) in producers.items()}
+            return {n: np.ascontiguousarray(p[1](), dtype=np.uint16 if p[2:] == ("BF16",) else np.float32)
+                    for n, p in producers.items()}
         return self.deriver(self, tag, producers)
 
     def split_qkv(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -355,3 +355,52 @@ def test_damaged_entry_metadata_gives_user_error(tiny_dir, fresh_cache, damage):
                      "no_name": json.dumps({k: v for k, v in json.loads(text).items() if k != "name"})}[damage])
     with pytest.raises(LlamanbError, match="damaged cache entry"):
         load_model(tiny_dir)
+
+
+def test_safetensors_bf16_bits_round_trip(tmp_path):
+    """write_safetensors stores bfloat16 bit patterns as BF16; the reader maps them back raw
+    and converts them as ml_dtypes does."""
+    import ml_dtypes
+
+    from llamanb.io.safetensors import SafetensorsFile, write_safetensors
+
+    x = np.random.default_rng(3).standard_normal((5, 7)).astype(np.float32)
+    bits = x.astype(ml_dtypes.bfloat16).view(np.uint16)
+    write_safetensors(tmp_path / "t.safetensors", [("a", x.shape, lambda: x),
+                                                   ("b", bits.shape, lambda: bits, "BF16")],
+                      lock=False)
+    f = SafetensorsFile(tmp_path / "t.safetensors")
+    assert f.table["b"]["dtype"] == "BF16" and f.raw("b").dtype == np.uint16
+    assert np.array_equal(f.raw("b"), bits)
+    assert np.array_equal(f.get("b"), bits.view(ml_dtypes.bfloat16).astype(np.float32))
+    assert np.array_equal(f.get("a"), x)
+    with pytest.raises(LlamanbError, match="cannot write dtype"):
+        write_safetensors(tmp_path / "u.safetensors", [("c", (1,), lambda: x[:1], "F64")],
+                          lock=False)
+    assert not (tmp_path / "u.safetensors").exists()
+
+
+def test_cpu_panels_are_packed_once_then_mapped(tiny_dir, fresh_cache):
+    """The cpu backend's packed weights go to the model cache once per dtype and layout, then
+    every load maps them (nothing rewritten); in-memory weights keep their bf16 bits."""
+    from llamanb.npu import hostbuild
+
+    if hostbuild.compiler()[0] is None:
+        pytest.skip("no C++ compiler")
+    model = load_model(tiny_dir)
+    ids = [1, 5, 9, 2]
+    first = Engine(model, "cpu").prefill(ids, Engine(model, "cpu").new_cache(8))
+    files = sorted(n for n in os.listdir(model.cache_dir) if n.startswith("cpu-panels"))
+    assert len(files) == 1 and files[0].startswith("cpu-panels-f32-np")
+    stamp = os.stat(model.cache_dir / files[0]).st_mtime_ns
+    again = Engine(load_model(tiny_dir), "cpu")
+    assert _reaches_memmap(again.backend.lm_head.data)
+    assert np.array_equal(again.prefill(ids, again.new_cache(8)), first)
+    assert os.stat(model.cache_dir / files[0]).st_mtime_ns == stamp          # mapped, not rewritten
+    Engine(model, "cpu", dtype="bf16")
+    assert len([n for n in os.listdir(model.cache_dir) if n.startswith("cpu-panels-bf16")]) == 1
+    from dataclasses import replace
+
+    mem = replace(model.weights, store_dir=None, deriver=None)               # no store behind it
+    b = Engine(replace(model, weights=mem), "cpu", dtype="bf16").backend
+    assert b.lm_head.data.dtype == np.uint16 and b.lm_head.data.flags.owndata

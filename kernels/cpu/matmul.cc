@@ -203,6 +203,9 @@ extern "C" {
 
 int llamanb_cpu_panel_width() { return NP; }
 
+// 1 when bfloat16 panels store their columns in load_pair's unpack order (vec.h), 0 in order.
+int llamanb_cpu_bf16_unpack_order() { return BF16_UNPACK ? 1 : 0; }
+
 // W [N, K] float32 -> panels [ceil(N/NP), K, NP]: float32, or bfloat16 bits (rounded to nearest
 // even) with each panel row's columns in load_pair's order (vec.h)
 void llamanb_cpu_pack_f32(const float* W, int N, int K, float* out) {

@@ -3,9 +3,10 @@
     x [R, H] --rmsnorm--> --qkv matmul--> --rope (q, k)--> cache.write --attention per sequence-->
              --wo matmul, += x--> --rmsnorm--> --gate|up matmul--> --silu*mul--> --down, += x-->
 
-Every matrix product is one kernel (kernels/cpu/matmul.cc) over weights packed once at load into
-k-major panels of NP = 2 x vector-width output columns (gate and up packed as one [2 D_ff, H]
-matrix); `dtype="bf16"` stores the panels as bfloat16 bits, halving the bytes a decode step reads.
+Every matrix product is one kernel (kernels/cpu/matmul.cc) over weights packed into k-major panels
+of NP = 2 x vector-width output columns (gate and up packed as one [2 D_ff, H] matrix), once per
+model, dtype and panel width: the panels are written to the model cache and memory-mapped from
+then on. `dtype="bf16"` stores them as bfloat16 bits, halving the bytes a decode step reads.
 The kernel streams each panel once per step and multiplies every activation row against it, so
 a step of 8 decoding sequences reads the weights once, as one does.
 
@@ -53,13 +54,17 @@ class CpuBackend(Backend):
         self.freqs = rope_for(c)
         self.scale = float(c.head_dim ** -0.5)
         self._rope_key, self._rope = None, None
-        mat = lambda a: self.k.pack(a, bf16=self.bf16)                    # noqa: E731
+        mats = {f"{i}.{n}": m for i, w in enumerate(weights.layers) for n, m in
+                (("wqkv", w.wqkv), ("wo", w.wo), ("gate_up", w.w_gate_up), ("down", w.w_down))}
+        mats["lm_head"] = weights.lm_head                                # [V, H]
+        panels = self._panels(weights, mats)
+        mat = {n: cpu_kernels.Packed(*mats[n].shape, panels[n]) for n in mats}
         vec = to_bf16 if self.bf16 else (lambda a: np.ascontiguousarray(a, np.float32))
-        self.layer_w = [dict(attn_norm=vec(w.attn_norm), wqkv=mat(w.wqkv), wo=mat(w.wo),
-                             ffn_norm=vec(w.ffn_norm), gate_up=mat(w.w_gate_up),
-                             down=mat(w.w_down)) for w in weights.layers]
+        self.layer_w = [dict(attn_norm=vec(w.attn_norm), wqkv=mat[f"{i}.wqkv"], wo=mat[f"{i}.wo"],
+                             ffn_norm=vec(w.ffn_norm), gate_up=mat[f"{i}.gate_up"],
+                             down=mat[f"{i}.down"]) for i, w in enumerate(weights.layers)]
         self.final_norm = vec(weights.final_norm)
-        self.lm_head = mat(weights.lm_head)           # [V, H] packed
+        self.lm_head = mat["lm_head"]                                   # [V, H] packed
         self.weight_bytes = sum(a.nbytes for lw in self.layer_w for a in lw.values()) + \
             self.lm_head.nbytes + self.final_norm.nbytes
         # forward.cc's arguments that never change: the sizes, and 6 weight pointers per layer
@@ -68,6 +73,16 @@ class CpuBackend(Backend):
         ptrs = [(a.data if isinstance(a, cpu_kernels.Packed) else a).ctypes.data
                 for lw in self.layer_w for a in lw.values()]
         self._wptrs = (ctypes.c_void_p * len(ptrs))(*ptrs)
+
+    def _panels(self, weights: Weights, mats: dict) -> dict:
+        """Every matrix packed into panels (kernels/cpu/matmul.cc), once: with weights from the
+        model cache the panels are written beside them (one safetensors file per dtype and panel
+        width, temp file + rename) and memory-mapped on every later load."""
+        NP, bf16 = self.k.panel_width, self.bf16
+        producers = {n: ((-(-m.shape[0] // NP), m.shape[1], NP),
+                         lambda m=m: self.k.pack(m, bf16=bf16).data) + (("BF16",) if bf16 else ())
+                     for n, m in mats.items()}
+        return weights.derived(f"cpu-panels-{'bf16' if bf16 else 'f32'}-{self.k.layout}-v1", producers)
 
     def embed(self, ids: np.ndarray) -> np.ndarray:
         x = super().embed(ids)

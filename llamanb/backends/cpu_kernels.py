@@ -107,6 +107,7 @@ class Kernels:
                "llamanb_cpu_pack_bf16": (P, I, I, P),
                "llamanb_cpu_forward": (P, P, P, I, P, P, P, I, P),
                "llamanb_cpu_panel_width": (),
+               "llamanb_cpu_bf16_unpack_order": (),
                "llamanb_cpu_matmul_bf16": (P, I, I, P, I, P, I, I),
                "llamanb_cpu_rmsnorm": (P, P, P, I, I, F, I),
                "llamanb_cpu_rope": (P, I, L, I, I, P, P, I),
@@ -119,10 +120,12 @@ class Kernels:
                "llamanb_cpu_threads": ()}
         for name, args in sig.items():
             fn = getattr(lib, name)
-            fn.argtypes, fn.restype = list(args), (ctypes.c_int if name.endswith(("width", "threads")) else
+            fn.argtypes, fn.restype = list(args), (ctypes.c_int if name.endswith(("width", "threads", "order")) else
                                                    ctypes.c_double if name.endswith("_sum") else None)
         self.vector_width = lib.llamanb_cpu_vector_width()
         self.panel_width = lib.llamanb_cpu_panel_width()
+        # how this build lays out packed weights (a cached copy must have been packed alike)
+        self.layout = f"np{self.panel_width}" + ("-bf16u" if lib.llamanb_cpu_bf16_unpack_order() else "")
         self.threads = lib.llamanb_cpu_threads()
 
     def pack(self, w: np.ndarray, bf16: bool = False) -> Packed:

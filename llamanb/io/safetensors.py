@@ -21,6 +21,7 @@ from . import locks
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64,
            "I32": np.int32, "I8": np.int8, "U8": np.uint8, "BF16": np.uint16}
+_WRITES = {"F32": np.float32, "BF16": np.uint16}        # what write_safetensors writes (BF16: bits)
 _NAMES = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16"}
 
 
@@ -93,17 +94,20 @@ class SafetensorsFile:
 def write_safetensors(path: Path, tensors: Iterable[tuple[str, tuple[int, ...], "callable"]],
                       metadata: dict | None = None, lock: bool = True) -> None:
     """Stream tensors to `path` in the given order. Each item is (name, shape, produce) where
-    produce() returns the float32 array; only one tensor is in memory at a time. The header needs
+    produce() returns the float32 array, or (name, shape, produce, "BF16") where it returns
+    bfloat16 bit patterns (uint16); only one tensor is in memory at a time. The header needs
     the shapes up front, which is why they are given separately. Writes to a temp file, then
     renames, so a crash never leaves a half-written file under `path`. With `lock`, the temp file
     is created under its directory's lock and flocked until renamed, so that a later run can tell
     the debris of a killed writer from a live one's (io.locks; the store sweeps it)."""
-    items = list(tensors)
+    items = [(t[0], t[1], t[2], t[3] if len(t) > 3 else "F32") for t in tensors]
     header: dict = {"__metadata__": {k: str(v) for k, v in (metadata or {}).items()}}
     offset = 0
-    for name, shape, _ in items:
-        nbytes = int(np.prod(shape)) * 4
-        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+    for name, shape, _, dt in items:
+        if dt not in _WRITES:
+            raise LlamanbError(f"tensor {name}: cannot write dtype {dt} (only {', '.join(_WRITES)})")
+        nbytes = int(np.prod(shape)) * np.dtype(_WRITES[dt]).itemsize
+        header[name] = {"dtype": dt, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)                  # keep tensor data 8-byte aligned
@@ -118,8 +122,8 @@ def write_safetensors(path: Path, tensors: Iterable[tuple[str, tuple[int, ...], 
                 f = stack.enter_context(open(tmp, "wb"))
             f.write(struct.pack("<Q", len(blob)))
             f.write(blob)
-            for name, shape, produce in items:
-                a = np.ascontiguousarray(produce(), dtype=np.float32)
+            for name, shape, produce, dt in items:
+                a = np.ascontiguousarray(produce(), dtype=_WRITES[dt])
                 if a.shape != tuple(shape):
                     raise LlamanbError(f"tensor {name}: shape {a.shape}, expected {tuple(shape)}")
                 f.write(a.tobytes())

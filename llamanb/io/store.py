@@ -24,7 +24,7 @@ import re
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
@@ -186,20 +186,21 @@ def convert(source, dest: Path) -> None:
 def derived_arrays(weights: Weights, tag: str, producers: dict) -> dict:
     """Arrays a backend derives from the weights (another layout, say), computed once.
 
-    producers: name -> (shape, fn returning the float32 array). With weights mapped from a cache
+    producers: name -> (shape, fn returning the float32 array), or (shape, fn, "BF16") for an
+    fn returning bfloat16 bits (uint16, returned as such). With weights mapped from a cache
     directory the results are written next to them as `<tag>.safetensors` (atomically) and
     memory-mapped from then on; in-memory weights get in-memory results."""
     if weights.store_dir is None:
-        return {n: np.ascontiguousarray(fn(), dtype=np.float32) for n, (_, fn) in producers.items()}
+        return Weights.derived(replace(weights, deriver=None), tag, producers)
     path = weights.store_dir / f"{tag}.safetensors"
-    want = {n: list(shape) for n, (shape, _) in producers.items()}
+    want = {n: (list(p[0]), p[2] if len(p) > 2 else "F32") for n, p in producers.items()}
     if path.is_file():
         f = SafetensorsFile(path)
-        if {n: t["shape"] for n, t in f.table.items()} == want:
-            return {n: f.get(n) for n in producers}
-    write_safetensors(path, [(n, shape, fn) for n, (shape, fn) in producers.items()])
+        if {n: (t["shape"], t["dtype"]) for n, t in f.table.items()} == want:
+            return {n: f.raw(n) for n in producers}
+    write_safetensors(path, [(n, *p) for n, p in producers.items()])
     f = SafetensorsFile(path)
-    return {n: f.get(n) for n in producers}
+    return {n: f.raw(n) for n in producers}
 
 
 @dataclass
