@@ -330,3 +330,16 @@ def test_peer_ggufs_rewrite_every_tensor_and_key(tmp_path):
     assert make_ggufs(src, out) == files
     assert {p: p.stat().st_mtime_ns for p in files.values()} == stamps      # cached
     assert sorted(p.suffix for p in out.iterdir()) == [".gguf", ".gguf"]     # no .tmp left
+
+
+def test_bandwidth_probe_takes_the_kernels_streaming_sum(kernels):
+    """The roofline's bandwidth is the best of every probe, the cpu kernels' own streaming read
+    among them; that read sums what numpy sums."""
+    from llamanb.bench.machine import memory_read_bandwidth
+
+    a = np.random.default_rng(2).standard_normal(1 << 20).astype(np.float32)
+    assert abs(kernels.read_sum(a) - float(a.astype(np.float64).sum())) < 1e-6 * np.abs(a).sum()
+    bw = memory_read_bandwidth(nbytes=64 << 20, repeats=2, extra={"cpu sum": kernels.read_sum})
+    meds = {n: m["median_gb_s"] for n, m in bw["methods"].items()}
+    assert "cpu sum" in meds and len(meds) == 5
+    assert bw["gb_s"] == max(meds.values()) and bw["best"] == max(meds, key=meds.get)
