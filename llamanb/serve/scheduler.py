@@ -10,6 +10,15 @@
 A step holds at most `token_budget` rows. A long prompt goes in chunks of a multiple of `chunk`
 rows, so it cannot stall the decoding rows behind it for more than one step's worth of work.
 
+Where the rules come from: re-deciding the batch every step is Orca's iteration-level scheduling
+(Orca itself runs each prompt whole and reserves a request's maximum length at admission, so it
+never preempts). Preempting the newest running request, all its blocks at once, and putting it
+back at the head of the queue is vLLM's FCFS policy (SOSP '23, section 4.5; `self.running.pop()`
+in vllm/v1/core/sched/scheduler.py). Chunking prompts into steps that also carry decode rows is
+chunked prefill (Sarathi-Serve), not in either paper. vLLM recovers a preempted request by one
+prefill over prompt + generated tokens; this scheduler replays the generated tokens one per step
+instead (request.py), because that prefill is not bit-identical to the decode steps.
+
 `policy="static"` is the baseline that continuous batching replaces: when no request runs, up to
 `slots` waiting requests are admitted together (as memory allows) and nobody else joins until all
 of them have finished, so a slot whose request ended early idles until the batch's longest member
