@@ -410,8 +410,7 @@ for (op, label, axis), t in zip(per_layer, led[:8]):
 # (QKV) and 1024-row (WO, MLP) blocks only tile the matmuls, and attention always sees the whole
 # prompt. Chunked prefill, where a later chunk's queries attend to the earlier chunks' keys from
 # the cache, is what the same generator does for a prompt whose prefix is already cached (prefix
-# caching: chunked SDPA from a chunk start aligned to 128) and what vLLM's scheduler asks for.
-# The engine here can do it too; with 3-token chunks on the 3×4 mesh, the logits agree with
+# caching: chunked SDPA from a chunk start aligned to 128). The engine here can do it too; with 3-token chunks on the 3×4 mesh, the logits agree with
 # one-shot prefill to float32 reordering:
 
 # %%
@@ -693,8 +692,8 @@ plt.show()
 
 # %% [markdown]
 # Where the time goes, by the model: a decode step at batch 32 is 80 layers of 16 ops each,
-# about 12 µs on average; half of the ops are collectives, which here cost their start-up time,
-# not their bytes. Streaming the 1.8 GB of weights from DRAM would take 7 ms of the 14 ms, and it
+# about 10 µs on average with the gap between ops; 9 of the 16 contain a collective, which at
+# these sizes costs its start-up time, not its bytes. Streaming the 1.8 GB of weights from DRAM would take 7 ms of the 14 ms, and it
 # does not limit the step: the demo's prefetcher reads the next weights into on-chip buffers
 # while the collectives run. Long prompts are all attention: at 128K it is nine tenths of the
 # time.
@@ -721,7 +720,7 @@ for name, why in cost.KNOWN_MISSES.items():
     print(f"  what it lacks: {why}")
 
 # %% [markdown]
-# PERF.md's own 128-token TTFT (an older release) is within 13 %. At 4K the model is short by a
+# PERF.md's own 128-token TTFT (a different release) is within 13 %. At 4K the model is short by a
 # quarter: it has no measured op at more than 128 rows, and grows each one from there by its
 # FLOPs or bytes alone. The 128K decode rate depends on one derived number, the rate at which a
 # lone user's cache is read: about 30 GB/s, an eighth of the chip's DRAM bandwidth, which is

@@ -514,8 +514,9 @@ def _validation_figures() -> list[Figure]:
 KNOWN_MISSES = {
     "README TTFT, batch 32, 128 tokens":
         "the 128-row local ops come from prefill_128.json, whose norm, RoPE and head-shuffling rows "
-        "(38-44 us each, 0.36 ms of every layer) were recorded untraced; the README's later release "
-        "(v0.65) needs the whole layer at 0.65 ms",
+        "(14-44 us each, 0.36 ms of every layer) test_prefill_device_perf.py takes from the untraced "
+        "first run; the README's release (v0.65) needs the whole layer, collectives included, at "
+        "0.65 ms",
 }
 
 
