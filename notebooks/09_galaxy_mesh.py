@@ -76,9 +76,12 @@ print(EmulatedMesh(GALAXY))
 # | W1, W3 | hidden, axis 1 | FFN, axis 0 | `[8192/4, 28672/8]` |
 # | W2 | FFN, axis 0 | hidden, axis 1 | `[28672/8, 8192/4]` |
 #
-# A product whose *rows* (the contracted dimension) are split gives each chip a **partial sum**;
-# the chips along that axis must add them up. That is where the collectives come from. First the
-# algebra on small arrays: cut `W` both ways, multiply per chip, sum along the row-splitting axis.
+# (The demo uploads WQKV and W1/W3 with `ttnn.ShardTensor2dMesh(dims=(3, 2))`, mesh axis 0
+# taking the columns and axis 1 the rows, and WO and W2 with `dims=(2, 3)`:
+# `tt/llama_attention.py`, `tt/llama_mlp.py`.) A product whose *rows* (the contracted dimension)
+# are split gives each chip a **partial sum**; the chips along that axis must add them up. That
+# is where the collectives come from. First the algebra on small arrays: cut `W` both ways,
+# multiply per chip, sum along the row-splitting axis.
 
 # %%
 rng = np.random.default_rng(0)
@@ -743,7 +746,8 @@ for name, why in cost.KNOWN_MISSES.items():
 # with a mask when a chunk follows earlier ones) and `scaled_dot_product_attention_decode` for
 # one new token; WO and the MLP with ttnn's own collectives (`ttnn.reduce_scatter`,
 # `ttnn.all_gather`, `ttnn.all_reduce`, each with a `cluster_axis`); residual adds; and the LM
-# head as each chip's vocabulary slice after an all-gather. The host only gathers the embedding
+# head as each chip's vocabulary slice after an all-gather (the demo's `tt/lm_head.py` instead
+# gives each chip `[H/4, V/8]` and all-reduces the logits along axis 1). The host only gathers the embedding
 # rows, makes the RoPE tables and masks, and reads the logits. ttnn is imported only there (the
 # wheel exists for CPython 3.10 and 3.12 only, needs numpy < 2, and computes nothing without a
 # card); the tests drive the path with a fake ttnn module whose "devices" are this notebook's

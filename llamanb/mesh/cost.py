@@ -10,9 +10,9 @@ plan is executed by llamanb.mesh.ccl on an emulated mesh, with zero-filled array
 device's real shape, and the bytes are read off its ledger.
 
 The latency model (see `CALIBRATION` for every number and where it comes from). Time is the sum
-of the device ops the demo runs, one after another (the demo runs each op on the whole chip, and
-prefill and decode are both replayed from a trace, so ops do not overlap and the host does not
-dispatch them), plus the op-to-op gap:
+of the device ops the demo runs, one after another (prefill and decode are both replayed from a
+trace, so the host does not dispatch them; in decode the prefetcher's weight reads run beside
+the ops, on cores of their own), plus the op-to-op gap:
 
   prefill, S rows (one prompt, padded as the demo pads it: 128, 1024, then powers of two)
     weight matmuls   max(time measured at 128 rows x blocks of 2048 rows, FLOPs / (cores x
