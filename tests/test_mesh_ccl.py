@@ -5,7 +5,7 @@ import pytest
 
 from llamanb.errors import LlamanbError
 from llamanb.mesh import ccl
-from llamanb.mesh.config import GALAXY, MeshConfig
+from llamanb.mesh.config import GALAXY, GALAXY_4U, MeshConfig
 from llamanb.mesh.device import EmulatedMesh, MeshTensor
 
 SHAPES = [(1, 1), (1, 3), (2, 3), (8, 4), (3, 5)]
@@ -84,8 +84,12 @@ def test_wire_format_scales_bytes():
     assert bfp8.busiest / f32.busiest == (1 + 1 / 16) / 4
 
 
-def test_galaxy_is_8x4_line_with_three_links():
-    assert GALAXY.shape == (8, 4) and GALAXY.n_devices == 32 and GALAXY.topology == "line"
+def test_galaxy_is_the_6u_ring_with_four_links():
+    """tt-metal models/demos/llama3_70b_galaxy/tt/model_config.py: GALAXY_NUM_LINKS 4 and
+    Topology.Ring on a 6U (the machine PERF.md measured), 3 and Linear on a 4U."""
+    assert GALAXY.shape == (8, 4) and GALAXY.n_devices == 32
+    assert (GALAXY.topology, GALAXY.num_links) == ("ring", 4)
+    assert (GALAXY_4U.topology, GALAXY_4U.num_links) == ("line", 3)
     assert "emulated" in repr(EmulatedMesh(GALAXY))
 
 

@@ -1,11 +1,18 @@
-"""Llama 3 70B accounting: the collective plan is the one the layers really run, traffic is
-linear in rows, per-device bytes add up to the model, and the latency model stays a lower bound
-of the demo's published times (it assumes peak rates and no overheads)."""
+"""Llama 3 70B accounting and the Galaxy latency model.
+
+Accounting: the collective plan is the one the layers really run, traffic is linear in rows,
+per-device bytes add up to the model. Latency: the calibration/validation split holds (no
+held-back figure feeds the model), the validation table is recomputed from the model (not typed
+in) and every held-back figure is within 25 % or is a named miss, and the collective fits
+reproduce the tech report's own measurements they were fitted to."""
+import math
+
 import numpy as np
 import pytest
 
 from llamanb.config import BYTES_PER_PARAM, LLAMA3_70B
 from llamanb.engine import Engine
+from llamanb.errors import LlamanbError
 from llamanb.mesh import cost
 from llamanb.mesh.config import GALAXY, MeshConfig
 from llamanb.step import Step
@@ -31,10 +38,28 @@ def test_plan_is_what_a_block_runs(tmp_path, make_tiny, topology):
 
 
 def test_traffic_is_linear_in_rows():
-    a = cost.layer_traffic(LLAMA3_70B, GALAXY, rows=64, count_rows=64)
-    b = cost.layer_traffic(LLAMA3_70B, GALAXY, rows=64, count_rows=32)
-    assert [t.busiest for t in a] == [t.busiest for t in b]
-    assert [t.total for t in a] == [t.total for t in b]
+    for plan in (cost.collective_plan, cost.prefill_ccl_plan):
+        a = cost.layer_traffic(LLAMA3_70B, GALAXY, rows=64, count_rows=64, plan=plan)
+        b = cost.layer_traffic(LLAMA3_70B, GALAXY, rows=64, count_rows=32, plan=plan)
+        assert [t.busiest for t in a] == [t.busiest for t in b]
+        assert [t.total for t in a] == [t.total for t in b]
+
+
+def test_demo_plans_have_the_demo_shapes():
+    """Prefill: the norm statistics travel as a bf16 tile column, prompts over 1024 rows add ring
+    SDPA's two gathers; decode: QKV reduce-scattered and attention gathered over the hidden
+    axis (8 users per column), only WO and W2 all-reduced, over the head axis."""
+    short = cost.prefill_ccl_plan(LLAMA3_70B, GALAXY, 1024)
+    long = cost.prefill_ccl_plan(LLAMA3_70B, GALAXY, 2048)
+    assert [p[1] for p in long] == [p[1] for p in short][:2] + ["SDPA out", "SDPA out rev"] + \
+        [p[1] for p in short][2:]
+    assert all(p[5] == ("bf16" if p[1] == "norm stats" else "bfp8") for p in long)
+    dec = cost.decode_ccl_plan(LLAMA3_70B, GALAXY)
+    assert [(p[0], p[2]) for p in dec if p[0] == "all_reduce"] == [("all_reduce", 0), ("all_reduce", 0)]
+    qkv = next(p for p in dec if p[1] == "QKV heads")
+    assert qkv[0] == "reduce_scatter" and qkv[2] == 1 and qkv[3][0] // 4 == 8
+    led = cost.layer_traffic(LLAMA3_70B, GALAXY, 32, plan=lambda c, m, r: cost.decode_ccl_plan(c, m))
+    assert [t.group_size for t in led] == [4, 4, 4, 8, 4, 4, 4, 4, 8]
 
 
 def test_per_device_bytes_add_up_to_the_model():
@@ -59,10 +84,82 @@ def test_kv_bytes_closed_form():
     assert cost.kv_bytes_per_device(LLAMA3_70B, GALAXY, 1000) == 2 * 80 * 1 * 1000 * 128 * 1.0625
 
 
-def test_model_is_a_lower_bound_of_the_published_times():
-    """Peak rates and no overheads: the model must predict less time than the demo measured
-    (PERF.md, 2025-07: TTFT 59.64 ms for 128 tokens, 70.0 tok/s/user at batch 32; 4K 625 ms,
-    32K 9.48 s, 128K 102.3 s)."""
-    for prompt, published in ((128, 59.64e-3), (4096, 0.625), (32768, 9.48), (131072, 102.3)):
-        assert cost.prefill_estimate(LLAMA3_70B, GALAXY, prompt).seconds < published
-    assert 1 / cost.decode_estimate(LLAMA3_70B, GALAXY, 32, 128).seconds > 70.0
+# --- the latency model ----------------------------------------------------------------------------
+def test_collective_fits_reproduce_the_reports_measurements():
+    """CCL_FIT (rates per link direction, bytes as llamanb.mesh.ccl counts them) against rows of
+    the tech report's Wormhole table it was fitted to: 4-chip line and 8-chip ring, 4 MiB and
+    64 MiB in total; the report says its fits are within 0-19 % (all_gather) and 2-58 %
+    (ring reduce_scatter, worst at small sizes)."""
+    measured_us = {("all_gather", "line", 4, 4194304): 278.65, ("all_gather", "ring", 8, 4194304): 199.16,
+                   ("all_gather", "ring", 8, 67108864): 2843.17,
+                   ("reduce_scatter", "line", 4, 4194304): 334.89,
+                   ("reduce_scatter", "ring", 8, 67108864): 3572.99}
+    for (op, topo, n, size), us in measured_us.items():
+        cols = size // 2 // 32                                   # bf16, 32 rows
+        if op == "all_gather":
+            plan = lambda c, m, r: [(op, "x", 1, (32, cols // n), 1, "bf16")]   # noqa: E731
+        else:
+            plan = lambda c, m, r: [(op, "x", 1, (32, cols), 1, "bf16")]        # noqa: E731
+        mesh = MeshConfig((1, n), topology=topo)
+        t = cost.ccl_seconds(cost.layer_traffic(LLAMA3_70B, mesh, 32, count_rows=32, plan=plan), mesh,
+                             links=1)
+        assert t == pytest.approx(us * 1e-6, rel=0.2), (op, topo, n, size)
+
+
+def test_prompts_are_padded_as_the_demo_pads_them():
+    assert [cost.padded_prompt(n) for n in (1, 128, 129, 1024, 1025, 4096, 5000)] == \
+        [128, 128, 1024, 1024, 2048, 4096, 8192]
+    with pytest.raises(LlamanbError):
+        cost.padded_prompt(0)
+
+
+def test_model_refuses_what_it_is_not_calibrated_for():
+    with pytest.raises(LlamanbError, match="calibrated for Llama 3 70B"):
+        cost.prefill_estimate(LLAMA3_70B, MeshConfig((4, 8), head_axis=1, hidden_axis=0), 128)
+
+
+def test_parts_add_up_and_grow_as_they_should():
+    small, big = (cost.prefill_estimate(LLAMA3_70B, GALAXY, n) for n in (32768, 131072))
+    assert small.seconds == pytest.approx(sum(small.parts.values()))
+    # attention is quadratic, the rest at most linear in rows
+    assert big.parts["attention"] / small.parts["attention"] == pytest.approx(16, rel=0.02)
+    assert big.parts["matmuls"] / small.parts["matmuls"] == pytest.approx(4, rel=0.02)
+    d1, d2 = (cost.decode_estimate(LLAMA3_70B, GALAXY, 1, c) for c in (1024, 131072))
+    assert d2.seconds > d1.seconds and d1.parts["layer ops (measured)"] == d2.parts["layer ops (measured)"]
+
+
+def test_calibration_and_validation_are_split():
+    """No held-back figure feeds the model: the PERF.md rows used for the two derived numbers
+    are not among the validated figures, and the derived numbers reproduce those rows."""
+    val = cost.validation_table()
+    published = {round(r[1], 6) for r in val}
+    for _, (S, t) in cost.CALIBRATION_FIGURES.items():
+        assert S == 65536 and round(t, 6) not in published
+        assert not any(name.startswith(("TTFT, 64K", "decode b1, 64K")) for name, *_ in val)
+    d = cost.derived()
+    S, t = cost.CALIBRATION_FIGURES["TTFT 64K"]
+    assert cost.prefill_estimate(LLAMA3_70B, GALAXY, S).seconds == pytest.approx(t, rel=1e-6)
+    T, step = cost.CALIBRATION_FIGURES["decode 64K batch 1"]
+    assert cost.decode_estimate(LLAMA3_70B, GALAXY, 1, T + 64).seconds == pytest.approx(step, rel=1e-6)
+    assert 0 < d["attn_eff"] < 1 and 1e9 < d["user_kv_rate"] < cost.CALIBRATION["dram_bw"].value
+    # every calibration row names its source
+    assert all(src for _, _, src in cost.calibration_table())
+
+
+def test_validation_table_recomputed_and_within_25_percent_or_named():
+    """The published figures, as published (PERF.md 25 July 2025 and tt-metal's README); each
+    prediction within 25 % or listed in KNOWN_MISSES with what the model lacks."""
+    want = {"TTFT, 128-token prompt": 59.64e-3, "TTFT, 4K prompt": 625.08e-3,
+            "TTFT, 32K prompt": 9482.38e-3, "TTFT, 128K prompt": 102310.21e-3,
+            "decode b32, 128-token prompts (avg of 128)": 70.01,
+            "decode b1, 128K prompt (avg of 128)": 10.96, "README TTFT, batch 32, 128 tokens": 53e-3,
+            "README first decoded token, batch 32": 72.5, "README throughput, batch 32": 2268.8}
+    rows = cost.validation_table()
+    assert {r[0]: r[1] for r in rows} == want
+    outside = {r[0] for r in rows if abs(r[3]) > 0.25}
+    assert outside == set(cost.KNOWN_MISSES)
+    for name, (published, predicted, err) in {r[0]: (r[1], r[2], r[3]) for r in rows}.items():
+        assert math.isfinite(predicted) and err == pytest.approx((predicted - published) / published)
+    # the throughput figure is 32 users' worth of the per-user rate the model predicts
+    by = {r[0]: r[2] for r in rows}
+    assert by["README throughput, batch 32"] == pytest.approx(32 * by["README first decoded token, batch 32"])

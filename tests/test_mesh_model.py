@@ -13,7 +13,7 @@ from llamanb.check.verify import compare, greedy_with_top5
 from llamanb.engine import Engine
 from llamanb.errors import LlamanbError
 from llamanb.mesh.backend import MeshBackend
-from llamanb.mesh.config import GALAXY, MeshConfig
+from llamanb.mesh.config import GALAXY, GALAXY_4U, MeshConfig
 
 PROMPT = "The capital of France is a city called"
 MESHES = [(1, 1), (1, 3), (3, 4)]          # (3, 4): heads over 3 devices, hidden over 4
@@ -70,7 +70,7 @@ def test_tiny_llama_on_the_full_galaxy_mesh(tmp_path, make_tiny):
     hf = make_tiny(tmp_path / "tiny", n_heads=8, n_kv_heads=8, tie=False)
     model = llamanb.load_model(tmp_path / "tiny")
     ids = [5, 17, 99, 3, 250, 41, 7, 8, 9, 10, 11]
-    for cfg in (GALAXY, MeshConfig((8, 4), topology="ring")):
+    for cfg in (GALAXY, GALAXY_4U):                    # ring (6U) and line (4U)
         eng = Engine(model, backend="galaxy-emulated", mesh=cfg)
         got = eng.logits_all(ids)
         assert np.abs(got - hf_logits(hf, ids)).max() < 1e-4

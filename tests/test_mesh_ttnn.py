@@ -7,7 +7,9 @@ mul with a SiLU activation, add, slice, concat, permute, the three collectives w
 keyword-only cluster_axis / num_links / topology, and the attention and norm ops, each written
 here from its documented definition (not from llamanb's layers): the distributed RMSNorm pair,
 nlp_create_qkv_heads / nlp_concat_heads, rotary_embedding (x cos + rotate_half(x) sin),
-fill_cache / update_cache (in place; a block-float cache rounds what it stores), and the two
+fill_cache / update_cache (in place, with upstream's signatures: fill_cache(cache_tensor,
+input_tensor, batch_idx) writes from position 0, update_cache(cache, input, update_idx, *,
+batch_offset); a block-float cache rounds what it stores), and the two
 scaled-dot-product attentions (GQA: query head h reads K/V head h // group). Arithmetic is
 float32 and a "bfloat16" tensor is not rounded, so the fake checks the dataflow and the
 placement, not bf16 numerics. Tile padding and memory layouts are not modelled. It records
@@ -85,17 +87,16 @@ def add_attention_ops(t, calls):
                     v = blockfloat_padded(np.ascontiguousarray(v), cache.dtype)
                 where(a, v)
 
-    def fill_cache(cache, x, batch_idx, update_idx=0):           # x [1, nkv, S, d]
-        assert update_idx % 32 == 0
-        def w(a, v):
-            a[batch_idx, :, update_idx:update_idx + v.shape[2]] = v[0]
-        _store(cache, x, w)
+    def fill_cache(cache_tensor, input_tensor, batch_idx):       # upstream: rows 0..S-1 of user
+        def w(a, v):                                              # batch_idx; no start position
+            a[batch_idx, :, :v.shape[2]] = v[0]
+        _store(cache_tensor, input_tensor, w)
 
-    def update_cache(cache, x, update_index, batch_offset=0):    # x [1, nkv, B, d]: B users
+    def update_cache(cache, input, update_idx, *, batch_offset=0):   # input [1, nkv, B, d]: B users
         def w(a, v):
             for b in range(v.shape[2]):
-                a[batch_offset + b, :, update_index] = v[0, :, b]
-        _store(cache, x, w)
+                a[batch_offset + b, :, update_idx] = v[0, :, b]
+        _store(cache, input, w)
 
     def sdpa(q, k, v, is_causal=True, attn_mask=None, scale=None):
         def f(qa, ka, va, m=None):

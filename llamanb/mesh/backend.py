@@ -116,11 +116,17 @@ class TtnnMeshBackend(Backend):
     gathers the embedding rows, builds the step's RoPE tables and causal masks, and reads the logits:
 
         RMSNorm      ttnn.rms_norm_pre_all_gather -> all_gather(hidden axis) -> rms_norm_post_all_gather
-        QKV          ttnn.linear -> all_reduce(hidden axis) -> experimental.nlp_create_qkv_heads
-        RoPE         ttnn.experimental.rotary_embedding (HF half-split pairs; tables per step row)
-        KV cache     ttnn.fill_cache (a segment starting on a tile boundary) or ttnn.update_cache
-                     (one position at a time); caches [slots, N_kv/P, max_seq, d] per layer, heads
-                     over the head axis, in `kv_dtype`
+        QKV          ttnn.linear -> all_reduce(hidden axis) -> experimental.nlp_create_qkv_heads (the
+                     demo's prefill; its decode reduce-scatters QKV over the hidden axis instead,
+                     fused with head creation, so each mesh column keeps 8 of its 32 users)
+        RoPE         ttnn.experimental.rotary_embedding (HF half-split pairs; tables per step row;
+                     the demo uses rotary_embedding_llama with Meta's interleaved pairs)
+        KV cache     ttnn.fill_cache(cache, input, batch_idx) for a segment that starts at position
+                     0 (upstream's fill_cache takes no start position: it writes rows 0..S-1), else
+                     ttnn.update_cache(cache, input, update_idx, batch_offset=) one position at a
+                     time; caches [slots, N_kv/P, max_seq, d] per layer, heads over the head axis,
+                     in `kv_dtype` (the demo keeps bfloat8_b caches, paged, with
+                     ttnn.experimental.paged_fill_cache / paged_fused_update_cache)
         attention    transformer.scaled_dot_product_attention (prefill: causal, or a mask for a chunk
                      after earlier ones) / scaled_dot_product_attention_decode (one row, cur_pos)
         WO, MLP      as above; residual adds with ttnn.add
@@ -130,7 +136,7 @@ class TtnnMeshBackend(Backend):
     per KVStore the engine hands in (contiguous caches only); the KVStore keeps the lengths. The
     RoPE tables are uploaded per step as the op's "cache" with exactly the step's rows. Tested with
     a fake ttnn (tests/test_mesh_ttnn.py) that computes in float32 and models neither tile padding
-    nor memory configs: on a card, row slices that do not start on a tile, partial-tile fill_cache
+    nor memory configs: on a card, row slices that do not start on a tile, partial-tile cache
     writes and the rms_norm weight layout may need ttnn's ROW_MAJOR / padding variants."""
 
     name = "galaxy-ttnn"
@@ -300,9 +306,9 @@ class TtnnMeshBackend(Backend):
                 pieces.append(self.to_device(np.zeros((1, 1, seg.row - row, width), np.float32), {}))
             rows = lambda a, n: t.slice(a, [0, 0, seg.row, 0], [1, n, seg.row + seg.n, d])  # noqa: E731
             qs, ks, vs = rows(q, pl.heads), rows(k, pl.kv_heads), rows(v, pl.kv_heads)
-            if seg.start % 32 == 0 and seg.n > 1:
-                t.fill_cache(kc, ks, batch_idx=seg.slot, update_idx=seg.start)
-                t.fill_cache(vc, vs, batch_idx=seg.slot, update_idx=seg.start)
+            if seg.start == 0 and seg.n > 1:                           # fill_cache writes from 0
+                t.fill_cache(kc, ks, seg.slot)
+                t.fill_cache(vc, vs, seg.slot)
             else:
                 for i in range(seg.n):
                     one = lambda a: t.slice(a, [0, 0, i, 0], [1, pl.kv_heads, i + 1, d])  # noqa: E731

@@ -8,13 +8,23 @@ Galaxy?": a layer asks the config which axis splits what.
                  rows of QKV and W1/W3, the columns of WO and W2          -- axis 1 in the demo
     topology     "line" (bidirectional chain) or "ring" (chain plus a wrap-around link) for every
                  collective
-    num_links    Ethernet links used in parallel between two neighbours (the demo passes 3)
+    num_links    Ethernet links used in parallel between two neighbours
 
-The demo's collectives then follow from the placement (tenstorrent/tt-metal,
-models/demos/llama3_70b_galaxy, tt/llama_ccl.py): all-reduce over hidden_axis after QKV,
-all-reduce over head_axis after WO and after W2, reduce-scatter over hidden_axis after W1/W3 and
-all-gather over hidden_axis before W2.
+The demo's prefill collectives then follow from the placement (tenstorrent/tt-metal,
+models/demos/llama3_70b_galaxy, tt/llama_attention.py, tt/llama_mlp.py, tt/llama_ccl.py):
+all-reduce over hidden_axis after QKV, all-reduce over head_axis after WO and after W2,
+reduce-scatter over hidden_axis after W1 and after W3, all-gather over hidden_axis before W2, and
+an all-gather over hidden_axis of each RMSNorm's statistics. Its decode differs (see
+llamanb.mesh.cost.decode_ccl_plan): QKV is reduce-scattered over the hidden axis, which leaves 8 of
+the 32 users on each column, and the attention outputs are all-gathered back before WO.
+
+Which Galaxy: tt/model_config.py picks by the number of PCIe-attached chips. A 6U Galaxy (all 32
+chips on PCIe; its mesh axes close into rings) runs ring collectives with 4 links per neighbour
+(GALAXY_NUM_LINKS = 4, CCL_TOPOLOGY = Ring; the prefill ring collectives in llama_ccl.py
+hard-code num_links = 4); a 4U Galaxy runs line collectives with 3 links. PERF.md's numbers are
+6U runs (its vLLM commands use FABRIC_1D_RING), so GALAXY is the 6U.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -65,5 +75,7 @@ class MeshConfig:
         return f"{self.shape[0]}x{self.shape[1]}"
 
 
-# Tenstorrent Galaxy as the Llama 3 70B demo drives it: 8x4 Wormhole chips, line collectives on 3 links.
-GALAXY = MeshConfig(shape=(8, 4), head_axis=0, hidden_axis=1, topology="line", num_links=3)
+# Tenstorrent Galaxy as the Llama 3 70B demo drives it: 8x4 Wormhole chips. The 6U wires both
+# mesh axes into rings (4 links per neighbour); the older 4U is a line mesh (3 links).
+GALAXY = MeshConfig(shape=(8, 4), head_axis=0, hidden_axis=1, topology="ring", num_links=4)
+GALAXY_4U = MeshConfig(shape=(8, 4), head_axis=0, hidden_axis=1, topology="line", num_links=3)

@@ -7,11 +7,20 @@ Q on the hidden axis, device (p, q) holds:
     WO              [N_h/P d, H/Q]           rows: head group p; columns: hidden slice q
     W1, W3          [H/Q, D_ff/P]            rows: hidden slice q; columns: FFN slice p
     W2              [D_ff/P, H/Q]            rows: FFN slice p; columns: hidden slice q
-    LM head         [H, V/(P Q)]             vocabulary slice p Q + q
+    LM head         [H, V/(P Q)]             vocabulary slice p Q + q (the demo instead holds
+                                             [H/Q, V/P] and all-reduces the logits over the
+                                             hidden axis: tt/lm_head.py)
 
-One block, with the collective each split forces (the demo's order, llama_ccl.py):
+The demo uploads these with ttnn.ShardTensor2dMesh(dims=(3, 2)) for WQKV and W1/W3 (mesh axis 0
+splits the output columns, axis 1 the input rows) and dims=(2, 3) for WO and W2; ttnn keeps
+weights as [in, out], the transposes of the [out, in] arrays here.
+
+One block, with the collective each split forces, in the order of the demo's prefill
+(tt/llama_attention.py forward_prefill, tt/llama_mlp.py forward_prefill, tt/llama_ccl.py; its
+decode differs, see llamanb.mesh.cost.decode_ccl_plan):
 
     RMSNorm      local sum of squares [R, 1] -> all_gather(hidden axis) -> sum -> scale x
+                 (the demo gathers a bf16 tile column [R, 32] per chip)
     QKV          x_q @ WQKV_pq: a partial sum over q  -> all_reduce(hidden axis)
     attention    head group p, on every device of the row; K/V of group p into the cache
     WO           attn_p @ WO_pq: a partial sum over p -> all_reduce(head axis) -> x += ...
