@@ -391,7 +391,8 @@ table(list(costs.values()))
 # The same model for the three models of this chapter, bf16 weights: time to first token for one
 # prompt of 2048 tokens, and a decode step at 2048 tokens of context for batch 1 and 64, each with
 # the op that takes longest. Llama 3 70B (141 GB in bf16) does not fit one 48 GB card: it is split
-# over 8 (tensor parallel, section 12 states the link).
+# over 8 cards here the way the chapter's einsums suggest, tensor parallel with two all-reduces per
+# layer over PCIe (section 12 shows that Furiosa splits it differently).
 
 # %%
 print(f"{'model':<22} {'cards':>5} {'TTFT 2048':>10} {'top op':>19} {'decode B=1':>11} {'tok/s':>6} "
@@ -529,7 +530,8 @@ for c, phase, B, s_in, s, cards in ((LLAMA31_8B, "prefill", 1, 2048, 2048, 1), (
 # The 70B model's FFN weights do not fit in DM on one card, and no model's whole set of weights
 # does, so weights stream from HBM every step. The chapter's un-tiled attention scores for 2048
 # tokens spill to HBM on one card (256 MB for 8B, 512 MB for 70B per layer) and fit once 8 cards
-# split the heads.
+# split the heads. Furiosa's own decoder example never builds them whole: it walks the keys in
+# online-softmax chunks.
 #
 # ## 11. Where the time goes, per engine
 #
@@ -718,7 +720,8 @@ for kv in ("bf16", "fp8"):
 # %% [markdown]
 # Across these four readings the held-back error runs from about -30 % to +30 %: the assumptions
 # matter as much as the model. The KV format moves the 8B estimate most, because at these batches
-# its decode step reads more KV cache than weights. The curve shows how the 8B prediction (with the
+# its decode step reads more KV cache than weights. (The FP8 curve flattens past B of about 170:
+# there the projections cross the FP8 ridge, 341 FLOP/B, and turn compute-bound.) The curve shows how the 8B prediction (with the
 # calibrated `eta`) moves with the batch, for both formats, and the band of ±25 % around
 # Furiosa's figure:
 
