@@ -1,8 +1,11 @@
 """Llama as a TCP program: the op lists of Furiosa's "Transformer Architecture" chapter, as data.
 
-Furiosa's TCP programming book (furiosa-ai, furiosa-opt book, kernel examples, "Transformer
-Architecture") walks Llama 3 70B through prefill and decode step by step. `program(cfg, phase)`
-returns that walk as a list of `Op`s (llamanb.tcp.ops), in three parts:
+Furiosa's TCP programming book (repository furiosa-ai/furiosa-opt, docs/src/kernel-examples/
+transformer.md) walked Llama 3 70B through prefill and decode step by step in its versions of
+2026-04-24 (commit a837582) and 2026-05-21 (commit f8938cb); the quotes below are from those. On
+2026-08-17 (commit d4d05a7) the page became "Case Study: Transformer": Qwen3-0.6B, one decode token,
+a host-prepared embedding, attention in online-softmax chunks, no prefill. `program(cfg, phase)`
+returns the Llama walk as a list of `Op`s (llamanb.tcp.ops), in three parts:
 
     pre     embedding gather                                      once
     layer   RMSNorm .. FFN residual                               repeated L times
@@ -27,7 +30,12 @@ from .ops import Op
 PHASES = ("prefill", "decode", "extend")
 
 CE, VE, DMA = "Contraction Engine", "Vector Engine", "Tensor DMA"
-REDUCE = "broadcast-multiply, then packet/time reducers sum the contracted axis"
+# The book's Contraction Engine (docs/src/computing-tensors/contraction-engine/index.md): one operand
+# waits in the Tensor Register File, the other streams in (Fetch -> Switch -> Collect); Outer
+# broadcasts and multiplies (widening to f32), the Packet Reducer sums within a packet, the Time
+# Reducer across cycles; a sum across slices or chips is left to the Vector Engine downstream.
+REDUCE = ("one operand from the TRF, one streamed: multiply, Packet + Time Reducers sum the contracted "
+          "axis in each slice (across slices: the Vector Engine's inter-slice reducer)")
 
 NOTE_ROPE_PAIRS = ('The chapter: "RoPE operation groups consecutive pairs among d_k values". Meta\'s '
                    'original checkpoints and GGUF files pair (2i, 2i+1); HF checkpoints pair (i, i + d_k/2). '
@@ -40,10 +48,12 @@ NOTE_ROPE_TABLE = ('The chapter: "f = 2: frequency dimension for adjacent heads"
 NOTE_GROUP = ('The chapter: "Q_rope: shape![B, h_q, s_in, d_k] == shape![B, G, h_kv, s_in_q, d_k]". With '
               'Llama\'s head order (query head h reads K/V head h // G, as in HF\'s repeat_kv) h_q splits '
               'as [h_kv, G]; [G, h_kv] would pair query head h with K/V head h mod h_kv.')
-NOTE_V = ('The chapter\'s V is [B, s_in, h_kv, d_k] but its cache is [B, h_kv, s, d_k] (its own TODO says '
-          'so for decode: "V_new has shape [B, 1, h_kv, d_k] but the cache expects [B, h_kv, s, d_k]"; '
-          'prefill\'s "kv_cache_l_V = V" has the same mismatch). An einsum may write its result in any '
-          'axis order, so the V projection writes [B, h_kv, s_in, d_k] directly: no transpose op.')
+NOTE_V = ('The chapter\'s V is [B, s_in, h_kv, d_k] but its cache is [B, h_kv, s, d_k] (its 2026-04-24 '
+          'version had a TODO saying so for decode: "V_new has shape [B, 1, h_kv, d_k] but the cache expects '
+          '[B, h_kv, s, d_k]"; the 2026-05-21 version dropped the TODO and kept the mismatch; prefill\'s '
+          '"kv_cache_l_V = V" has it too, and its weighted sum calls V [B, s_in, h_kv, d_k] == '
+          '[B, h_kv, s_in_kv, d_k] a "Reshape (noop)", which is a transpose). An einsum may write its result '
+          'in any axis order, so the V projection writes [B, h_kv, s_in, d_k] directly: no transpose op.')
 NOTE_UPDATE = ('The chapter: "kv_cache_l_K[s-1] = K_rope" indexes the first axis, which is B. The new '
                'row goes to position s-1 of the s axis: kv_cache_K[:, :, s-1] = K_rope.')
 NOTE_POSITION = ('The chapter: "position(0) = s (total sequence length processed so far)" while the same '
