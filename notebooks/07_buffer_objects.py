@@ -418,7 +418,7 @@ print(cost.table(big, 2048))
 # the per-call predictions have none, and they land within 16 % — `rms_gemms_rope` (its Q/K/V
 # GEMMs at the rate fitted on `o_ffn`'s), the LM head in both phases (eight GEMV launches over
 # 525 MB at the rate fitted on 109 MB; both phases run the same ELF, so these are two
-# measurements of one prediction), and the registry's GEMVs and its two larger GEMMs. A whole
+# measurements of one prediction), and the registry's GEMVs and its Q/O and gate/up GEMMs. A whole
 # prefill, though, is 90 % calibration rows and host time, and the 8-launch decode 84 %: their
 # small errors validate almost nothing. The parts of them that the calibration never saw:
 
