@@ -7,8 +7,9 @@ Every number it prints is ESTIMATED. It is built in three layers, each with its 
 
     compute tiles      32 = 8 columns x 4 rows    AIE2P   mlir-aie's npu2 device model
                                                           (AIETargetModel.h); llamanb.npu.array
-    bf16 MACs/cycle    128 per tile               AIE2    AM020 (AIE-ML): "128 bfloat16 MAC
-                                                          operations". AMD publishes no AIE2P bf16
+    bf16 MACs/cycle    128 per tile               AIE2    AM020 (AIE-ML's vector unit: 128
+                                                          bf16 MACs, FP32 accumulation). AMD
+                                                          publishes no AIE2P bf16
                                                           rate that we found; on AIE2P upstream's
                                                           bf16 GEMM runs through the 8x8x8 matrix
                                                           unit as block-float bfp16 (mlir-air
@@ -25,7 +26,7 @@ Every number it prints is ESTIMATED. It is built in three layers, each with its 
     dispatch           100 us per xrt.run         the MLIR-AIR Llama guide (Xilinx/mlir-air,
                                                   programming_examples/llms/llama32_1b/docs/detail/
                                                   IMPLEMENTATION_GUIDE.html)
-    host -> device     20 GB/s for buffer writes  the same guide ("~20 GB/s of host<->device")
+    host -> device     20 GB/s for buffer writes  the same guide (~20 GB/s host<->device)
 
 2. Kernel classes, each with ONE unknown constant. A launch (one air.launch inside an ELF) costs a
    fixed `launch_s` (reconfiguring the array, setting up its DMAs, draining) plus its work at its
