@@ -21,7 +21,7 @@
 # intermediates, one set of buffers per layer, a disk cache of compiled artifacts. In this notebook
 # you take one call apart into its five steps, measure what the three index sets and `bo_key`
 # save, watch the embedded model answer through the NPU2 runtime, count every call and byte, and
-# hold a cost model built from hardware specifications against the published Llama-3.2-1B timings.
+# calibrate a cost model on five published Llama-3.2-1B measurements and check it on the others.
 #
 # The NPU here is the **emulated NPU2** of notebook 05. Sections 1–3 interpret the MLIR text op by
 # op; the backend in sections 4–6 runs each stitched group's numpy semantics by default (ten times
@@ -368,85 +368,159 @@ kc2.compile_and_cache("gemv", spec, {"k": K, "opt": 3})      # other options: st
 print(kc2.messages[-1])
 
 # %% [markdown]
-# ## 8. A cost model from specifications, against the published timings
+# ## 8. A cost model calibrated on published measurements, checked on the rest
 #
-# `llamanb.npu.cost` knows only published hardware facts and the shapes; each figure in its
-# docstring names its source *and the chip generation it is a figure of*. NPU2 is built from AIE2P
-# tiles (AMD: AIE-ML v2); AMD's 50 int8 TOPS is an AIE2P figure, from which the model derives a
-# 1.53 GHz clock by assuming AIE2P does 1024 int8 operations per tile per cycle. Its 128 bf16 MACs
-# per tile per cycle is AIE-ML's (AIE2, manual AM020): we found no AIE2P bf16 rate published. Their
-# product, 12.5 TFLOP/s for the array, is checked against upstream's measurements rather than
-# trusted: its bf16-in/f32-out GEMM reaches ~9.8 TFLOP/s (`matrix_multiplication/bf16_in_fp32_out/
-# README.md`) and its bf16 GEMMs at the Llama-3.2-1B shapes 5.6-7.2 TFLOP/s
-# (`kernel_registry/details/GEMM_bf16_in_bf16_out.md`). The rest: 32-bit DMA streams (AIE2's;
-# AIE2P's are 64-bit, so this side is conservative), LPDDR5X-7500, 100 µs per dispatch and 20 GB/s
-# host syncs (the guide). Each launch costs the larger of its compute at peak and its bytes at the
-# stream bandwidth of the tiles reading DDR, with upstream's tile counts: GEMMs and FlashAttention
-# 32 (the FlashAttention builder's 2 unrolled segments × [4, 4]), GEMVs 8, or 16 and 32 in the
-# 3-launch FFN. Each published figure is compared with the design it was measured on: the guide's
-# 92 ms with the 8-launch decode FFN, the 78 ms of commit 462bf133b and `llms/README.md`'s 12.2
-# tok/s with the 3-launch one. Everything below is **estimated**.
+# A model built from specifications alone (the previous edition of this section) missed
+# upstream's Llama-3.2-1B figures by 63 % in prefill and 41-47 % in decode: peak rates say
+# nothing about how close real kernels get to them. `llamanb.npu.cost` keeps the specifications,
+# each with the chip generation it is a figure *of*: NPU2 (Strix) is built from AIE2P tiles (AMD:
+# AIE-ML v2), but the 128 bf16 MACs per tile per cycle is AIE-ML's (AIE2, AMD's manual AM020) —
+# we found no published AIE2P bf16 rate — and the 1.53 GHz clock is derived from AMD's 50 int8
+# TOPS for the Strix NPU by assuming AIE2P does twice AIE-ML's 512 int8 operations per tile per
+# cycle. Their product, 12.5 TFLOP/s, is a yardstick for efficiencies, not a peak anyone measured.
+#
+# What the model adds are five constants taken from upstream's own measurements. A call (one
+# `xrt.run`) costs the dispatch (100 µs, the guide's `IMPLEMENTATION_GUIDE.html`), its
+# host-to-device buffer writes at 20 GB/s (the same guide; reads are zero-copy views, `docs/
+# profile.md`), and per launch a fixed `launch_s` plus the launch's work at its class's rate:
+# GEMM FLOPs at a GEMM rate, FlashAttention's causal FLOPs at an attention rate, GEMV bytes at a
+# streaming rate, elementwise bytes (in + out) at an elementwise rate. Host steps are not
+# modelled; their published times are inputs: 37 ms of CPU ops plus ~125 ms of Python scheduling
+# per prefill (`docs/detail/PROFILE.html`), 5 ms per decode token (`docs/profile.md`).
+#
+# Every call's time is linear in the five unknowns, so five published figures fix them exactly.
+# The **calibration** set, one figure per constant:
+#
+# * decode `o_gemv_ffn` (3.6 ms, 8 launches, 109 MB of weights) and `rms_gemv_rope` (0.9 ms, 6
+#   launches, 12.6 MB), `docs/profile.md`: together they separate the cost of a launch from the
+#   GEMV streaming rate;
+# * RMSNorm on 2048 × 2048 run alone, 911 µs (`kernel_registry/details/RMSNorm_bf16.md`): the
+#   elementwise rate;
+# * prefill `o_ffn` (41.0 ms): the GEMM rate; prefill `flash_attn` (21.6 ms): the attention rate.
+#
+# Every other figure is held back and **predicted**: the other per-call figures of both phases,
+# whole prefill and decode in both FFN designs, the saving between the designs, and upstream's
+# registry timings of single kernels at the Llama-3.2-1B shapes (GEMM, GEMV, FlashAttention).
+# Each decode figure is compared with the design it was measured on (8 launches: `docs/
+# profile.md`; 3 launches: commit 462bf133b and `llms/README.md`). Everything below is
+# **estimated**.
 
 # %%
 from llamanb.npu import cost
 
-for label, pub, pred, e in cost.compare(big, 2048):
-    print(f"{label:<48} published {pub * 1e3:7.1f} ms   estimated {pred * 1e3:7.1f} ms   "
-          f"error {e:+.0%}")
+print(cost.rates_table())
 print()
-print(cost.profile_table(cost.prefill_calls(big, 2048), "Llama-3.2-1B prefill, 2048 tokens"))
-print()
-for n in (8, 3):
-    print(cost.profile_table(cost.decode_calls(big, 1024, n),
-                             f"Llama-3.2-1B decode, context 1024, {n}-launch FFN"))
-    print()
+print(cost.table(big, 2048))
 
 # %% [markdown]
-# Kernel by kernel, against upstream's per-call prefill profile (`docs/profile.md`, "Per-Kernel
-# Timing"), with the floor that peak arithmetic alone sets (FLOPs at 12.5 TFLOP/s):
+# **Reading the table.** The calibration rows match by construction and check nothing. The
+# "circular" column says how much of a prediction is calibration rows and published host time:
+# the per-call predictions have none, and they land within 16 % — `rms_gemms_rope` (its Q/K/V
+# GEMMs at the rate fitted on `o_ffn`'s), the LM head in both phases (eight GEMV launches over
+# 525 MB at the rate fitted on 109 MB; both phases run the same ELF, so these are two
+# measurements of one prediction), and the registry's GEMVs and its Q/O and gate/up GEMMs. A whole
+# prefill, though, is 90 % calibration rows and host time, and the 8-launch decode 84 %: their
+# small errors validate almost nothing. The parts of them that the calibration never saw:
 
 # %%
-floor = {c.name: cost.peak_seconds(c) for c in cost.prefill_calls(big, 2048)}
-rows = cost.compare_kernels(big, 2048)
-print(f"{'call':<16}{'published ms':>13}{'estimated ms':>14}{'peak floor ms':>15}{'published/est.':>16}")
-for name, pub, est, ratio in rows:
-    print(f"{name:<16}{pub * 1e3:>13.1f}{est * 1e3:>14.2f}{floor[name] * 1e3:>15.2f}{ratio:>15.1f}x")
-
-fig, ax = plt.subplots(figsize=(7, 2.8))
-xs = np.arange(len(rows))
-ax.bar(xs - 0.2, [r[2] * 1e3 for r in rows], 0.4, label="estimated (spec-only model)")
-ax.bar(xs + 0.2, [floor[r[0]] * 1e3 for r in rows], 0.4, label="peak-arithmetic floor")
-ax.scatter(xs, [r[1] * 1e3 for r in rows], marker="_", s=900, color="black", zorder=3,
-           label="published (docs/profile.md)")
-ax.set_xticks(xs, [r[0] for r in rows])
-ax.set_ylabel("ms per call")
-ax.set_title("Llama-3.2-1B prefill calls on NPU2: published vs estimated", fontsize=10)
-ax.legend(fontsize=7, markerscale=0.3, loc="upper right")
-fig.tight_layout()
-plt.show()
+rows = {r.key: r for r in cost.table_rows(big, 2048)}
+pub = {p.key: p.seconds for p in cost.PUBLISHED}
+L = big.n_layers
+held = {
+    "prefill: 16 x rms_gemms_rope + LM head":
+        (L * rows["rms_gemms_rope"].model_s + rows["lm_head_prefill"].model_s,
+         L * pub["rms_gemms_rope"] + pub["lm_head_prefill"]),
+    "decode, 3 launches: 16 x o_gemv_ffn + LM head":
+        (rows["decode3_commit"].model_s - L * pub["rms_gemv_rope"] - cost.DECODE_HOST_S,
+         pub["decode3_commit"] - L * pub["rms_gemv_rope"] - cost.DECODE_HOST_S),
+}
+for what, (m, p) in held.items():
+    print(f"{what:<48} model {m * 1e3:6.1f} ms   published {p * 1e3:6.1f} ms   "
+          f"error {m / p - 1:+.1%}")
 
 # %% [markdown]
-# **Where the model misses.** Decode is predicted 41-47 % under the published figures, with the
-# same sign for both designs: a GEMV is bound by how fast the tiles stream weight rows, and the
-# model's streams (one per reading tile, 4 B per cycle, at most 2 per column) are faster than what
-# the device sustains. Prefill is predicted at about 0.46 s against 1.21-1.27 s. The two large
-# calls:
+# (The second published number is inferred: commit 462bf133b's 78 ms per token less the
+# calibrated `rms_gemv_rope` calls and the host's 5 ms.)
 #
-# * **`o_ffn`**: 223 GFLOP per layer, so peak arithmetic alone needs 17.9 ms; the published 41 ms
-#   is 2.3× that, i.e. 5.4 TFLOP/s, just under upstream's own 5.6-7.2 TFLOP/s for bf16 GEMMs at
-#   these shapes, with four memory-bound launches on top.
-# * **`flash_attn`**, the largest miss: published 21.6 ms, about 9× the estimate. Causal attention
-#   is 17 GFLOP per layer, 1.4 ms at peak. What the model leaves out, from upstream's own code:
-#   the shipped design computes every Q·Kᵀ block and masks it afterwards (per block it calls
-#   `matmul_a_b_bf16`, then `apply_causal_mask`, then `fused_softmax`; a "causal DMA-triangle
-#   skip" exists only behind the opt-in `TEMPORAL_CAUSAL_SKIP=1` in `llama32_1b_prefill.py`), so
-#   it does about twice the causal work; it is compiled with `omit_pingpong: "all"`, so its DMAs
-#   and compute do not overlap; its blocks are 64 × 64 with head dim 64, small for the matrix
-#   unit; and the online softmax (exp, max, rescale per score) runs on the vector unit, not the
-#   MACs. Closing a 9× gap needs all of these together; the model has none of them.
+# **What the constants say.** A launch costs 76 µs: a stitched ELF saves the 100 µs dispatch per
+# kernel but not this. The GEMM rate, 7.2 TFLOP/s (57 % of the yardstick), sits inside the
+# 6.2-8.9 TFLOP/s upstream's registry reports for these GEMMs alone. GEMVs stream 37.8 GB/s, a
+# third of LPDDR5X-7500. FlashAttention reaches 0.83 TFLOP/s on the causal FLOPs, 7 % of the
+# yardstick: the shipped kernel is the seq-first cascade (a causal DMA-triangle skip exists only
+# behind the opt-in `TEMPORAL_CAUSAL_SKIP=1` in `llama32_1b_prefill.py`), compiled with
+# `omit_pingpong: "all"`, with 64 × 64 blocks and an online softmax on the vector unit.
 #
-# Those are measurements of kernels a spec-only model cannot see; recalibrating the model on
-# upstream's per-kernel profile is left for later (it is not done here).
+# **Where the model stays outside ±25 %.** Two figures:
+#
+# * **The 8 → 3 launch saving** (commit 462bf133b: 91 → 78 ms per token, measured together). Both
+#   designs stream the same weights, so the model's saving is only reconfiguration: 5 launches ×
+#   76 µs × 16 layers = 6.1 ms, half the published 13 ms. What it lacks: the 3-launch design's
+#   GEMVs are different kernels on more tiles — `matvec_2tile_add` (two tiles per column, the add
+#   cascading into the GEMV's column) and `matvec_swiglu_rms` over 8 columns × 4 cascade rows
+#   (`_STAGE2_HERD_COLS = 8`, `_STAGE2_N_CASCADE = 4` in `llms/shared/builders/
+#   o_gemv_ffn_multi.py`) — while the model's one GEMV rate was fitted on `[8, 1]` herds. The
+#   rest of the saving would need them to stream this much faster:
+
+# %%
+gap = rows["saving_8_to_3"].published_s - rows["saving_8_to_3"].model_s
+r = cost.rates()
+ffn3 = next(c for c in cost.decode_calls(big, 1024, 3) if c.name == "o_gemv_ffn")
+w = sum(l.ddr_bytes for l in ffn3.launches)
+need = w / (w / r.gemv_bytes_s - gap / L)
+print(f"unexplained saving {gap * 1e3:.1f} ms per token = {gap / L * 1e3:.2f} ms per layer; "
+      f"the 3-launch FFN's {w / 1e6:.0f} MB would have to stream at {need / 1e9:.1f} GB/s "
+      f"instead of {r.gemv_bytes_s / 1e9:.1f} ({need / r.gemv_bytes_s - 1:+.0%})")
+
+# %% [markdown]
+# * **FlashAttention alone** (`kernel_registry/details/FlashAttention_bf16.md`: 15.4-16.1 ms at
+#   2048 causal, 32 Q / 8 KV heads; predicted 20.9 ms). The attention constant was fitted on the
+#   pipeline's call, whose 21.6 ms `PROFILE.html` splits into 1.3 ms BO write, 20.1 ms NPU run and
+#   0.1 ms read: in the pipeline the kernel runs about 4-5 ms longer than upstream's harness times
+#   it. The harness drives the heads-first layout; the pipeline uses the seq-first variant, which
+#   the registry shows to be bit-identical but does not time. The model has no term that tells the
+#   two apart; the whole difference sits in the one attention constant.
+#
+# The GEMM down-projection alone lands at +25 %: the model has one GEMM rate, while upstream's
+# registry measures 6.2 to 8.9 TFLOP/s across these shapes (long reductions fastest).
+#
+# Published, verified, and not predicted, because they measure something else:
+
+# %%
+for what, value, unit, source, why in cost.NOT_PREDICTED:
+    print(f"{what:<40} {value:8.3f} {unit}   ({why}; {source.split(' ')[-1]})")
+
+# %% [markdown]
+# Every figure at once: the model beside each published value (black line), calibration rows in
+# grey, held-back rows in blue, and each held-back error against the ±25 % band.
+
+# %%
+allrows = cost.table_rows(big, 2048)[::-1]
+ys = np.arange(len(allrows))
+colors = ["grey" if x.role == "calibration" else "tab:blue" for x in allrows]
+fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 6.4), sharey=True,
+                              gridspec_kw={"width_ratios": [1.6, 1]})
+ax.barh(ys, [x.model_s * 1e3 for x in allrows], color=colors, height=0.6)
+ax.scatter([x.published_s * 1e3 for x in allrows], ys, marker="|", s=260, color="black",
+           zorder=3, label="published")
+ax.set_xscale("log")
+ax.set_yticks(ys, [x.label for x in allrows], fontsize=7)
+ax.set_xlabel("ms (log)")
+ax.legend(fontsize=7, loc="lower right")
+ax.set_title("model (bars) vs published (black)", fontsize=9)
+ax2.axvspan(-25, 25, color="tab:green", alpha=0.12, label="±25 %")
+for pale in (False, True):
+    pick = [i for i, x in enumerate(allrows) if (x.circular >= 0.5) == pale]
+    ax2.barh(ys[pick], [0 if allrows[i].role == "calibration" else 100 * allrows[i].error
+                        for i in pick], color=[colors[i] for i in pick], height=0.6,
+             alpha=0.35 if pale else 1.0)
+ax2.axvline(0, color="black", lw=0.8)
+ax2.set_xlabel("model / published - 1 (%)")
+ax2.set_title("error (pale: mostly calibration rows)", fontsize=9)
+ax2.legend(fontsize=7, loc="lower left")
+fig.suptitle("NPU2 cost model on Llama-3.2-1B: 5 figures fitted (grey), the rest predicted "
+             "(blue) -- estimated", fontsize=10)
+fig.tight_layout()
+plt.show()
 
 # %% [markdown]
 # ## Summary
@@ -459,9 +533,11 @@ plt.show()
 #   2L+1 per decode token, and every byte counted equals the closed-form traffic model.
 # * Aliasing between ELFs within a layer halves a prefill's host traffic; chaining the layers as
 #   well (the guide's D2) cuts it to under a tenth (formula only here).
-# * A model built only from specifications, each published figure compared with the design it was
-#   measured on, underestimates decode by 41-47 % and prefill by about 62 %: the gap is kernel
-#   efficiency (FlashAttention's most, 9× per call) that only measurements show.
+# * A cost model with five constants fitted to five published figures (two decode calls, one
+#   RMSNorm run alone, `o_ffn`, `flash_attn`) predicts the held-back per-call figures within 25 %,
+#   except FlashAttention run alone (+32 %); whole-phase rows are mostly calibration and say so;
+#   the 8 → 3 launch decode saving comes out at half the published 13 ms, because the model's
+#   one GEMV rate cannot see the 3-launch design's wider GEMVs.
 
 # %% [markdown]
 # ## Exercises

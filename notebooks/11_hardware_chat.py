@@ -248,7 +248,8 @@ print(log.getvalue())
 # * **measured** — this machine's clock around each part of the call. Here that is the host
 #   *emulating* the device (the numpy models of the groups), so it says how fast the emulation
 #   is, not how fast an NPU is. On a real NPU2 the same columns time the XRT calls.
-# * **estimated** — the spec-only NPU2 cost model (chapter 07) for the same call: an estimate.
+# * **estimated** — the NPU2 cost model of chapter 07 (five constants fitted to five published
+#   Llama-3.2-1B figures, every other figure predicted) for the same call: an estimate.
 # * **published** — upstream's measured per-call time for *Llama-3.2-1B* on NPU2: a different
 #   model, 16× more work per GEMM, shown as the real machine's scale.
 
@@ -285,9 +286,10 @@ for g in groups:
           f"{g.bytes_from:>9,} B from per call  estimated {g.estimated_ms:.3f} ms")
 
 # %% [markdown]
-# And for Llama-3.2-1B's shapes, from specifications alone (prefill at 2048 tokens, decode at
-# 1024 cached positions): the cost model's estimate per call beside the published figure, and
-# their ratio. The model has no measured column here — nothing ran.
+# And for Llama-3.2-1B's shapes, from the cost model alone (prefill at 2048 tokens, decode at
+# 1024 cached positions): its estimate per call beside the published figure, and their ratio.
+# Four of these rows are the figures the model was calibrated on ("fitted": ratio 1 by
+# construction); the others are its predictions. Nothing ran here, so there is no measured column.
 
 # %%
 from llamanb.config import PRESETS
