@@ -56,7 +56,7 @@ CHAPTERS = [
     ("06", "elf_stitching", "several launches stitched into one ELF", "npu.stitch, npu.groups"),
     ("07", "buffer_objects", "buffer objects, KernelCache, the emulated NPU2", "npu.runtime, npu.backend"),
     ("08", "tcp_mapping", "Furiosa TCP engines: mapping and cost model", "tcp"),
-    ("09", "galaxy_mesh", "Tenstorrent Galaxy: mesh, CCLs, chunked prefill, block floats", "mesh, numerics"),
+    ("09", "galaxy_mesh", "Tenstorrent Galaxy: mesh, CCLs, paged cache, block floats", "mesh, numerics"),
     ("10", "continuous_batching", "serving many requests at once", "serve, kv.paged"),
     ("11", "hardware_chat", "the whole model through the NPU2 runtime; profile; a chat", "hardware, chat, npu.profile"),
 ]
