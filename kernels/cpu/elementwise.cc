@@ -1,5 +1,6 @@
-// The row-wise pieces of a Llama block: RMSNorm, RoPE (half-split pairs), SwiGLU, bf16 rounding.
-// `rnd` != 0 rounds each output to bfloat16 (the --dtype bf16 numerics of the numpy engine).
+// The row-wise pieces of a Llama block: RMSNorm, RoPE (half-split pairs), SwiGLU; and the streaming
+// sum the benchmark probes memory with. `rnd` != 0 rounds each output to bfloat16 (the --dtype bf16
+// numerics of the numpy engine).
 #include <cmath>
 #include <vector>
 
@@ -64,20 +65,6 @@ void llamanb_cpu_silu_mul(const float* gu, float* out, int M, int F, int rnd) {
             o[i] = rnd ? round_bf16(v) : v;
         }
     });
-}
-
-void llamanb_cpu_round_bf16(float* x, long n) {
-    for (long i = 0; i < n; ++i) x[i] = round_bf16(x[i]);
-}
-
-// float32 -> bfloat16 bit patterns (ties to even): the weights' one-time conversion.
-void llamanb_cpu_to_bf16_bits(const float* x, uint16_t* out, long n) {
-    for (long i = 0; i < n; ++i) {
-        float r = round_bf16(x[i]);
-        uint32_t u;
-        std::memcpy(&u, &r, 4);
-        out[i] = uint16_t(u >> 16);
-    }
 }
 
 }

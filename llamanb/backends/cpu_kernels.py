@@ -113,8 +113,6 @@ class Kernels:
                "llamanb_cpu_rope": (P, I, L, I, I, P, P, I),
                "llamanb_cpu_silu_mul": (P, P, I, I, I),
                "llamanb_cpu_attention": (P, L, I, I, I, I, I, P, P, L, P, F, I),
-               "llamanb_cpu_round_bf16": (P, L),
-               "llamanb_cpu_to_bf16_bits": (P, P, L),
                "llamanb_cpu_read_sum": (P, L),
                "llamanb_cpu_vector_width": (),
                "llamanb_cpu_threads": ()}
@@ -158,12 +156,6 @@ class Kernels:
         out = np.empty_like(x)
         self.lib.llamanb_cpu_rmsnorm(x.ctypes.data, w.ctypes.data, out.ctypes.data, x.shape[0],
                                      x.shape[1], eps, int(rnd))
-        return out
-
-    def to_bf16_bits(self, a: np.ndarray) -> np.ndarray:
-        a = np.ascontiguousarray(a, dtype=np.float32)
-        out = np.empty(a.shape, dtype=np.uint16)
-        self.lib.llamanb_cpu_to_bf16_bits(a.ctypes.data, out.ctypes.data, a.size)
         return out
 
 

@@ -89,7 +89,7 @@ def compare(name: str, run: GreedyRun, ref: list[int], ref_top: list[dict], deco
     return CaseResult(name, True, n, None, f"{n}/{n} tokens identical", max_diff)
 
 
-def run_reference(model: Model, ref: dict, engine: Engine | None = None, out=sys.stdout) -> list[CaseResult]:
+def run_reference(model: Model, ref: dict, engine: Engine | None = None, out=None) -> list[CaseResult]:
     engine = engine or Engine(model)
     results = []
     dec = lambda t: model.tokenizer.decode([t])  # noqa: E731
@@ -104,7 +104,8 @@ def run_reference(model: Model, ref: dict, engine: Engine | None = None, out=sys
     return results
 
 
-def summary(results: list[CaseResult], out=sys.stdout) -> int:
+def summary(results: list[CaseResult], out=None) -> int:
+    out = out or sys.stdout          # looked up at call time (a test may have replaced it)
     passed = sum(r.passed for r in results)
     print(f"{passed} passed, {len(results) - passed} failed", file=out)
     return 0 if passed == len(results) else 1
