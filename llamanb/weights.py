@@ -68,6 +68,17 @@ class LayerWeights:
     w_down: np.ndarray      # [H, D_ff]
 
 
+def producer_dtype(producer: tuple) -> str:
+    """The stored dtype of a `Weights.derived` producer (shape, fn[, dtype]): "F32" or "BF16"."""
+    return producer[2] if len(producer) > 2 else "F32"
+
+
+def derive_in_memory(producers: dict) -> dict:
+    """Each producer's array in memory: float32, or uint16 bits for a "BF16" producer."""
+    return {n: np.ascontiguousarray(p[1](), dtype=np.uint16 if producer_dtype(p) == "BF16" else np.float32)
+            for n, p in producers.items()}
+
+
 @dataclass
 class Weights:
     config: LlamaConfig
@@ -104,8 +115,7 @@ class Weights:
         bfloat16 bits (uint16). In memory unless the store that
         loaded these weights persists them (then they are memory-mapped on later loads)."""
         if self.deriver is None:
-            return {n: np.ascontiguousarray(p[1](), dtype=np.uint16 if p[2:] == ("BF16",) else np.float32)
-                    for n, p in producers.items()}
+            return derive_in_memory(producers)
         return self.deriver(self, tag, producers)
 
     def split_qkv(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -185,7 +185,8 @@ void attention(const float* q, long ldq, const AttnSeg* segs, int n_seg, int n_h
 
 }  // namespace llamanb_cpu
 
-// One segment (rows 0 .. S-1 at positions start ..), for the per-op path (paged caches).
+// One segment (rows 0 .. S-1 at positions start ..) over one contiguous block, for the block-by-
+// block path (CpuBackend.block: `collect`, or a store forward.cc cannot write in place).
 extern "C" void llamanb_cpu_attention(const float* q, long ldq, int S, int start, int n_heads,
                                       int n_kv, int d, const float* k, const float* v, long ldk,
                                       float* out, float scale, int rnd) {

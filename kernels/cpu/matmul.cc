@@ -15,10 +15,11 @@
 // Prefill (large M): the same micro-kernel over blocks of MB rows; a panel (K NP floats) stays in
 // L2 while the block's row tiles pass over it.
 //
-// Register tiles (MR rows x NPAN panels, 2 MR NPAN accumulators of VW lanes): 1 x 4, 2 x 2,
-// 3 x 1, 4 x 1 -- at most 8 accumulators, so that with the two weight vectors, the broadcast and
-// bfloat16 widening's temporaries nothing spills from AVX2's 16 registers; 8 independent FMA
-// chains (6 for three rows) cover the FMA latency (4 cycles, 2 FMAs a cycle).
+// Register tiles (MR rows x NPAN panels, 2 MR NPAN accumulators of VW lanes): for decode 1 x 4,
+// 2 x 2, 3 x 1, 4 x 1 -- at most 8 accumulators, so that with the two weight vectors, the
+// broadcast and bfloat16 widening's temporaries nothing spills from AVX2's 16 registers, and 8
+// independent FMA chains (6 for three rows) cover the FMA latency (4 cycles, 2 FMAs a cycle);
+// for prefill 6 x 1 (12 accumulators, fewer weight loads per FMA), then 4 x 1 and the rest.
 //
 // Threads (pool.h) take chunks of panels (x one block of rows when M is large) on demand.
 #include <cstring>

@@ -98,14 +98,6 @@ static inline vf bcast(float s) {
 #endif
 }
 
-static inline float widen(float w) { return w; }
-static inline float widen(uint16_t w) {
-    uint32_t u = uint32_t(w) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-}
-
 // Round a float32 to the nearest bfloat16 (ties to even), kept as float32. NaN stays NaN.
 static inline float round_bf16(float f) {
     uint32_t u;

