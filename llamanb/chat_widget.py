@@ -1,4 +1,4 @@
-"""The chat of chapter 11 as ipywidgets: a text box, Send, Reset, and an output that grows token by
+"""The chat of chapter 13 as ipywidgets: a text box, Send, Reset, and an output that grows token by
 token while llamanb.chat.Chat streams the answer.
 
     box = chat_widget(Chat(engine))      # display(box) in a notebook

@@ -1,4 +1,4 @@
-"""Chapter 11's pieces: the profile's counted bytes and time split, the side-by-side check, and the
+"""Chapter 13's pieces: the profile's counted bytes and time split, the side-by-side check, and the
 chat widget driven as its buttons would drive it."""
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ SOLUTIONS = {
     "ch01": "01_llama_math_numpy", "ch02": "02_rope_einsum_tables", "ch03": "03_masks_padding_proofs",
     "ch04": "04_kv_cache_growth", "ch05": "05_npu_kernels", "ch06": "06_elf_stitching",
     "ch07": "07_buffer_objects", "ch08": "08_tcp_mapping", "ch09": "09_galaxy_mesh",
-    "ch10": "10_continuous_batching", "ch11": "11_hardware_chat",
+    "ch10": "10_continuous_batching", "ch13": "13_hardware_chat",
 }
 
 
@@ -338,10 +338,10 @@ WRONG = [
     ("ch10", "preempt", _preempt_keeps_blocks, "expected [2], got [2, 1]"),
     ("ch10", "gather_keys", _gather_no_transpose, "values differ"),
     ("ch10", "gather_keys", _gather_ignores_table, "table [0, 2, 4], n=9"),
-    ("ch11", "gate", _gate_one_direction, "ours in the reference's top-5 but not the reverse): expected False at [0], got True"),
-    ("ch11", "gate", _gate_ignores_length, "ours stops 2 tokens early): expected False at [0], got True"),
-    ("ch11", "plan_turn", _turn_never_recomputes, "everything is already cached (recompute the last position)): expected 39 at [0], got 40"),
-    ("ch11", "plan_turn", _turn_keeps_whole_cache, "re-tokenizes differently from position 24): expected 24 at [0], got 28"),
+    ("ch13", "gate", _gate_one_direction, "ours in the reference's top-5 but not the reverse): expected False at [0], got True"),
+    ("ch13", "gate", _gate_ignores_length, "ours stops 2 tokens early): expected False at [0], got True"),
+    ("ch13", "plan_turn", _turn_never_recomputes, "everything is already cached (recompute the last position)): expected 39 at [0], got 40"),
+    ("ch13", "plan_turn", _turn_keeps_whole_cache, "re-tokenizes differently from position 24): expected 24 at [0], got 28"),
 ]
 
 

@@ -1,4 +1,4 @@
-"""`python -m llamanb info` and chapter 11 say, per backend, `ready` or what is missing -- checked
+"""`python -m llamanb info` and chapter 13 say, per backend, `ready` or what is missing -- checked
 here with stand-ins for Python modules and device nodes (no hardware on a CI machine)."""
 from __future__ import annotations
 

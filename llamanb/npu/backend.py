@@ -52,7 +52,7 @@ def lm_parts_for(vocab: int, want: int = 8, tiles: int = 8) -> int:
 
 def have_real_npu() -> tuple[bool, str]:
     """(True, "") when mlir-air, pyxrt and an amdxdna device are present, else (False, what is
-    missing) -- the same check `python -m llamanb info` and chapter 11 report."""
+    missing) -- the same check `python -m llamanb info` and chapter 13 report."""
     from ..hardware import npu2_missing
 
     missing = npu2_missing()

@@ -26,7 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ["04_kv_cache_growth", "05_npu_kernels", "07_buffer_objects", "08_tcp_mapping",
-             "09_galaxy_mesh", "10_continuous_batching", "11_hardware_chat"]
+             "09_galaxy_mesh", "10_continuous_batching", "13_hardware_chat"]
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 SHOTS = Path(os.environ.get("LAB_SHOTS", "/tmp/llamanb-lab"))
 TOKEN = "llamanb-lab-check"

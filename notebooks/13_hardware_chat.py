@@ -423,10 +423,10 @@ for what, where, ch in BUILT:
 # Two functions to write: the rule that decides whether a run on hardware is right, and the rule
 # that lets the chat reuse its cache. Replace `raise NotImplementedError` with your code and run
 # the cell, then run the check below it; it prints one line (`passed`, the first case that differs
-# with a hint, or `not attempted yet`). Solutions: `solutions/11_hardware_chat.py`.
+# with a hint, or `not attempted yet`). Solutions: `solutions/13_hardware_chat.py`.
 
 # %%
-from llamanb.exercises import ch11
+from llamanb.exercises import ch13
 
 # %% [markdown]
 # ### 11.1 The token-level gate
@@ -445,7 +445,7 @@ def gate(ref_tokens: list[int], got_tokens: list[int], ref_top5: list[list[int]]
 
 
 # %%
-ch11.gate(gate)
+ch13.gate(gate)
 
 # %% [markdown]
 # ### 11.2 What a chat turn prefills
@@ -463,4 +463,4 @@ def plan_turn(cached: list[int], rendered: list[int]) -> tuple[int, list[int]]:
 
 
 # %%
-ch11.plan_turn(plan_turn)
+ch13.plan_turn(plan_turn)

@@ -1,4 +1,4 @@
-"""Chapter 11 exercises: the token-level gate that decides whether hardware output passes, and
+"""Chapter 13 exercises: the token-level gate that decides whether hardware output passes, and
 the chat's reuse of its KV cache between turns.
 
     gate(ref_tokens, got_tokens, ref_top5, got_top5) -> (passed, first_diff_index)
