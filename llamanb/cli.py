@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="check llamanb against HF transformers references")
     _model_arg(v)
     v.add_argument("--reference", default=None,
-                   help="reference JSON (default: ../shared/reference/hf_smollm2_reference.json)")
+                   help="reference JSON (default: data/reference/hf_smollm2_reference.json, shipped)")
     v.add_argument("--live", action="store_true", help="compute fresh references with transformers")
     v.add_argument("--diagnose", action="store_true",
                    help="per-layer cosine similarity / max |diff| of hidden states vs transformers")

@@ -529,11 +529,10 @@ plt.show()
 # cases (ties, signed zero, subnormals, saturation, an all-zero block). Compared as raw bits:
 
 # %%
-from pathlib import Path
-
 from llamanb.numerics import bfloat4_b, bfloat8_b, blockfloat_pack, blockfloat_tile_bytes
+from llamanb.paths import reference_file
 
-vec = np.load(Path("..").resolve().parent / "shared" / "reference" / "ttnn_blockfloat_vectors.npz")
+vec = np.load(reference_file("ttnn_blockfloat_vectors.npz"))
 tile = np.zeros((32, 32), np.float32)
 tile[0, :16] = block
 assert np.array_equal(bfloat8_b(tile)[0, :16].view(np.uint32), block_by_hand(block, 7)[0].view(np.uint32))
@@ -565,7 +564,7 @@ for fmt in ("bfloat8_b", "bfloat4_b"):
 # %%
 from llamanb.check.verify import read_reference, run_reference
 
-reference = read_reference(Path("..").resolve().parent / "shared" / "reference" / "hf_smollm2_reference.json")
+reference = read_reference(reference_file("hf_smollm2_reference.json"))
 reference["cases"] = reference["cases"][:3]
 setups = {"bfloat8_b KV": dict(kv_format="bfloat8_b"),
           "bfloat8_b KV + bfloat4_b W1/W3": dict(kv_format="bfloat8_b",

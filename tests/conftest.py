@@ -15,7 +15,10 @@ import pytest
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
-SHARED_REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
+# The reference data ships in the project (data/reference/); a clone needs nothing beside it.
+# ../shared/reference, where a developer's checkout has it, must hold the same bytes.
+REFERENCE_DIR = REPO_ROOT / "data" / "reference"
+OUTSIDE_REFERENCE = REPO_ROOT.parent / "shared" / "reference"
 
 # `python -m pytest` puts the working directory on sys.path; make the package importable from
 # anywhere (the package is not necessarily pip-installed in the venv).
@@ -81,9 +84,8 @@ def smollm_reader(smollm_gguf_path):
 
 @pytest.fixture(scope="session")
 def shared_reference() -> Path:
-    if not (SHARED_REFERENCE / "hf_smollm2_reference.json").is_file():
-        pytest.skip(f"shared reference data not found at {SHARED_REFERENCE}")
-    return SHARED_REFERENCE
+    assert (REFERENCE_DIR / "hf_smollm2_reference.json").is_file(), f"{REFERENCE_DIR} is incomplete"
+    return REFERENCE_DIR
 
 
 @pytest.fixture(scope="session")

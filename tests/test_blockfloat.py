@@ -6,14 +6,14 @@ Every value must match bit for bit (compared as uint32, so -0.0 != +0.0)."""
 import numpy as np
 import pytest
 
-from conftest import SHARED_REFERENCE
+from conftest import REFERENCE_DIR
 from llamanb.config import BYTES_PER_PARAM
 from llamanb.errors import LlamanbError
 from llamanb.numerics import (bfloat4_b, bfloat8_b, blockfloat_pack, blockfloat_tile_bytes,
                               to_bf16)
 
-VECTORS = SHARED_REFERENCE / "ttnn_blockfloat_vectors.npz"
-needs_ref = pytest.mark.skipif(not VECTORS.exists(), reason="../shared/reference not present")
+VECTORS = REFERENCE_DIR / "ttnn_blockfloat_vectors.npz"
+needs_ref = pytest.mark.skipif(not VECTORS.exists(), reason="data/reference is incomplete")
 
 
 def cases():

@@ -13,7 +13,7 @@ import pytest
 
 from llamanb.check.greedy import engine_greedy
 
-from conftest import SHARED_REFERENCE
+from conftest import REFERENCE_DIR
 
 # Both sides run float32 on bit-identical dequantised weights (tests/test_gguf.py), so the only
 # difference is float32 rounding/accumulation order (numpy/OpenBLAS vs torch) through 30 layers.
@@ -28,7 +28,7 @@ ALL_STEPS_TOP5_ATOL = 2e-3
 def _case_names():
     import json
 
-    p = SHARED_REFERENCE / "hf_smollm2_reference.json"
+    p = REFERENCE_DIR / "hf_smollm2_reference.json"
     if not p.is_file():
         return ["missing-reference"]
     return [c["name"] for c in json.loads(p.read_text())["cases"]]

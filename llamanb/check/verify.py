@@ -16,6 +16,7 @@ import numpy as np
 
 from ..engine import Engine
 from ..errors import LlamanbError
+from ..paths import reference_file
 from ..io.store import Model, load_model
 from .greedy import GreedyRun, engine_greedy
 
@@ -23,15 +24,10 @@ REFERENCE_NAME = "hf_smollm2_reference.json"
 
 
 def default_reference() -> Path:
-    """$LLAMANB_REFERENCE, else ../shared/reference/ beside the working directory or this checkout."""
+    """$LLAMANB_REFERENCE, else data/reference/ of this checkout (transformers' outputs, shipped)."""
     if os.environ.get("LLAMANB_REFERENCE"):
         return Path(os.environ["LLAMANB_REFERENCE"])
-    for root in (Path.cwd(), Path(__file__).resolve().parents[2]):      # cwd, this checkout
-        p = root.parent / "shared" / "reference" / REFERENCE_NAME
-        if p.is_file():
-            return p
-    raise LlamanbError(f"no reference file found (looked for ../shared/reference/{REFERENCE_NAME}); "
-                       "pass --reference FILE or use --live")
+    return reference_file(REFERENCE_NAME)
 
 
 def read_reference(path: Path) -> dict:
