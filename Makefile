@@ -54,6 +54,7 @@ test-notebooks: check-pairs notebook-env
 
 # The numerics-sensitive tests and notebooks again, with OpenBLAS and torch forced to a second
 # kernel family this CPU can run (AVX-512 machine: the AVX2 kernels; AVX2 machine: AVX without FMA;
+# numpy's own vector loops one level down, torch likewise;
 # see llamanb.blas.portability_env): a tolerance or stored output tuned to one kernel fails here.
 PORTABLE_TESTS := tests/test_blas.py tests/test_serve_bench.py tests/test_mesh_ttnn.py \
   tests/test_hf_parity.py tests/test_reference_gate.py tests/test_engine.py tests/test_float64.py
@@ -61,10 +62,8 @@ PORTABLE_NOTEBOOKS := notebooks/00_overview.ipynb notebooks/01_llama_math_numpy.
   notebooks/02_rope_einsum_tables.ipynb notebooks/03_masks_padding_proofs.ipynb \
   notebooks/04_kv_cache_growth.ipynb notebooks/09_galaxy_mesh.ipynb
 test-portability: notebook-env
-	env $$($(PY) -c "from llamanb.blas import portability_env as e; print(' '.join(f'{k}={v}' for k, v in e().items()))") \
-	  sh -c 'echo "portability run: $$OPENBLAS_CORETYPE / torch $$ATEN_CPU_CAPABILITY"; \
-	  $(PY) -m pytest -q -p no:cacheprovider $(PORTABLE_TESTS) && \
-	  $(PY) -m pytest -q -p no:cacheprovider $(NBVAL) $(PORTABLE_NOTEBOOKS)'
+	$(PY) tests/run_portability.py -q -p no:cacheprovider $(PORTABLE_TESTS)
+	$(PY) tests/run_portability.py -q -p no:cacheprovider $(NBVAL) $(PORTABLE_NOTEBOOKS)
 
 check-pairs: $(VENV)/.test-installed
 	$(PY) -m llamanb.course check

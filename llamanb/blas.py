@@ -103,9 +103,24 @@ def other_torch_capability(native: str) -> str:
     return "avx2" if native.upper().startswith("AVX512") else "default"
 
 
+def numpy_disabled_features() -> str:
+    """NPY_DISABLE_CPU_FEATURES that moves numpy's own vector loops (exp, sin, cos, sums) one
+    level down: without the AVX-512 targets where they run, else without AVX2 (x86-64-v3)."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    except ImportError:
+        return ""
+    on = [f for f in __cpu_dispatch__ if __cpu_features__.get(f)]
+    avx512 = [f for f in on if f == "X86_V4" or f.startswith("AVX512")]
+    return " ".join(avx512 or [f for f in on if f == "X86_V3"])
+
+
 def portability_env() -> dict[str, str]:
-    """The environment of the portability run: both libraries on their second kernel family."""
+    """The environment of the portability run: numpy's BLAS, numpy's own loops and torch each on
+    a second kernel family this CPU can run."""
     env = {"OPENBLAS_CORETYPE": other_openblas_core()}
+    if numpy_disabled_features():
+        env["NPY_DISABLE_CPU_FEATURES"] = numpy_disabled_features()
     try:
         import torch
 
