@@ -59,7 +59,7 @@ def _model_arg(p):
 
 def _backend_arg(p) -> None:
     p.add_argument("--backend", default="numpy", help="numpy (default), cpu (compiled C++ "
-                   "kernels), npu2-emulated, npu2, ... (an NPU2 backend runs bf16; --dtype applies "
+                   "kernels), npu2-emulated, npu2, cuda (an NVIDIA GPU), cuda-simulated, ... (an NPU2 backend runs bf16; --dtype applies "
                    "to numpy and cpu)")
 
 
