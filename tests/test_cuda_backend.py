@@ -9,28 +9,36 @@ import pytest
 
 pytest.importorskip("numba_cuda", reason="numba-cuda not installed (pip install 'llamanb[cuda]')")
 
-from llamanb import Engine, load_model  # noqa: E402
+from llamanb import Engine  # noqa: E402
+from llamanb.config import LlamaConfig  # noqa: E402
 from llamanb.cuda import runtime  # noqa: E402
 from llamanb.step import Step  # noqa: E402
 
 from conftest import run_cli  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    from conftest import make_tiny_checkpoint
-
-    d = tmp_path_factory.mktemp("cuda") / "tiny"
-    make_tiny_checkpoint(d, n_heads=2, n_kv_heads=1, tie=False, seed=3,
-                         max_position_embeddings=64)
-    return d
+TINY = LlamaConfig(name="tiny-random", n_layers=2, hidden=96, n_heads=2, n_kv_heads=1,
+                   head_dim=16, ffn=128, vocab=272, rope_theta=10000.0, max_seq=64,
+                   tie_embeddings=False, eos_ids=(2,))
 
 
 @pytest.fixture(scope="module")
-def engines(tiny_dir, llamanb_cache):
+def engines():
+    from llamanb.cuda.random_model import random_model
+
     runtime.load(simulated=True)
-    model = load_model(str(tiny_dir))
+    model = random_model(TINY, seed=3, std=0.1)      # std 0.1: attention far from uniform
     return model, Engine(model), Engine(model, "cuda-simulated")
+
+
+def greedy_alone(engine, prompt, n):
+    cache = engine.new_cache(len(prompt) + n)
+    logits, out = engine.prefill(prompt, cache), []
+    for _ in range(n):
+        out.append(int(np.argmax(logits)))
+        if len(out) < n:
+            logits = engine.decode(out[-1], cache)
+    return out
 
 
 def test_prefill_and_decode_track_numpy_and_float64(engines):
@@ -71,7 +79,7 @@ def test_mixed_step_equals_each_sequence_alone(engines):
 
 
 def test_continuous_batching_tokens_equal_alone(engines):
-    from llamanb.generate import SamplingParams, generate
+    from llamanb.generate import SamplingParams
     from llamanb.serve import BatchRunner
 
     model, en, ec = engines
@@ -79,11 +87,34 @@ def test_continuous_batching_tokens_equal_alone(engines):
     runner = BatchRunner(ec, slots=2, block=4, kv_positions=32, token_budget=128)
     reqs = [runner.add(p, max_new_tokens=n, params=SamplingParams(), stop_ids=()) for p, n in work]
     runner.run()
-    alone = [generate(en, p, n, SamplingParams(), stop_ids=()).ids for p, n in work]
-    assert [list(r.output) for r in reqs] == [list(a) for a in alone]
+    assert [list(r.output) for r in reqs] == [greedy_alone(en, p, n) for p, n in work]
+    assert any(len(rec.rows) == 2 for rec in runner.history)           # two requests in a step
 
 
-def test_verify_backend_cuda_without_gpu_is_one_line(tiny_dir, llamanb_cache):
+def test_projections_through_the_gemm_kernel(engines):
+    """gemm='kernel': every projection through gemm_nt in the simulator (slow there: one decode
+    row of a one-layer model), against the host-projection backend and the numpy engine."""
+    from llamanb.cuda.random_model import random_model
+
+    cfg = LlamaConfig(name="tiny-1l", n_layers=1, hidden=32, n_heads=2, n_kv_heads=1,
+                      head_dim=16, ffn=32, vocab=40, rope_theta=10000.0, max_seq=16,
+                      tie_embeddings=True, eos_ids=(2,))
+    model = random_model(cfg, seed=4, std=0.2)
+    ek, en = Engine(model, "cuda-simulated", gemm="kernel"), Engine(model)
+    assert "projections: kernel" in ek.backend.description
+    from llamanb.check.float64 import forward
+
+    ck, cn = ek.new_cache(4), en.new_cache(4)
+    lk, ln = ek.prefill([7], ck), en.prefill([7], cn)
+    ref = forward(model.weights, [7], rows=[0])[0]
+    # as above: within 3x the numpy engine's own float32 error against float64, plus 1e-5
+    assert np.abs(lk - ref).max() <= 3 * np.abs(ln - ref).max() + 1e-5
+    assert int(np.argmax(lk)) == int(np.argmax(ref))
+
+
+def test_verify_backend_cuda_without_gpu_is_one_line(make_tiny, tmp_path, llamanb_cache):
+    tiny_dir = tmp_path / "tiny"
+    make_tiny(tiny_dir, n_heads=2, n_kv_heads=1, tie=True, n_layers=1, max_position_embeddings=32)
     r = run_cli(["verify", "--backend", "cuda", "--model", str(tiny_dir)], cache=llamanb_cache,
                 extra_env={"NUMBA_ENABLE_CUDASIM": "0"})
     if r.returncode == 0:

@@ -1,11 +1,43 @@
-"""kernels/cuda/llama_kernels.cu compiled without a GPU by nvcc (else NVRTC) to PTX and to a cubin
-(SASS) for sm_80 and sm_90: every entry point of the design is in the PTX (`.entry`) and in the
-SASS that cuobjdump prints (`Function :`), for the architecture asked."""
+"""Both forms of the kernels compiled without a GPU, for sm_80 and sm_90:
+
+- kernels/cuda/llama_kernels.cu by nvcc (else NVRTC) to PTX and to a cubin (SASS): every entry
+  point is in the PTX (`.entry`) and in the SASS that cuobjdump prints (`Function :`);
+- the numba-cuda kernels (llamanb.cuda.kernels, GPU branch: warp shuffles) by numba-cuda's NVVM
+  path to PTX, and by ptxas to SASS where a toolkit is present -- the code a GPU would run, which
+  the simulator never compiles."""
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 from llamanb.cuda import compile as cc
+
+from conftest import REPO_ROOT
+
+# Run in a fresh process: this one may hold numba in simulator mode. numba-cuda compiles a
+# kernel's device functions for "the current device" (numba_cuda/numba/cuda/dispatcher.py,
+# CUDADispatcher.compile_device: get_current_device().compute_capability); with no GPU a
+# stand-in device answers the one attribute it reads.
+NUMBA_PTX = r"""
+import json, sys
+import numba.cuda.dispatcher as D
+from numba import cuda
+cc = tuple(int(x) for x in sys.argv[1].split("."))
+class Device:
+    compute_capability = cc
+D.get_current_device = lambda: Device()
+from llamanb.cuda import kernels
+k = kernels.build(kernels.GPU_TILE)
+out = {}
+for name, sig in kernels.signatures().items():
+    ptx, _ = cuda.compile_ptx(getattr(k, name).py_func, sig, cc=cc)
+    out[name] = ptx
+print(json.dumps(out))
+"""
 
 
 def _compiler():
@@ -49,3 +81,32 @@ def test_nvrtc_error_is_one_line(tmp_path):
 
     with pytest.raises(LlamanbError, match="NVRTC failed on bad.cu"):
         cc.compile_cuda("sm_80", "ptx", "nvrtc", source=bad)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", cc.ARCHS)
+def test_numba_kernels_compile_for_the_gpu(arch, tmp_path):
+    pytest.importorskip("numba_cuda")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    r = subprocess.run([sys.executable, "-c", NUMBA_PTX, f"{arch[3]}.{arch[4:]}"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    if r.returncode and "NVVM" in r.stderr and "not found" in r.stderr.lower():
+        pytest.skip("libnvvm absent (pip install nvidia-nvvm, part of 'llamanb[cuda]')")
+    assert r.returncode == 0, r.stderr[-2000:]
+    ptx = json.loads(r.stdout.strip().splitlines()[-1])
+    assert sorted(ptx) == sorted(cc.ENTRY_POINTS)
+    for name, text in ptx.items():
+        assert cc.ptx_target(text) == arch and len(cc.ptx_entries(text)) == 1, name
+    # the GPU branch of the one-place warp reduction: shuffles, where the simulator has none
+    assert "shfl.sync.bfly" in ptx["softmax_rows"] and "shfl.sync.bfly" in ptx["rmsnorm"]
+    ptxas = cc.ptxas()
+    if ptxas:                                      # SASS: the PTX assembles for the card
+        for name, text in ptx.items():
+            src = tmp_path / f"{name}.ptx"
+            src.write_text(text)
+            a = subprocess.run([ptxas, f"-arch={arch}", str(src), "-o", str(tmp_path / "k.cubin")],
+                               capture_output=True, text=True)
+            if "Unsupported .version" in a.stderr:
+                pytest.skip(f"this ptxas is older than the PTX ISA NVVM wrote: {a.stderr.strip()}")
+            assert a.returncode == 0, (name, a.stderr[-1000:])

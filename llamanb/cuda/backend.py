@@ -37,7 +37,7 @@ from ..kv.base import KVStore
 from ..rope import cos_sin, rope_for
 from ..step import Step
 from ..weights import Weights
-from . import runtime
+from . import launch, runtime
 
 SIM_MAX_HIDDEN = 256     # the simulator runs a step of a 135M model in hours: refuse it
 
@@ -142,13 +142,11 @@ class CudaBackend(Backend):
             else:
                 cp.matmul(A, W.T, out=C)
             return
-        T = self.k.tile
-        M, N = a.shape[0], w.shape[0]
-        self.k.gemm_nt[(-(-N // T), -(-M // T)), (T, T)](a, w, out, int(accumulate))
+        self.k.gemm_nt[launch.gemm_nt(a.shape[0], w.shape[0], self.k.tile)](a, w, out,
+                                                                          int(accumulate))
 
     def _rmsnorm(self, x, weight, out) -> None:
-        k = self.k
-        k.rmsnorm[-(-x.shape[0] // k.warps_per_block), 32 * k.warps_per_block](
+        self.k.rmsnorm[launch.row_warps(x.shape[0], self.k.tile)](
             x, weight, out, np.float32(self.config.rms_eps))
 
     def _mirror(self, cache: KVStore) -> _Mirror:
@@ -194,7 +192,7 @@ class CudaBackend(Backend):
         segs = step.segments
         seg = [np.array([getattr(s, f) for s in segs], dtype=np.int32)
                for f in ("slot", "row", "start", "n")]
-        n_max, L_max = max(s.n for s in segs), int(row_len.max())
+        L_max = int(row_len.max())
         dev = {name: cuda.to_device(a) for name, a in (
             ("row_len", row_len), ("row_slot", row_slot), ("cos", np.ascontiguousarray(cos)),
             ("sin", np.ascontiguousarray(sin)), ("seg_slot", seg[0]), ("seg_row", seg[1]),
@@ -206,14 +204,14 @@ class CudaBackend(Backend):
         attn = cuda.device_array((R, Nh * d), np.float32)
         gu = cuda.device_array((R, 2 * F), np.float32)
         act = cuda.device_array((R, F), np.float32)
-        T, B = k.tile, k.block
+        T = k.tile
         for layer in layers:
             w = self.w[layer]
             self._rmsnorm(xd, w["attn_norm"], h)
             self._gemm(h, "wqkv", layer, qkv, False)
-            n_rot = R * (Nh + Nkv) * (d // 2)
-            k.rope[-(-n_rot // B), B](qkv, dev["cos"], dev["sin"], Nh + Nkv, d)
-            k.fill_kv[(-(-d // T), -(-n_max // T), len(segs) * Nkv), (T, T)](
+            k.rope[launch.elementwise(R * (Nh + Nkv) * (d // 2), T)](
+                qkv, dev["cos"], dev["sin"], Nh + Nkv, d)
+            k.fill_kv[launch.fill_kv([s.n for s in segs], Nkv, d, T)](
                 qkv, dev["seg_slot"], dev["seg_row"], dev["seg_start"], dev["seg_n"],
                 m.kt[layer], m.v[layer], Nh)
             if self.write_host_cache:
@@ -223,16 +221,15 @@ class CudaBackend(Backend):
                     cache.write(layer, s.slot, s.start,
                                 rows[:, Nh * d:(Nh + Nkv) * d].reshape(s.n, Nkv, d),
                                 rows[:, (Nh + Nkv) * d:].reshape(s.n, Nkv, d))
-            k.qkt[(-(-L_max // B), R * Nh), B](qkv, m.kt[layer], dev["row_slot"], dev["row_len"],
+            k.qkt[launch.qkt(R, Nh, L_max, T)](qkv, m.kt[layer], dev["row_slot"], dev["row_len"],
                                                scores, Nh, c.group, self.scale)
-            k.softmax_rows[-(-(R * Nh) // k.warps_per_block), 32 * k.warps_per_block](
-                scores, dev["row_len"], Nh)
-            k.softmax_v[(-(-d // B), R * Nh), B](scores, m.v[layer], dev["row_slot"],
-                                                 dev["row_len"], attn, Nh, c.group)
+            k.softmax_rows[launch.row_warps(R * Nh, T)](scores, dev["row_len"], Nh)
+            k.softmax_v[launch.softmax_v(R, Nh, d, T)](scores, m.v[layer], dev["row_slot"],
+                                                       dev["row_len"], attn, Nh, c.group)
             self._gemm(attn, "wo", layer, xd, True)
             self._rmsnorm(xd, w["ffn_norm"], h)
             self._gemm(h, "gate_up", layer, gu, False)
-            k.silu_mul[-(-(R * F) // B), B](gu, act)
+            k.silu_mul[launch.elementwise(R * F, T)](gu, act)
             self._gemm(act, "down", layer, xd, True)
             if collect is not None:
                 collect.append(xd.copy_to_host())

@@ -47,6 +47,17 @@ def nvcc() -> str | None:
     return shutil.which("nvcc")
 
 
+def ptxas() -> str | None:
+    """The PTX assembler: on PATH, beside $CUDA_HOME's nvcc, or in /usr/local/cuda/bin."""
+    found = shutil.which("ptxas")
+    if found:
+        return found
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home and (Path(home) / "bin" / "ptxas").is_file():
+            return str(Path(home) / "bin" / "ptxas")
+    return None
+
+
 def nvrtc_library() -> str | None:
     for d in _wheel_dirs("lib"):
         libs = sorted(d.glob("libnvrtc.so.*"))

@@ -49,16 +49,12 @@ from functools import lru_cache
 from numba import cuda, float32, int32
 from numba.core import config
 
+from .launch import WARP, warps_per_block
+
 SIMULATED = bool(config.ENABLE_CUDASIM)    # numba read NUMBA_ENABLE_CUDASIM when first imported
 
-WARP = 32
 GPU_TILE = 16       # min_llm_inference's TILE_SIZE: 16 x 16 tiles, 256-thread 1-D blocks
 SIM_TILE = 4        # under the simulator every thread is a Python thread: 16-thread blocks
-
-
-def grid_1d(n: int, block: int) -> int:
-    """Blocks of `block` threads that cover n items."""
-    return max(1, -(-n // block))
 
 
 @dataclass(frozen=True)
@@ -84,6 +80,20 @@ class Kernels:
 
 ENTRY_POINTS = ("gemm_nt", "rmsnorm", "rope", "fill_kv", "qkt", "softmax_rows", "softmax_v",
                 "silu_mul", "argmax_decode")
+
+
+def signatures() -> dict:
+    """Each kernel's argument types as the backend launches it (C-contiguous float32 arrays,
+    int32 index arrays, Python ints as int64, float32 scalars): what ahead-of-time compilation
+    to PTX needs (tests/test_cuda_compile.py compiles every kernel for sm_80 and sm_90)."""
+    from numba import int64
+
+    f1, f2, f4, i1 = float32[::1], float32[:, ::1], float32[:, :, :, ::1], int32[::1]
+    return {"gemm_nt": (f2, f2, f2, int64), "rmsnorm": (f2, f1, f2, float32),
+            "rope": (f2, f2, f2, int64, int64), "fill_kv": (f2, i1, i1, i1, i1, f4, f4, int64),
+            "qkt": (f2, f4, i1, i1, f2, int64, int64, float32), "softmax_rows": (f2, i1, int64),
+            "softmax_v": (f2, f4, i1, i1, f2, int64, int64), "silu_mul": (f2, f2),
+            "argmax_decode": (f2, i1, i1, int64, int64, f2, f2)}
 
 
 def _warp_reductions(simulated: bool):
@@ -144,7 +154,7 @@ def build(tile: int) -> Kernels:
     T = tile
     TP = T + 1                  # shared tiles padded by a column: a warp reading a tile's
     B = T * T                   # column hits 32 different banks
-    WPB = max(1, B // WARP)
+    WPB = warps_per_block(T)
     NEG_INF = -math.inf
     warp_sum, warp_max = _warp_reductions(simulated)
 
