@@ -207,7 +207,7 @@ def build(tile: int) -> Kernels:
                 ss += x[r, i] * x[r, i]
         total = warp_sum(ss, scratch, warp, lane)
         if r < R:
-            inv = float32(1.0) / math.sqrt(total / H + eps)
+            inv = float32(1.0) / math.sqrt(total / float32(H) + eps)    # float32 throughout
             for i in range(lane, H, WARP):
                 out[r, i] = x[r, i] * inv * weight[i]
 
