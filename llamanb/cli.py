@@ -224,6 +224,13 @@ def cmd_verify(a) -> int:
         return verify.diagnose_cli(a.model, a.prompt)
     if a.live:
         return verify.live_cli(a.model, a.steps, a.save)
+    if a.backend == "cuda":                  # before loading anything: what a GPU run lacks here
+        from .hardware import cuda_missing
+
+        if cuda_missing():
+            raise LlamanbError(f"backend 'cuda' needs {'; '.join(cuda_missing())} (backend "
+                               f"'cuda-simulated' runs the same kernels in numba-cuda's "
+                               f"simulator, tiny models only)")
     return verify.reference_cli(a.model, a.reference, backend=a.backend, dtype=a.dtype)
 
 
