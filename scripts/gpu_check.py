@@ -11,6 +11,9 @@ this script: a person copies what it measured, with the card's name, into the RE
        with the same weights: max |logit difference| and greedy agreement over a few steps
     4. per shape: prefill and decode tokens/s of the cuda backend and of transformers (torch),
        and the batching speed-up (8 sequences decoding in one step vs one)
+
+`--dry-run` runs the same code with no GPU: backend cuda-simulated, a tiny config, torch on the
+CPU, no CuPy -- it checks the script itself, and its numbers mean nothing (labelled so).
 """
 from __future__ import annotations
 
@@ -67,18 +70,23 @@ def cuda_cpp_vs_numba(rows):
     record(rows, check="softmax_rows numba vs CUDA C++", max_abs_diff=diff, ok=diff <= 1e-5)
 
 
+DRY = "--dry-run" in sys.argv
+BACKEND = "cuda-simulated" if DRY else "cuda"
+DEVICE = "cpu" if DRY else "cuda"
+
+
 def device_weights(cfg, seed):
     import torch
 
     from llamanb.cuda.random_model import random_model
 
-    gen = torch.Generator(device="cuda").manual_seed(seed)
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
 
     def draw(shape, kind):
         if kind == "norm":
-            t = torch.rand(shape, generator=gen, device="cuda") + 0.5
+            t = torch.rand(shape, generator=gen, device=DEVICE) + 0.5
         else:
-            t = torch.randn(shape, generator=gen, device="cuda") * 0.02
+            t = torch.randn(shape, generator=gen, device=DEVICE) * 0.02
         return t.float().cpu().numpy()
     return random_model(cfg, seed, draw=draw)
 
@@ -105,26 +113,35 @@ def hf_model(model):
                    p + "mlp.down_proj.weight": lw.w_down})
     hf.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in sd.items()},
                        strict=False)
-    return hf.cuda().eval()
+    return hf.to(DEVICE).eval()
 
 
 def sync():
+    import torch
     from numba import cuda
 
-    cuda.synchronize()
+    if not DRY:
+        cuda.synchronize()
+        torch.cuda.synchronize()
 
 
 def one_shape(rows, preset, prompt_len=64, decode_steps=16, batch=8):
     import torch
 
     from llamanb import Engine
-    from llamanb.config import PRESETS
+    from llamanb.config import PRESETS, LlamaConfig
     from llamanb.step import Step
 
-    cfg = PRESETS[preset]
+    if DRY:
+        cfg = LlamaConfig(name="dry-run", n_layers=1, hidden=32, n_heads=2, n_kv_heads=1,
+                          head_dim=16, ffn=32, vocab=48, rope_theta=1e4, max_seq=64,
+                          tie_embeddings=preset.startswith("smollm"), eos_ids=(2,))
+        prompt_len, decode_steps, batch = 4, 2, 2
+    else:
+        cfg = PRESETS[preset]
     t0 = time.time()
     model = device_weights(cfg, seed=0)
-    ec, en = Engine(model, "cuda"), Engine(model)
+    ec, en = Engine(model, BACKEND), Engine(model)
     hf = hf_model(model)
     rng = np.random.default_rng(1)
     ids = [int(t) for t in rng.integers(3, cfg.vocab, prompt_len)]
@@ -132,9 +149,10 @@ def one_shape(rows, preset, prompt_len=64, decode_steps=16, batch=8):
     cc, cn = ec.new_cache(prompt_len + decode_steps + 1), en.new_cache(prompt_len + decode_steps + 1)
     lc, ln = ec.prefill(ids, cc), en.prefill(ids, cn)
     with torch.no_grad():
-        lh = hf(torch.tensor([ids], device="cuda")).logits[0, -1].float().cpu().numpy()
+        lh = hf(torch.tensor([ids], device=DEVICE)).logits[0, -1].float().cpu().numpy()
     toks_c, toks_n, worst_n, worst_h = [], [], 0.0, float(np.abs(lc - lh).max())
-    for _ in range(4):
+    scale = float(np.abs(ln).max())
+    for _ in range(min(4, decode_steps)):
         worst_n = max(worst_n, float(np.abs(lc - ln).max()))
         t = int(np.argmax(lc))
         toks_c.append(t)
@@ -142,11 +160,12 @@ def one_shape(rows, preset, prompt_len=64, decode_steps=16, batch=8):
         lc, ln = ec.decode(t, cc), en.decode(t, cn)
     record(rows, check=f"{preset}: cuda vs numpy engine / transformers (same GPU, same weights)",
            max_abs_logit_diff_numpy=worst_n, max_abs_logit_diff_hf_prefill=worst_h,
-           greedy_equal_numpy=toks_c == toks_n, setup_s=round(time.time() - t0, 1))
+           greedy_equal_numpy=toks_c == toks_n, logit_scale=scale,
+           setup_s=round(time.time() - t0, 1))
     # --- speed: prefill and decode tokens/s, cuda backend vs transformers. The timed backend
     # keeps K/V on the device only (write_host_cache=False: no copy back to the host store per
     # layer), as a serving engine would.
-    ec = Engine(model, "cuda", write_host_cache=False)
+    ec = Engine(model, BACKEND, write_host_cache=False)
     cc = ec.new_cache(prompt_len + decode_steps + 1)
     sync(); t = time.perf_counter(); ec.prefill(ids, cc); sync()
     pre_c = prompt_len / (time.perf_counter() - t)
@@ -156,24 +175,26 @@ def one_shape(rows, preset, prompt_len=64, decode_steps=16, batch=8):
         ec.decode(tok, cc)
     sync(); dec_c = decode_steps / (time.perf_counter() - t)
     with torch.no_grad():
-        x = torch.tensor([ids], device="cuda")
-        torch.cuda.synchronize(); t = time.perf_counter()
-        out = hf(x, use_cache=True); torch.cuda.synchronize()
+        x = torch.tensor([ids], device=DEVICE)
+        sync(); t = time.perf_counter()
+        out = hf(x, use_cache=True); sync()
         pre_h = prompt_len / (time.perf_counter() - t)
-        past, nxt = out.past_key_values, torch.tensor([[tok]], device="cuda")
+        past, nxt = out.past_key_values, torch.tensor([[tok]], device=DEVICE)
         t = time.perf_counter()
         for _ in range(decode_steps):
             past = hf(nxt, past_key_values=past, use_cache=True).past_key_values
-        torch.cuda.synchronize(); dec_h = decode_steps / (time.perf_counter() - t)
+        sync(); dec_h = decode_steps / (time.perf_counter() - t)
     # --- batching: `batch` sequences decoding in one step vs one sequence
     cb = ec.new_cache(prompt_len + decode_steps + 1, slots=batch)
+    n0 = min(8, prompt_len)
     for s in range(batch):
-        ec.prefill(ids[:8], cb, slot=s)
+        ec.prefill(ids[:n0], cb, slot=s)
     sync(); t = time.perf_counter()
     for i in range(decode_steps):
-        ec.step(Step.build([(s, 8 + i, [tok]) for s in range(batch)]), cb)
+        ec.step(Step.build([(s, n0 + i, [tok]) for s in range(batch)]), cb)
     sync(); dec_b = batch * decode_steps / (time.perf_counter() - t)
-    record(rows, check=f"{preset}: speed (tokens/s)", device=torch.cuda.get_device_name(),
+    record(rows, check=f"{preset}: speed (tokens/s)" + (" DRY RUN, meaningless" if DRY else ""),
+           device="CUDA simulator on the CPU" if DRY else torch.cuda.get_device_name(),
            prefill_cuda=round(pre_c, 1), prefill_torch=round(pre_h, 1),
            decode_cuda=round(dec_c, 1), decode_torch=round(dec_h, 1),
            decode_cuda_batch=round(dec_b, 1), batch=batch, batching_speedup=round(dec_b / dec_c, 2),
@@ -185,8 +206,14 @@ def main():
     deadline = time.time() + 270
     import torch
 
-    record(rows, check="device", name=torch.cuda.get_device_name(), torch=torch.__version__)
-    cuda_cpp_vs_numba(rows)
+    if DRY:
+        from llamanb.cuda import runtime
+
+        runtime.load(simulated=True)
+        record(rows, check="device", name="none: --dry-run (CUDA simulator)", torch=torch.__version__)
+    else:
+        record(rows, check="device", name=torch.cuda.get_device_name(), torch=torch.__version__)
+        cuda_cpp_vs_numba(rows)
     for preset in ("smollm2-135m", "llama3.2-1b"):
         if time.time() > deadline - 60:
             record(rows, check=f"{preset}: skipped, out of the 5-minute budget")

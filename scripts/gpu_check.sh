@@ -4,6 +4,9 @@
 # and Llama-3.2-1B shapes, cuda backend vs numpy engine vs transformers, tok/s beside torch,
 # batching speed-up. Under 5 minutes by design; NOT yet run on hardware.
 # Usage (repository root):  sh scripts/gpu_check.sh      results also in $OUT/gpu_check.json
+# Needs on the GPU machine: numpy, numba-cuda, CuPy, torch, transformers (llamanb imports only
+# numpy for this). `python scripts/gpu_check.py --dry-run` runs the same code here, without a GPU
+# (tests/test_cuda_gpu_check.py).
 set -e
 cd "$(dirname "$0")/.."
 unset NUMBA_ENABLE_CUDASIM
