@@ -207,3 +207,31 @@ def test_simulated_backend_refuses_a_real_size_model(monkeypatch):
 
     with pytest.raises(LlamanbError, match="tiny models only.*hidden 9"):
         backend.CudaSimBackend(W())
+
+
+def test_the_simulator_quirks_the_kernels_are_written_around(k):
+    """Why kernels.py reduces through shared memory under the simulator and puts every
+    cuda.shared.array on its own line: numba-cuda's simulator (numba_cuda/numba/cuda/simulator/)
+    implements no warp shuffles and no syncwarp, and gives two allocations made on one source
+    line the same buffer. If a numba-cuda release changes either, this test says so."""
+    import importlib
+
+    from numba.cuda.simulator.kernelapi import FakeCUDAModule
+
+    assert not hasattr(FakeCUDAModule, "shfl_xor_sync") and not hasattr(FakeCUDAModule, "syncwarp")
+    # the simulator swaps its fake module for a kernel's GLOBAL `cuda` (not a local or closure)
+    globals()["cuda"] = importlib.import_module("numba.cuda")
+    float32 = np.float32
+
+    @cuda.jit  # noqa: F821  (the module global set above)
+    def two_on_one_line(x, out):
+        a = cuda.shared.array(4, float32); b = cuda.shared.array(4, float32)  # noqa: E702
+        i = cuda.threadIdx.x
+        a[i] = x[i]
+        b[i] = 10 * x[i]
+        cuda.syncthreads()
+        out[i] = a[i]
+
+    out = np.zeros(4, np.float32)
+    two_on_one_line[1, 4](np.arange(4, dtype=np.float32), out)
+    assert out.tolist() == [0.0, 10.0, 20.0, 30.0]           # a is b: b's writes show through a
