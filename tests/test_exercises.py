@@ -22,7 +22,7 @@ SOLUTIONS = {
     "ch01": "01_llama_math_numpy", "ch02": "02_rope_einsum_tables", "ch03": "03_masks_padding_proofs",
     "ch04": "04_kv_cache_growth", "ch05": "05_npu_kernels", "ch06": "06_elf_stitching",
     "ch07": "07_buffer_objects", "ch08": "08_tcp_mapping", "ch09": "09_galaxy_mesh",
-    "ch10": "10_continuous_batching", "ch13": "13_hardware_chat",
+    "ch10": "10_continuous_batching", "ch12": "12_cuda_kernels", "ch13": "13_hardware_chat",
 }
 
 
@@ -299,6 +299,31 @@ def _turn_keeps_whole_cache(cached, rendered):     # trusts the cache without co
     return keep, list(rendered[keep:])
 
 
+# ---- chapter 12 -------------------------------------------------------------------------------
+def _kt_untransposed(slot, head, c, j, n_kv, d, S):
+    """V's layout [slots, N_kv, S, d] instead of the transposed K cache's."""
+    return ((slot * n_kv + head) * S + j) * d + c
+
+
+def _grid_first_segment(segs, n_kv, d, tile):
+    """y sized for the first segment instead of the longest."""
+    return ((-(-d // tile), -(-segs[0] // tile), len(segs) * n_kv), (tile, tile))
+
+
+def _grid_no_heads(segs, n_kv, d, tile):
+    """one z slice per segment, forgetting the K/V heads."""
+    return ((-(-d // tile), -(-max(segs) // tile), len(segs)), (tile, tile))
+
+
+def _softmax_unmasked(s, length):
+    """the whole row's maximum and sum, the tail zeroed afterwards."""
+    s = np.asarray(s, dtype=np.float64)
+    p = np.exp(s - s.max())
+    p /= p.sum()
+    p[length:] = 0
+    return p
+
+
 WRONG = [
     ("ch01", "block_params", lambda c: c.layer_params() - 2 * c.hidden, "expected 3,540,096, got 3,538,944"),
     ("ch01", "block_params", lambda c: c.hidden * (4 * c.hidden + 3 * c.ffn) + 2 * c.hidden, "N_kv"),
@@ -338,6 +363,10 @@ WRONG = [
     ("ch10", "preempt", _preempt_keeps_blocks, "expected [2], got [2, 1]"),
     ("ch10", "gather_keys", _gather_no_transpose, "values differ"),
     ("ch10", "gather_keys", _gather_ignores_table, "table [0, 2, 4], n=9"),
+    ("ch12", "kt_offset", _kt_untransposed, "expected 13, got 21"),
+    ("ch12", "fill_grid", _grid_first_segment, "segments [1, 40, 3]"),
+    ("ch12", "fill_grid", _grid_no_heads, "expected ((4, 1, 3), (16, 16)), got ((4, 1, 1), (16, 16))"),
+    ("ch12", "masked_softmax_row", _softmax_unmasked, "(n=8, length=3): 3 of 8 values differ"),
     ("ch13", "gate", _gate_one_direction, "ours in the reference's top-5 but not the reverse): expected False at [0], got True"),
     ("ch13", "gate", _gate_ignores_length, "ours stops 2 tokens early): expected False at [0], got True"),
     ("ch13", "plan_turn", _turn_never_recomputes, "everything is already cached (recompute the last position)): expected 39 at [0], got 40"),
