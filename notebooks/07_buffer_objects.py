@@ -436,7 +436,7 @@ held = {
 }
 for what, (m, p) in held.items():
     print(f"{what:<48} model {m * 1e3:6.1f} ms   published {p * 1e3:6.1f} ms   "
-          f"error {m / p - 1:+.1%}")
+          f"error {cost.signed_pct(m / p - 1)}")
 
 # %% [markdown]
 # (The second published number is inferred: commit 462bf133b's 78 ms per token less the
@@ -469,7 +469,7 @@ w = sum(l.ddr_bytes for l in ffn3.launches)
 need = w / (w / r.gemv_bytes_s - gap / L)
 print(f"unexplained saving {gap * 1e3:.1f} ms per token = {gap / L * 1e3:.2f} ms per layer; "
       f"the 3-launch FFN's {w / 1e6:.0f} MB would have to stream at {need / 1e9:.1f} GB/s "
-      f"instead of {r.gemv_bytes_s / 1e9:.1f} ({need / r.gemv_bytes_s - 1:+.0%})")
+      f"instead of {r.gemv_bytes_s / 1e9:.1f} ({cost.signed_pct(need / r.gemv_bytes_s - 1, 0)})")
 
 # %% [markdown]
 # * **FlashAttention alone** (`kernel_registry/details/FlashAttention_bf16.md`: 15.4-16.1 ms at

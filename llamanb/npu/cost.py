@@ -478,6 +478,16 @@ def table_rows(cfg: LlamaConfig, seq: int = 2048, r: Rates | None = None) -> lis
     return out
 
 
+def signed_pct(x: float, decimals: int = 1) -> str:
+    """`x` as a signed percentage, except that a value which rounds to zero prints unsigned.
+
+    Python keeps the sign of a rounded zero (`f"{-1e-17:+.1%}"` is "-0.0%"), and a quantity that
+    is zero by construction (a calibration row's error, solved to within rounding) comes out as
+    +1e-16 on one BLAS kernel and -1e-16 on another: the sign is noise, so it is not printed."""
+    text = f"{x:+.{decimals}%}"
+    return text[1:] if float(text[1:-1]) == 0 else text
+
+
 def _fmt(sec: float) -> str:
     return f"{sec:8.3f} s " if sec >= 1 else f"{sec * 1e3:8.2f} ms"
 
@@ -494,7 +504,7 @@ def table(cfg: LlamaConfig, seq: int = 2048, r: Rates | None = None) -> str:
         for row in (x for x in rows if x.role == role):
             circ = "--" if role == "calibration" else f"{row.circular:.0%}"
             lines.append(f"{row.label:<42}{_fmt(row.published_s):>12}{_fmt(row.model_s):>12}"
-                         f"{row.error:>+8.1%}{circ:>10}")
+                         f"{signed_pct(row.error):>8}{circ:>10}")
     return "\n".join(lines[1:])
 
 
