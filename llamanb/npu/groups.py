@@ -106,7 +106,7 @@ class Group:
 
 
 def _tile_m(ms, k: int, tiles: int = 8) -> int:
-    """Largest tile_m within the L1 weight budget dividing every m/tiles (one per K family)."""
+    """Largest tile_m within the L1 weight block dividing every m/tiles (one per K family)."""
     per = 0
     for m in ms:
         if m % tiles:
@@ -141,9 +141,10 @@ def decode_groups(cfg, lm_parts: int = 8) -> dict[str, Group]:
     if qd == H:
         t_h = t_q = _tile_m([qd, kvd, F, H], H)
 
-    def gv(m, k, tile, kfam=""):
+    def gv(m, k, tile, kfam="", group="rms_gemv_rope"):
         kw = {} if not kfam else {"symbol": f"matvec_bf16_k{k}", "link_with": f"mv_k{k}.o"}
-        return gemv(m, k, tile_m=tile, **kw)
+        pp = COMPILE_OPTIONS[group].get("omit_pingpong", "")      # the module's, not the kernel's
+        return gemv(m, k, tile_m=tile, omit_pingpong=pp, **kw)
 
     norm = rmsnorm(1, H, eps, herd_xy=(1, 1), flat_out=True)
     first = [
@@ -157,23 +158,26 @@ def decode_groups(cfg, lm_parts: int = 8) -> dict[str, Group]:
                     link_with="rope_kv.o"), {"x": "k_pre", "lut": "lut_k", "y": "k"}, "rope_k")]
     res = add(1, H, herd_xy=_herd_for(H), flat=(True, True, True))
     second = [
-        Member(gv(H, qd, t_q, "" if qd == H else "q"), {"a": "wo", "x": "attn", "y": "o"}, "o"),
+        Member(gv(H, qd, t_q, "" if qd == H else "q", "o_gemv_ffn"),
+               {"a": "wo", "x": "attn", "y": "o"}, "o"),
         Member(res, {"a": "o", "b": "x", "out": "h"}, "res1"),
         Member(norm, {"x": "h", "w": "ffn_norm", "y": "hn"}, "norm"),
-        Member(gv(F, H, t_h), {"a": "w_gate", "x": "hn", "y": "g"}, "gate"),
-        Member(gv(F, H, t_h), {"a": "w_up", "x": "hn", "y": "u"}, "up"),
+        Member(gv(F, H, t_h, group="o_gemv_ffn"), {"a": "w_gate", "x": "hn", "y": "g"}, "gate"),
+        Member(gv(F, H, t_h, group="o_gemv_ffn"), {"a": "w_up", "x": "hn", "y": "u"}, "up"),
         Member(silu_and_mul(1, F, herd_xy=_herd_for(F), flat=True),
                {"gate": "g", "up": "u", "out": "act"}, "silu"),
-        Member(gv(H, F, t_f, "ffn"), {"a": "w_down", "x": "act", "y": "down"}, "down"),
+        Member(gv(H, F, t_f, "ffn", "o_gemv_ffn"), {"a": "w_down", "x": "act", "y": "down"},
+               "down"),
         Member(res, {"a": "down", "b": "h", "out": "out"}, "res2")]
     packed = [*second[:3],
-              Member(gv(2 * F, H, t_h), {"a": "w_gate_up", "x": "hn", "y": "gu"}, "gate_up"),
+              Member(gv(2 * F, H, t_h, group="o_gemv_ffn3"),
+                     {"a": "w_gate_up", "x": "hn", "y": "gu"}, "gate_up"),
               Member(silu_and_mul(1, F, herd_xy=_herd_for(F), flat=True, packed=True),
                      {"gu": "gu", "out": "act"}, "silu"),
               *second[6:]]
     part = cfg.vocab // lm_parts
     t_v = _tile_m([part], H)
-    head = [Member(gv(part, H, t_v), {"a": f"w_head{i}", "x": "xn", "y": f"logits{i}"},
+    head = [Member(gv(part, H, t_v, group="lm_head_gemv"), {"a": f"w_head{i}", "x": "xn", "y": f"logits{i}"},
                    f"part{i}") for i in range(lm_parts)]
     out = {}
     for name, members, runs in (("rms_gemv_rope", first, None), ("o_gemv_ffn", second, None),

@@ -25,10 +25,11 @@ def divides(what: str, n: int, d: int, hint: str = "") -> None:
 def fits(spec):
     """The spec, once the emulated NPU2 array model (llamanb.npu.array) has placed every launch's
     herds and checked their L1 and L2 buffers: a tile configuration that would not fit is
-    rejected here, at build time, as the real compiler would reject it."""
+    rejected here, at build time, as the real compiler would reject it. L1 is counted with
+    ping-pong (a second copy of each DMA-fed buffer) unless the spec's compile options omit it."""
     from ..array import usage
 
-    usage(spec.text)
+    usage(spec)
     return spec
 
 
