@@ -140,3 +140,21 @@ def test_compile_keeps_the_artifact_and_npu1_is_refused(tmp_path, monkeypatch):
     with pytest.raises(LlamanbError, match="npu1") as e:
         C.compile(g, mode="xrt", root=tmp_path / "art2")
     assert "\n" not in str(e.value)
+
+
+def test_npu_smoke_not_ready_is_one_line_exit_2(capsys):
+    from llamanb.npu.cli import cmd_smoke
+
+    assert cmd_smoke(None, missing=("pyxrt", "Peano")) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("not ready: missing pyxrt; Peano") and out.count("\n") == 1
+
+
+def test_npu_smoke_on_the_contract_fakes(tmp_path, monkeypatch, capsys):
+    from llamanb.npu.cli import cmd_smoke
+
+    monkeypatch.setenv("LLAMANB_CACHE", str(tmp_path / "cache"))
+    xrt = npu_fakes.install(monkeypatch, tmp_path)
+    assert cmd_smoke(None, xrt=xrt, missing=()) == 0
+    out = capsys.readouterr().out
+    assert "ERT_CMD_STATE_COMPLETED" in out and "2048/2048 outputs within" in out
