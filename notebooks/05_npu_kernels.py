@@ -557,7 +557,8 @@ from llamanb.config import LLAMA32_1B as L1B
 
 big = {"rmsnorm": rmsnorm(2048, L1B.hidden, L1B.rms_eps), "gemm q": gemm(2048, L1B.hidden, L1B.hidden),
        "gemm down": gemm(2048, L1B.ffn, L1B.hidden), "gemv q": gemv(L1B.hidden, L1B.hidden),
-       "gemv down": gemv(L1B.hidden, L1B.ffn, symbol="matvec_bf16_k8192", link_with="mv_k8192.o"),
+       "gemv down": gemv(L1B.hidden, L1B.ffn, symbol="matvec_bf16_k8192", link_with="mv_k8192.o",
+                         omit_pingpong="all"),
        "rope q": rope(2048, L1B.n_heads, L1B.head_dim), "silu_and_mul": silu_and_mul(2048, L1B.ffn),
        "flash_attn": flash_attn(2048, L1B.n_heads, L1B.n_kv_heads, L1B.head_dim),
        "add": add(2048, L1B.hidden)}
@@ -567,7 +568,8 @@ for name, spec in big.items():
     h = lp.herds[0]
     print(f"{name:13s} launch grid {'x'.join(map(str, lp.sizes)) or '-':6s} herd "
           f"{h.size[0]}x{h.size[1]}{' x' + str(h.instances) if h.instances > 1 else '  '}  "
-          f"{h.tiles:2d} tiles  tiles {spec.tiles}")
+          f"{h.tiles:2d} tiles  L1 {h.l1_bytes / 1024:4.1f} / {l1_need(h, '') / 1024:4.1f} KiB "
+          f"single / double  tiles {spec.tiles}")
 
 # %% [markdown]
 # At 2048 rows FlashAttention fills the array: two unrolled segments, each a `[4 Q tiles, 4
@@ -579,8 +581,17 @@ for name, spec in big.items():
 #
 # Two GEMVs with different K in one stitched module need two symbols for the same C++ kernel:
 # `gemv down` declares `@matvec_bf16_k8192` in `mv_k8192.o`, upstream's trick (its `mv_k8192.o` is
-# `mv.cc` compiled with the entry point renamed), with `tile_m = 2` rows per L1 tile instead of 8
-# because each row is four times longer.
+# `mv.cc` compiled with the entry point renamed), with `tile_m = 1` row per L1 block instead of 4
+# because each row is four times longer. Each GEMV block is 16 KiB of weights, upstream's
+# `m_input` rows (4 at K = 2048; `llms/shared/builders/rms_gemv_rope_multi.py` builds with
+# `tile_m=8, m_input=4`). Double-buffered, the K = 2048 GEMV needs 40 KiB and fits; the down
+# projection needs 64 KiB (a row of 8192 and `x` of 8192, twice) and does not, which is why
+# upstream compiles its `o_gemv_ffn` with `omit_pingpong="all"` (`shared/infra/
+# backend_presets.py`) and this builder is asked for the same. FlashAttention (48.9 KiB single,
+# 68.9 double) is compiled without ping-pong too. Upstream's GEMV also moves data differently:
+# the weight panel goes DDR → L2 per launch iteration and `m_input`-row windows L2 → L1, while the
+# vector goes DDR → L1 on every trip (`matrix_vector_multiplication/bf16/matvec.py`); this
+# builder streams weight rows DDR → L1 and stages `x` in L2 once, a simplification it keeps.
 
 # %% [markdown]
 # ## 6. Compiling a kernel: an artifact in the cache, then a cache hit

@@ -242,7 +242,8 @@ def test_llama32_1b_modules_emit_with_upstream_herds():
     assert {herds[k].size for k in ("rmsnorm", "gemv_q", "rope_q", "swiglu", "add")} == {(8, 1)}
     assert herds["q"].size == (8, 4) and herds["rope_dec"].size == (1, 1)
     assert herds["fa"].tiles == 4 * 4 * 2                        # 2 heads x [4 Q tiles, 4 stages]
-    assert specs["gemv_down"].tiles["tile_m"] == 2 and specs["gemv_q"].tiles["tile_m"] == 8
+    # 16 KiB weight blocks: upstream's m_input, 4 rows at K=2048 and 1 at K=8192
+    assert specs["gemv_down"].tiles["tile_m"] == 1 and specs["gemv_q"].tiles["tile_m"] == 4
     assert "llamanb.impl = \"matvec_bf16\"" in specs["gemv_down"].text
     assert specs["lm_head"].args[0].shape == (L.vocab // 8, L.hidden)
     assert specs["q"].static_indices == (1,) and specs["q"].output_indices == (2,)
