@@ -72,8 +72,10 @@ print(f"H = {H}, N_h = {Nh}, N_kv = {Nkv}, d_h = {d}, D_ff = {F}, V = {V}")
 # The NPU in a Ryzen AI "Strix" laptop (XDNA 2, AIE2P cores) is a grid of 8 columns. Each column
 # has, from the bottom: one **shim tile** (the interface to DDR, the laptop's main memory: *L3*),
 # one **mem tile** (512 KB of SRAM: *L2*) and four **compute tiles**, each a VLIW vector core with
-# 64 KB of its own data memory (*L1*). Nothing is cached: every byte a core touches was moved into
-# its L1 by a DMA engine, from L2 or straight from DDR, by an `air.dma_memcpy_nd` in the MLIR.
+# 64 KB of its own data memory (*L1*). There is no cache: the data a core works on is moved into
+# its L1 by a DMA engine, from L2 or straight from DDR, by an `air.dma_memcpy_nd` in the MLIR --
+# or streamed in from the neighbouring core over a *cascade* (an `npu_cascade` channel; this
+# course's FlashAttention hands its partial softmax state down one that way, §3.6).
 #
 # In MLIR a buffer is a `memref` whose *memory space* says where it lives; AIR numbers them by
 # level: no space (0) is DDR (L3), `1` a mem tile (L2), `2` a compute tile's L1. A `memref<...,
@@ -103,9 +105,12 @@ print(f"L1 per compute tile: {NPU2.l1_bytes // 1024} KiB ({NPU2.stack_bytes // 1
 # ## 2. The first kernel: eltwise add, and how a herd splits work
 #
 # The residual connections `x + attn_out` and `x + ffn_out` are an elementwise add. Its herd is
-# `[8, 1]`: eight tiles in a row. Each streams *chunks* of `c` elements: tile `t` takes chunks `t`,
-# `t + 8`, `t + 16`, ..., so in iteration `i` it works at element offset `(i·8 + t)·c`. Before
-# reading the MLIR, let us convince ourselves in numpy that this covers every element exactly once.
+# `[8, 1]`: eight tiles in a row. Each owns one contiguous block of `n / 8` elements and streams it
+# in *chunks* of `c`: in iteration `i` tile `t` works at element offset `t·(n/8) + i·c`. That is
+# upstream's split (`llms/shared/builders/o_ffn_multi.py` in Xilinx/mlir-air: offset = `iv + tx ·
+# chunk_size`), whose body then adds 16-lane bf16 vectors; ours adds with a `linalg.generic`, which
+# aircc would lower to scalar loops (§3.1). Before reading the MLIR, let us convince ourselves in
+# numpy that the split covers every element exactly once.
 
 # %%
 S = 64                                        # prefill rows for this notebook
@@ -113,7 +118,7 @@ n, T, c = S * H, 8, 1152                      # elements, tiles, chunk
 owner = np.full(n, -1)
 for t in range(T):
     for i in range(n // (T * c)):
-        off = (i * T + t) * c
+        off = t * (n // T) + i * c
         assert (owner[off:off + c] == -1).all()   # nobody wrote here before
         owner[off:off + c] = t
 print("every element owned once:", bool((owner >= 0).all()),

@@ -232,7 +232,8 @@ print(group.table())
 plan = read_plan(group.text)
 print(plan.table())
 V.verify(group.text)
-print("upstream MLIR: parsed and verified" if V.available() else "MLIR bindings absent")
+print("upstream MLIR: parsed (AIR ops unregistered there: no AIR verifier ran; llamanb.npu.verify "
+      "checked the AIR structure)" if V.available() else "MLIR bindings absent")
 
 # %% [markdown]
 # ## 5. Stitched = one by one, bit for bit
@@ -499,8 +500,9 @@ assert second.cache_hit and second.path == first.path
 #
 # **The pipeline.** `XRTBackend.compile(module)` runs **aircc**, about 47 AIR passes (dependency
 # analysis, broadcast detection, herd placement, `air-to-aie`, `air-opt-shim-dma-bds`), then
-# **aiecc**, the AIE passes (vectorisation, routing, per-core code, packaging) (`docs/explain.md`,
-# "Step 3"). The product is one `.elf` per group (`output_format="elf"`); in the older xclbin
+# **aiecc**, the AIE passes (routing, per-core code, packaging) (`docs/explain.md`, "Step 3",
+# also lists vectorisation; but aircc lowers `linalg` ops with `convert-linalg-to-loops`,
+# `tools/aircc/aircc.cpp`, so only code written as vector ops or as a C++ kernel runs vectorised). The product is one `.elf` per group (`output_format="elf"`); in the older xclbin
 # format the NPU's command stream is a separate `air.insts.bin`, which the KernelCache copies as
 # `<name>.insts.bin` (`python/air/backend/xrt.py`, `llms/shared/infra/cache.py`). **Peano**
 # compiles the C++ kernels (`mv.cc`, `rope_halfsplit.cc`, `silu_and_mul.cc`, `attn_npu2.cc`) into
@@ -550,8 +552,10 @@ assert second.cache_hit and second.path == first.path
 # BO the only copy, which the host pre-transpose currently prevents.
 #
 # **Where a call's time goes.** `docs/profile.md` splits the prefill's XRT calls into BO write 46
-# ms, NPU run 1062 ms, BO read 5 ms (4 % / 95 % / 0 % of 1113 ms); BO read is only building a
-# zero-copy numpy view of the BO. Notebook 07 takes a call apart into these steps.
+# ms, NPU run 1062 ms, BO read 5 ms (4 % / 95 % / 0 % of 1113 ms). Its text calls BO read "zero-copy
+# view construction", but the code times the `sync(FROM_DEVICE)` of every read-back buffer too
+# (`llms/shared/infra/cache.py`, `load_and_run`, phase 3). Notebook 07 takes a call apart into
+# these steps.
 
 # %% [markdown]
 # **Summary.** One stitched function per group turns a decode layer's kernels into 2 dispatches; the

@@ -102,11 +102,16 @@ print(dev.counters)
 # (`llms/shared/infra/cache.py` in Xilinx/mlir-air): the arrays in argument order, and three index
 # sets naming which arguments are weights (`static`), device-only intermediates, and outputs to read
 # back. As upstream, with no `output_indices` only the **last** argument is read back, and any slot
-# may be read back, an intermediate one included. Two differences, on purpose: upstream's read-back
-# is a zero-copy *view* of the BO's mapping (why its profile's "BO Read" is about 0 ms), which the
-# next call on the same buffers overwrites; the course copies, so results survive, and counts the
-# copy. And a slot that is only an output is not written before the call here (the kernel
-# overwrites it), while upstream writes every slot that is neither static nor intermediate.
+# may be read back, an intermediate one included. Where it differs: upstream's read-back syncs each
+# output from the device and returns a zero-copy *view* of the BO's mapping (its "BO Read" times
+# both), which the next call on the same buffers overwrites; the course copies, so results survive,
+# and counts the copy. A slot that is only an output is not written before the call here (the
+# kernel overwrites it), while upstream writes every slot that is neither static nor intermediate.
+# Upstream also pools buffers the course keeps per layer: `shared_nonstatic=True` draws every
+# non-weight slot from one process-wide pool, so prefill keeps one set of activation buffers
+# instead of one per layer, and `shared_alias={slot: name}` makes a producer's output and its
+# consumer's input one BO across calls (its prefill FFN chain passes 84 MB per layer that way); and
+# its prefill passes the RoPE tables as static slots, written once (`llama32_1b_prefill.py`).
 
 # %%
 import tempfile
@@ -337,7 +342,8 @@ plt.show()
 # %% [markdown]
 # The guide estimates "~640 MB → ~150 MB per prefill" for Llama-3.2-1B (dashed lines). Counting
 # every argument that crosses, the host broker moves about **1.24 GB** (the RoPE tables passed each
-# call included; 1.07 GB with them written once), aliasing within a layer about **0.64 GB** (0.47
+# call included, which upstream does not do: its prefill writes them once as static slots; 1.07 GB
+# with them written once), aliasing within a layer about **0.64 GB** (0.47
 # GB), and the guide's full D2 about **0.09 GB** with static tables, 67 MB of it the K and V that
 # come back for the host's KV cache. The guide's "before" counts only the hand-offs between ELFs,
 # both ways: Q, K and V (12 MB) and the attention output (8 MB) per layer, 2 × 20 MB × 16 = 640 MB
@@ -375,14 +381,17 @@ print(kc2.messages[-1])
 # nothing about how close real kernels get to them. `llamanb.npu.cost` keeps the specifications,
 # each with the chip generation it is a figure *of*: NPU2 (Strix) is built from AIE2P tiles (AMD:
 # AIE-ML v2), but the 128 bf16 MACs per tile per cycle is AIE-ML's (AIE2, AMD's manual AM020) —
-# we found no published AIE2P bf16 rate — and the 1.53 GHz clock is derived from AMD's 50 int8
+# we found no published AIE2P bf16 rate, and upstream's AIE2P GEMM kernel multiplies with
+# `aie::mmul<8, 8, 8>` blocks (512 MACs each; `matrix_multiplication/bf16/mm_aie2p.cc`) where its
+# AIE2 kernel uses `mmul<4, 8, 4>` (128, `mm.cc`), so the AIE2P rate may be up to four times this
+# one — and the 1.53 GHz clock is derived from AMD's 50 int8
 # TOPS for the Strix NPU by assuming AIE2P does twice AIE-ML's 512 int8 operations per tile per
 # cycle. Their product, 12.5 TFLOP/s, is a yardstick for efficiencies, not a peak anyone measured.
 #
 # What the model adds are five constants taken from upstream's own measurements. A call (one
 # `xrt.run`) costs the dispatch (100 µs, the guide's `IMPLEMENTATION_GUIDE.html`), its
-# host-to-device buffer writes at 20 GB/s (the same guide; reads are zero-copy views, `docs/
-# profile.md`), and per launch a fixed `launch_s` plus the launch's work at its class's rate:
+# host-to-device buffer writes at 20 GB/s (the same guide; reads, a sync plus a zero-copy view,
+# are 5 ms of a 1113 ms prefill in `docs/profile.md` and not modelled), and per launch a fixed `launch_s` plus the launch's work at its class's rate:
 # GEMM FLOPs at a GEMM rate, FlashAttention's causal FLOPs at an attention rate, GEMV bytes at a
 # streaming rate, elementwise bytes (in + out) at an elementwise rate. Host steps are not
 # modelled; their published times are inputs: 37 ms of CPU ops plus ~125 ms of Python scheduling
@@ -526,7 +535,7 @@ plt.show()
 # ## Summary
 #
 # * A call is five steps: write the inputs into BOs, sync them, one `xrt.run`, sync the outputs
-#   back, read them (here a copy; upstream a zero-copy view). `KernelCache` keeps the three index
+#   back, read them (here a copy; upstream a zero-copy view after the sync). `KernelCache` keeps the three index
 #   sets of upstream's contract and three caches: artifacts on disk, loaded kernels, BOs per layer.
 # * Per-layer buffers make weights resident: a decode token moves kilobytes, not the model.
 # * The embedded model answers through the emulated NPU2 runtime with 3L+1 calls per prefill and

@@ -189,7 +189,8 @@ def test_a_wrong_dma_offset_changes_the_numbers():
 def test_emulator_rejects_out_of_bounds_dma_and_bad_arrays():
     spec = add(8, 64, herd_xy=(2, 1), tile=32)
     a = np.zeros((8, 64), np.float32)
-    too_far = spec.text.replace('"arith.constant"() <{value = 64 : index}> : () -> index',
+    # the block of each tile is n / tiles = 256 elements; make it 4096 and the DMA leaves the buffer
+    too_far = spec.text.replace('"arith.constant"() <{value = 256 : index}> : () -> index',
                                 '"arith.constant"() <{value = 4096 : index}> : () -> index', 1)
     with pytest.raises(LlamanbError, match="reaches element"):
         run(too_far, a, a, a.copy())

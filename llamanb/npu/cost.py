@@ -31,7 +31,8 @@ Every number it prints is ESTIMATED. It is built in three layers, each with its 
 2. Kernel classes, each with ONE unknown constant. A launch (one air.launch inside an ELF) costs a
    fixed `launch_s` (reconfiguring the array, setting up its DMAs, draining) plus its work at its
    class's rate; a call (one xrt.run) costs the dispatch, its launches, and its host->device
-   buffer writes (reads are zero-copy views upstream: docs/profile.md, "BO Read"):
+   buffer writes (reads are not modelled: a sync from the device plus a zero-copy view upstream,
+   5 ms of a 1113 ms prefill in docs/profile.md, "BO Read"):
 
     gemm        FLOPs / gemm_flops_s            prefill projections on [8, 4] (32 tiles)
     attention   causal FLOPs / attn_flops_s     FlashAttention on 2 x [4, 4] (32 tiles)

@@ -32,10 +32,17 @@ infra/cache.py), where this one matches and where it differs, on purpose:
            an intermediate one included (written once, then read after every call); static and
            intermediate slots are written on the first call per bo_key only.
   differs  read-back returns a COPY of the BO's mapping (counted as a host memcpy); upstream
-           returns a zero-copy view (np.frombuffer(bo.map())), which is why its profile's "BO
-           Read" is ~0 ms. A view is overwritten by the next call on the same buffers (upstream's
-           own docstring warns of it for shared BOs); the course's engine keeps results across
-           calls, so it pays the copy.
+           syncs each read-back BO from the device and returns a zero-copy view
+           (np.frombuffer(bo.map())); its "BO Read" times both (cache.py:704-724). A view is
+           overwritten by the next call on the same buffers (upstream's docstring warns of it for
+           shared BOs); the course's engine keeps results across calls, so it pays the copy.
+  differs  upstream pools buffers across bo_keys: shared_nonstatic=True takes every non-static
+           slot from one process-wide pool keyed (name, slot, size), so prefill holds one set of
+           activation buffers, not one per layer; shared_alias={slot: pool} makes a producer's
+           output and its consumer's input one BO across calls (cache.py:503-558, 628-658). Here
+           every bo_key has its own buffers, and `alias` binds slots within a layer only.
+  differs  upstream's prefill passes the RoPE tables as static slots, written once
+           (llama32_1b/llama32_1b_prefill.py:375); llamanb.npu.backend sends them every call.
   differs  a slot listed in output_indices and in no other set is not written before the call
            (the kernel overwrites it); upstream writes every slot that is neither static nor
            intermediate, outputs included.

@@ -2,7 +2,8 @@
 
 a is K-major: row-major [m, k] with k contiguous -- HF's [out_features, in_features] layout as is.
     launch [1, 1] -> segment: x --DMA--> L2 x [k] (one copy in a mem tile, fanned out to the herd)
-      herd [8, 1]: L2 x --DMA--> L1 x [k] once; each tile takes every T-th block of tile_m rows:
+      herd [8, 1]: L2 x --DMA--> L1 x [k] once; each tile owns m/T contiguous rows, in blocks of
+      tile_m rows (upstream: tile tx owns rows tx*tile_m.. of each launch iteration's panel):
         DDR a rows --DMA--> L1 a [tile_m, k] --call @matvec_bf16(a, x, y, tile_m, k)--> L1 y
         --DMA--> DDR y
 With m = 1 token there is no row parallelism left inside a tile; the herd splits output rows.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from ..mlir import Body, Extern, memref, module_text
 from ..spec import Arg, KernelSpec
-from ._common import fits, chunk_loop, divides, flatten, herd, herd_shape, launch, pick_tile, \
+from ._common import fits, block_loop, divides, flatten, herd, herd_shape, launch, pick_tile, \
     positive, segment, tile_id
 from ._extern import extern_model
 
@@ -59,7 +60,7 @@ def gemv(m: int, k: int, herd_xy=(8, 1), tile_m: int | None = None, symbol: str 
                 la, lx, ly = b.alloc(l1_a, "a_l1"), b.alloc(l1_x, "x_l1"), b.alloc(l1_y, "y_l1")
                 b.dma(lx, l1_x, xl2, l2_x)
                 tid = tile_id(b, tx, ty, (hx, hy))
-                with chunk_loop(b, tid, tiles, tm, m) as row0:
+                with block_loop(b, tid, tiles, tm, m) as row0:
                     one = b.const(1)
                     start = b.arith("muli", row0, b.const(k), hint="start")
                     b.dma(la, l1_a, a1, memref((m * k,)), src_ofs=[start],
