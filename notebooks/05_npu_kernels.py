@@ -24,7 +24,7 @@
 #
 # In this notebook you will build each of the seven for the embedded model (SmolLM2-135M, a Llama
 # with the same structure as Llama-3.2-1B, only smaller), read its argument table and its MLIR, have
-# upstream MLIR's own parser verify it, and run it on an **emulated NPU2**, an interpreter that
+# upstream MLIR's own parser read it, and run it on an **emulated NPU2**, an interpreter that
 # executes the module text op by op (DMAs, loops, L1 buffers, calls into the C++ kernels). You will
 # push layer 0 of the real model through the seven kernels and compare every step with its numpy
 # model and with the numpy engine's own op. Along the way you will derive three pieces yourself:
@@ -195,46 +195,13 @@ print("emulated NPU == numpy model:", np.array_equal(out_npu, out_model),
 # From here on the inputs are real: the embeddings of 64 tokens of text, and layer 0's weights,
 # rounded to bf16. Each step runs one kernel on the emulated NPU2 and compares it with (a) the
 # kernel's numpy model and (b) the numpy engine's own op on the same inputs. We measure differences
-# in bf16 *ulps* (units in the last place: one ulp is the gap between neighbouring bf16 numbers).
+# in bf16 *ulps* (units in the last place: one ulp is the gap between neighbouring bf16 numbers),
+# with the helpers of `llamanb.npu.compare`: `ulps`, `within` (asserts a bound, records the
+# measured value in `MEASURED`), `scaled` (ulps of the output's scale, for sums of products where
+# terms cancel) and `run_kernel` (the emulated NPU2 and the spec's numpy model side by side).
 
 # %%
-def ulps(x, y):
-    """Largest distance between x and y in bf16 ulps of the larger magnitude."""
-    big = np.maximum(np.abs(x), np.abs(y)).astype(np.float64)
-    gap = np.exp2(np.floor(np.log2(np.where(big > 0, big, 1.0))) - 7)
-    return float((np.abs(x.astype(np.float64) - y) / gap).max())
-
-
-MEASURED = []      # (what, measured ulps, asserted bound): printed in full at the end of section 3
-
-
-def within(u, limit=1, what=""):
-    """A measured ulp distance, asserted against a bound derived from it. Measured on this
-    machine: 0 where both sides do the same float32 arithmetic, at most 1 where they sum in another
-    order; the bound adds the one ulp by which another BLAS's summation order may move a bf16
-    result, so it holds on every machine. The exact measured value is listed in §3.8."""
-    assert u <= limit, u
-    MEASURED.append((what, u, limit))
-    return "0 ulp (identical)" if u == 0 and limit == 0 else f"<= {limit} ulp"
-
-
-def scaled(x, y, what=""):
-    """For sums of products: the largest difference in ulps of the largest output. Where terms
-    cancel, a small result carries the float32 rounding of the large terms, so its own ulp is
-    the wrong ruler; the output's scale is the right one."""
-    gap = np.exp2(np.floor(np.log2(np.abs(y).max())) - 7)
-    return within(float(np.abs(x.astype(np.float64) - y).max() / gap), 1, what + " (output scale)")
-
-
-def run_kernel(spec, *inputs):
-    """Run spec on the emulated NPU2 and with its numpy model; returns (npu outputs, model outputs)."""
-    arrays = [np.ascontiguousarray(x, np.float32) for x in inputs]
-    arrays += [np.zeros(a.shape, np.float32) for a in spec.args[len(inputs):]]
-    ref = [x.copy() for x in arrays]
-    run(spec, *arrays)
-    spec.model(*ref)
-    return arrays[len(inputs):], ref[len(inputs):]
-
+from llamanb.npu.compare import MEASURED, run_kernel, scaled, ulps, within  # noqa: F401
 
 text = ("The NPU in a Ryzen AI laptop has thirty-two compute tiles arranged in eight columns of "
         "four. Each tile has a small memory of its own and a vector processor, and data moves "
@@ -599,57 +566,13 @@ for name, spec in big.items():
 # builder streams weight rows DDR → L1 and stages `x` in L2 once, a simplification it keeps.
 
 # %% [markdown]
-# ## 6. Compiling a kernel: an artifact in the cache, then a cache hit
-#
-# **One caching story, three levels**, the same upstream and here. (1) *Disk*: a compiled ELF is
-# kept by name with a manifest (upstream's `prefill_kernel_cache/` and `decode_kernel_cache/`,
-# `docs/explain.md` "Step 4: Caching"; here `llamanb.npu.compile`'s artifact directories, keyed by
-# a fingerprint of the text, the kernel sources and the toolchain). (2) *Process*: a loaded kernel,
-# kept by name so XRT loads its ELF once. (3) *Buffers*: one set of buffer objects per layer, so
-# weights are written once. This section shows level 1 for one kernel, notebook 06 §9 for a
-# stitched group, and notebook 07's `KernelCache` all three together.
-#
-# `llamanb.npu.compile.compile(spec)` turns a spec into an artifact directory. With mlir-air and a
-# Peano install present it hands the module to mlir-air's `XRTBackend` (an ELF for the NPU) and
-# Peano (the `.o` files the module links). This machine has neither, so the artifact is
-# **emulated**: the verified module text, its launch plan read back from that text, and the g++
-# build of the C++ kernels it calls. Its directory is named by a hash of the text, the kernel
-# sources and the toolchain, so compiling the same spec again finds it and builds nothing.
-# (A private cache directory here, so the first call always builds.)
-
-# %%
-import tempfile
-from pathlib import Path
-
-from llamanb.npu import compile as npu_compile
-
-root = Path(tempfile.mkdtemp(prefix="npu-artifacts-"))
-built_before = npu_compile.STATS["compiled"]
-art = npu_compile.compile(rq, mode="emulated", root=root)          # RoPE on Q, from section 3.3
-again = npu_compile.compile(rq, mode="emulated", root=root)
-assert art.plan["launches"] == npu_compile.plan_json(rq.text)["launches"]
-assert (art.path / "module.mlir").read_text() == rq.text and "emulated" in art.manifest["note"]
-print("mode:", art.mode, "| files:", sorted(p.name for p in art.path.iterdir() if p.suffix != ".so"))
-print("launches:", art.manifest["launches"], "| herds:", art.manifest["herds"])
-print("first call built:", not art.cache_hit, "| second call a cache hit:", again.cache_hit,
-      "| same directory:", again.path == art.path,
-      "| compiles run:", npu_compile.STATS["compiled"] - built_before)
-
-# %% [markdown]
-# The time each call took (machine-dependent, so not checked): the first verifies the text with
-# MLIR and copies the host build; the second only reads a manifest.
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-print(art)
-print(again)
-
-# %% [markdown]
 # ## Summary
 #
 # Upstream's GEMMs at HEAD call a C++ `mm.o` whose method and tiles come from a kernel registry
 # (`llms/shared/builders/o_ffn_multi.py`); the guide's GEMM is the codegen one built here. No module
-# here was compiled by aircc; §3.8 lists each measured distance behind the ulp bounds.
+# here was compiled by aircc; §3.8 lists each measured distance behind the ulp bounds. Compiling a
+# module into a cached artifact (and the cache hit after it) is notebook 06 §9; the three cache
+# levels together are notebook 07's `KernelCache`.
 #
 # | kernel | pattern | herd | tiles (embedded model) | external object |
 # |---|---|---|---|---|
