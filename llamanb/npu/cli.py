@@ -62,18 +62,23 @@ def _config(a):
 
 def describe(groups) -> dict:
     """The manifest entry of each group: arguments, launches (herds, tiles), kernels, links."""
+    from .array import l1_need, omit_pingpong_of
+
     out = {}
     for g in groups.values():
+        pp = omit_pingpong_of(g.spec)
         launches = []
         for lp, m in zip(g.plan.launches, g.members):
             launches.append({
                 "index": lp.index, "sym": lp.sym, "kernel": m.label,
                 "args": [g.spec.args[i].name for i in lp.args],
                 "herds": [{"op": h.op, "size": list(h.size), "tiles": h.tiles,
-                           "l1_bytes": h.l1_bytes} for h in lp.herds],
+                           "l1_bytes": h.l1_bytes, "l1_double_bytes": l1_need(h, ""),
+                           "l1_as_compiled_bytes": l1_need(h, pp)} for h in lp.herds],
                 "tile_sizes": dict(m.spec.tiles)})
         out[g.name] = {
             "phase": g.phase, "file": f"{g.name}.mlir", "launches": launches,
+            "compile_options": dict(g.spec.backend),
             "arguments": [{"slot": i, "name": x.name, "shape": list(x.shape), "dtype": x.dtype,
                            "role": x.role} for i, x in enumerate(g.spec.args)],
             "kernels": [{"label": m.label, "kernel": m.spec.name,
@@ -125,8 +130,16 @@ def cmd_emit(a) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
     n_k = sum(len(g.members) for g in groups.values())
     print(f"{cfg.name}: {len(groups)} groups ({n_k} kernels) written to {out} ({NOTE.split(':')[0]})")
+    from .array import NPU2, l1_need, omit_pingpong_of
+
     for g in groups.values():
-        print(f"  {g.name:15s} {g.phase:8s} {g.launches} launch(es), {len(g.spec.args)} arguments")
+        pp, hs = omit_pingpong_of(g.spec), [h for lp in g.plan.launches for h in lp.herds]
+        single = max(h.l1_bytes for h in hs) / 1024
+        double = max(l1_need(h, "") for h in hs) / 1024
+        print(f"  {g.name:15s} {g.phase:8s} {g.launches} launch(es), {len(g.spec.args)} arguments;"
+              f" L1 per tile (largest herd) {single:.1f} KiB single, {double:.1f} KiB double "
+              f"buffered, omit_pingpong={pp!r} -> {max(l1_need(h, pp) for h in hs) / 1024:.1f} of "
+              f"{NPU2.l1_bytes // 1024} KiB")
     return 0
 
 
