@@ -431,10 +431,14 @@ class XrtDevice:
             raise LlamanbError(f"{kernel.name} takes {kernel.n_args} buffers, got {len(bos)}")
         xrt = self.xrt
         t0 = time.perf_counter()
-        run = xrt.run(kernel.kernel)
-        for i, b in enumerate(bos):
-            run.set_arg(i, b.bo)
-        run.start()
+        try:
+            run = xrt.run(kernel.kernel)
+            for i, b in enumerate(bos):
+                run.set_arg(i, b.bo)
+            run.start()
+        except Exception as e:                 # noqa: BLE001 - XRT's errors are RuntimeErrors
+            raise LlamanbError(f"NPU group {kernel.name}: XRT refused the run: "
+                               f"{_one_line(e)}") from None
         failure = None
         try:
             run.wait2()
