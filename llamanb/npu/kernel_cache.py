@@ -116,6 +116,7 @@ class KernelCache:
     def fingerprint(self, spec: KernelSpec, backend_kwargs) -> str:
         h = hashlib.sha256(spec.text.encode())
         h.update(json.dumps(_jsonable(backend_kwargs), sort_keys=True).encode())
+        h.update(json.dumps(_jsonable(getattr(spec, "backend", None)), sort_keys=True).encode())
         h.update(json.dumps(toolchain_fingerprint(self.device.emulated), sort_keys=True).encode())
         return h.hexdigest()
 
@@ -177,6 +178,7 @@ class KernelCache:
                 "links": list(spec.links), "externs": list(spec.externs),
                 "params": {k: v for k, v in spec.params.items()
                            if isinstance(v, (int, float, str, bool))},
+                "compile_options": _jsonable(spec.backend),
             }
             if not self.device.emulated:
                 manifest.update(self._compile_real(spec, tmp, backend_kwargs))
@@ -212,7 +214,7 @@ class KernelCache:
         return KernelSpec(name=m.get("func", name), args=args, text=text, model=None,
                           herd=tuple(m["herd"]), tiles=m.get("tiles", {}),
                           links=tuple(m.get("links", ())), externs=tuple(m.get("externs", ())),
-                          params=m.get("params", {}))
+                          params=m.get("params", {}), backend=m.get("compile_options", {}))
 
     # ------------------------------------------------------------ process
     def _remember(self, name: str, spec: KernelSpec, fp: str) -> None:
