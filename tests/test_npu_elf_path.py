@@ -158,3 +158,69 @@ def test_npu_smoke_on_the_contract_fakes(tmp_path, monkeypatch, capsys):
     assert cmd_smoke(None, xrt=xrt, missing=()) == 0
     out = capsys.readouterr().out
     assert "ERT_CMD_STATE_COMPLETED" in out and "2048/2048 outputs within" in out
+
+
+MUTANTS = {       # one departure from the ELF API each, applied to XrtDevice's own source
+    "set_arg off by 3 (the xclbin opcode/instr/n slots)": ("run.set_arg(i, b.bo)",
+                                                           "run.set_arg(i + 3, b.bo)"),
+    "xclbin-style BO": ("self.xrt.ext.bo(self.device, nbytes)",
+                        "self.xrt.bo(self.device, nbytes, 0, 0)"),
+    "hw_context from a uuid": ("ctx = xrt.hw_context(self.device, elf)",
+                               "ctx = xrt.hw_context(self.device, 'uuid')"),
+    "plain xrt.kernel": ("kern = xrt.ext.kernel(ctx, kname)", "kern = xrt.kernel(ctx, kname)"),
+    "kernel named MLIR_AIE": ("kern = xrt.ext.kernel(ctx, kname)",
+                              "kern = xrt.ext.kernel(ctx, 'MLIR_AIE')"),
+    "no sync to the device": ("self.bo.sync(xrt.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE)",
+                              "pass"),
+    "state ignored": ("if failure is not None or state != done:", "if False:"),
+}
+
+
+@pytest.mark.parametrize("name", list(MUTANTS))
+def test_a_departure_from_the_elf_api_fails(name, tmp_path, monkeypatch):
+    """Each mutant of llamanb/npu/runtime.py either raises or returns wrong numbers on the
+    contract fakes; the original returns the right ones (checked first)."""
+    import inspect
+    import json
+    import sys
+    import types
+
+    from llamanb.npu import runtime
+    from llamanb.npu.builders import gemv
+    from llamanb.numerics import to_bf16
+
+    spec = gemv(16, 64)
+    rng = np.random.default_rng(0)
+    A = to_bf16(rng.standard_normal((16, 64)).astype(np.float32))
+    x = to_bf16(rng.standard_normal(64).astype(np.float32))
+    elf = tmp_path / "gemv.elf"
+    elf.write_bytes(npu_fakes.ELF_MAGIC + json.dumps({"kernels": ["main:gemv"],
+                                                      "module": spec.text}).encode())
+    timeout = ("gemv",) if name == "state ignored" else ()
+
+    def right(mod) -> bool:
+        dev = mod.XrtDevice(xrt=npu_fakes.make_pyxrt(timeout=timeout))
+        k = dev.kernel(mod.ElfArtifact("gemv", str(elf), "main:gemv", spec))
+        bos = [dev.alloc(a.shape, a.name) for a in spec.args]
+        for bo, arr in zip(bos, (A, x)):
+            mod.write(bo, arr, dev.counters)
+            bo.sync(mod.TO_DEVICE)
+        dev.run(k, bos)
+        bos[2].sync(mod.FROM_DEVICE)
+        want = A.astype(np.float64) @ x
+        return bool(np.abs(bos[2].map() - want).max() <= 2.0 ** -7 * np.abs(want).max())
+
+    if not timeout:
+        assert right(runtime)
+    src = inspect.getsource(runtime)
+    old, new = MUTANTS[name]
+    assert old in src
+    mutant = types.ModuleType("llamanb.npu._mutant_runtime")
+    mutant.__package__ = "llamanb.npu"
+    monkeypatch.setitem(sys.modules, mutant.__name__, mutant)
+    exec(compile(src.replace(old, new), "mutant_runtime.py", "exec"), mutant.__dict__)
+    try:
+        ok = right(mutant)
+    except (LlamanbError, TypeError, RuntimeError):
+        ok = False
+    assert not ok, f"{name}: the fakes did not notice"
