@@ -24,7 +24,7 @@
 #
 # In this notebook you will build each of the seven for the embedded model (SmolLM2-135M, a Llama
 # with the same structure as Llama-3.2-1B, only smaller), read its argument table and its MLIR, have
-# upstream MLIR's own parser verify it, and run it on an **emulated NPU2**, an interpreter that
+# upstream MLIR's own parser read it, and run it on an **emulated NPU2**, an interpreter that
 # executes the module text op by op (DMAs, loops, L1 buffers, calls into the C++ kernels). You will
 # push layer 0 of the real model through the seven kernels and compare every step with its numpy
 # model and with the numpy engine's own op. Along the way you will derive three pieces yourself:
@@ -72,8 +72,10 @@ print(f"H = {H}, N_h = {Nh}, N_kv = {Nkv}, d_h = {d}, D_ff = {F}, V = {V}")
 # The NPU in a Ryzen AI "Strix" laptop (XDNA 2, AIE2P cores) is a grid of 8 columns. Each column
 # has, from the bottom: one **shim tile** (the interface to DDR, the laptop's main memory: *L3*),
 # one **mem tile** (512 KB of SRAM: *L2*) and four **compute tiles**, each a VLIW vector core with
-# 64 KB of its own data memory (*L1*). Nothing is cached: every byte a core touches was moved into
-# its L1 by a DMA engine, from L2 or straight from DDR, by an `air.dma_memcpy_nd` in the MLIR.
+# 64 KB of its own data memory (*L1*). There is no cache: the data a core works on is moved into
+# its L1 by a DMA engine, from L2 or straight from DDR, by an `air.dma_memcpy_nd` in the MLIR --
+# or streamed in from the neighbouring core over a *cascade* (an `npu_cascade` channel; this
+# course's FlashAttention hands its partial softmax state down one that way, §3.6).
 #
 # In MLIR a buffer is a `memref` whose *memory space* says where it lives; AIR numbers them by
 # level: no space (0) is DDR (L3), `1` a mem tile (L2), `2` a compute tile's L1. A `memref<...,
@@ -103,9 +105,12 @@ print(f"L1 per compute tile: {NPU2.l1_bytes // 1024} KiB ({NPU2.stack_bytes // 1
 # ## 2. The first kernel: eltwise add, and how a herd splits work
 #
 # The residual connections `x + attn_out` and `x + ffn_out` are an elementwise add. Its herd is
-# `[8, 1]`: eight tiles in a row. Each streams *chunks* of `c` elements: tile `t` takes chunks `t`,
-# `t + 8`, `t + 16`, ..., so in iteration `i` it works at element offset `(i·8 + t)·c`. Before
-# reading the MLIR, let us convince ourselves in numpy that this covers every element exactly once.
+# `[8, 1]`: eight tiles in a row. Each owns one contiguous block of `n / 8` elements and streams it
+# in *chunks* of `c`: in iteration `i` tile `t` works at element offset `t·(n/8) + i·c`. That is
+# upstream's split (`llms/shared/builders/o_ffn_multi.py` in Xilinx/mlir-air: offset = `iv + tx ·
+# chunk_size`), whose body then adds 16-lane bf16 vectors; ours adds with a `linalg.generic`, which
+# aircc would lower to scalar loops (§3.1). Before reading the MLIR, let us convince ourselves in
+# numpy that the split covers every element exactly once.
 
 # %%
 S = 64                                        # prefill rows for this notebook
@@ -113,7 +118,7 @@ n, T, c = S * H, 8, 1152                      # elements, tiles, chunk
 owner = np.full(n, -1)
 for t in range(T):
     for i in range(n // (T * c)):
-        off = (i * T + t) * c
+        off = t * (n // T) + i * c
         assert (owner[off:off + c] == -1).all()   # nobody wrote here before
         owner[off:off + c] = t
 print("every element owned once:", bool((owner >= 0).all()),
@@ -158,7 +163,8 @@ excerpt(add_spec.text, '"air.herd"', '"scf.for"', "%a_l1, ", '"arith.addf"', "ll
 from llamanb.npu.verify import verify
 
 verify(add_spec.text)
-print("add: parsed and verified by upstream MLIR")
+print("add: parsed by upstream MLIR (generic form; AIR ops unregistered, no AIR verifier ran), "
+      "AIR structure checked by llamanb.npu.verify")
 
 # %% [markdown]
 # **What this check is, and is not.** Every module in this course is checked *structurally* (the
@@ -189,46 +195,13 @@ print("emulated NPU == numpy model:", np.array_equal(out_npu, out_model),
 # From here on the inputs are real: the embeddings of 64 tokens of text, and layer 0's weights,
 # rounded to bf16. Each step runs one kernel on the emulated NPU2 and compares it with (a) the
 # kernel's numpy model and (b) the numpy engine's own op on the same inputs. We measure differences
-# in bf16 *ulps* (units in the last place: one ulp is the gap between neighbouring bf16 numbers).
+# in bf16 *ulps* (units in the last place: one ulp is the gap between neighbouring bf16 numbers),
+# with the helpers of `llamanb.npu.compare`: `ulps`, `within` (asserts a bound, records the
+# measured value in `MEASURED`), `scaled` (ulps of the output's scale, for sums of products where
+# terms cancel) and `run_kernel` (the emulated NPU2 and the spec's numpy model side by side).
 
 # %%
-def ulps(x, y):
-    """Largest distance between x and y in bf16 ulps of the larger magnitude."""
-    big = np.maximum(np.abs(x), np.abs(y)).astype(np.float64)
-    gap = np.exp2(np.floor(np.log2(np.where(big > 0, big, 1.0))) - 7)
-    return float((np.abs(x.astype(np.float64) - y) / gap).max())
-
-
-MEASURED = []      # (what, measured ulps, asserted bound): printed in full at the end of section 3
-
-
-def within(u, limit=1, what=""):
-    """A measured ulp distance, asserted against a bound derived from it. Measured on this
-    machine: 0 where both sides do the same float32 arithmetic, at most 1 where they sum in another
-    order; the bound adds the one ulp by which another BLAS's summation order may move a bf16
-    result, so it holds on every machine. The exact measured value is listed in §3.8."""
-    assert u <= limit, u
-    MEASURED.append((what, u, limit))
-    return "0 ulp (identical)" if u == 0 and limit == 0 else f"<= {limit} ulp"
-
-
-def scaled(x, y, what=""):
-    """For sums of products: the largest difference in ulps of the largest output. Where terms
-    cancel, a small result carries the float32 rounding of the large terms, so its own ulp is
-    the wrong ruler; the output's scale is the right one."""
-    gap = np.exp2(np.floor(np.log2(np.abs(y).max())) - 7)
-    return within(float(np.abs(x.astype(np.float64) - y).max() / gap), 1, what + " (output scale)")
-
-
-def run_kernel(spec, *inputs):
-    """Run spec on the emulated NPU2 and with its numpy model; returns (npu outputs, model outputs)."""
-    arrays = [np.ascontiguousarray(x, np.float32) for x in inputs]
-    arrays += [np.zeros(a.shape, np.float32) for a in spec.args[len(inputs):]]
-    ref = [x.copy() for x in arrays]
-    run(spec, *arrays)
-    spec.model(*ref)
-    return arrays[len(inputs):], ref[len(inputs):]
-
+from llamanb.npu.compare import MEASURED, run_kernel, scaled, ulps, within  # noqa: F401
 
 text = ("The NPU in a Ryzen AI laptop has thirty-two compute tiles arranged in eight columns of "
         "four. Each tile has a small memory of its own and a vector processor, and data moves "
@@ -245,8 +218,11 @@ print("tokens:", ids.size, "| x0:", x0.shape)
 # ### 3.1 RMSNorm (codegen, herd [8, 1])
 #
 # No C++: the herd body is two `linalg.generic` ops on L1 tiles, a reduction `ss[r] += x[r,c]²`
-# and an elementwise `y = x · rsqrt(ss/H + ε) · w`; the compiler (aircc, then Peano) would
-# vectorise them. Like upstream's, this builder emits a *bare* herd, with no launch around it; it
+# and an elementwise `y = x · rsqrt(ss/H + ε) · w`. aircc lowers linalg with
+# `convert-linalg-to-loops` (Xilinx/mlir-air `tools/aircc/aircc.cpp`), so on the NPU these would
+# be scalar loops: nothing vectorises them. Upstream writes its vector code itself (vector
+# dialect ops or a transform script, or a C++ kernel); this course keeps linalg because its
+# emulator reads it, and says so. Like upstream's, this builder emits a *bare* herd, with no launch around it; it
 # reads `x` as one flat `[S·H]` buffer, the layout the previous layer's residual add leaves.
 
 # %%
@@ -508,6 +484,7 @@ print(f"layer 0 vs the float32 block: max |diff| {100 * err.max():.3f}% (bound 1
 # the kernel each herd runs and the L1/L2 buffers it holds.
 
 # %%
+from llamanb.npu.array import l1_need, omit_pingpong_of
 from llamanb.npu.plan import read_plan
 
 kernels = {"rmsnorm": norm, "gemm (q)": gq, "rope (q)": rq, "flash_attn": fa, "add (2D->1D)": res1,
@@ -517,10 +494,15 @@ for name, spec in kernels.items():
     (h,) = lp.herds
     ext = ", ".join(f"@{s} -> {o}" for s, o in h.externs) or "codegen"
     print(f"{name:19s} herd {h.size[0]}x{h.size[1]}" + (f" x{h.instances}" if h.instances > 1 else "   ")
-          + f"  {h.tiles:2d}/32 tiles  L1 {h.l1_bytes / 1024:5.1f} KiB/tile  L2 {lp.l2_bytes / 1024:5.1f} KiB  {ext}")
+          + f"  {h.tiles:2d}/32 tiles  L1 {h.l1_bytes / 1024:4.1f} KiB/tile, "
+          f"{l1_need(h, omit_pingpong_of(spec)) / 1024:4.1f} as compiled  L2 {lp.l2_bytes / 1024:5.1f} KiB  {ext}")
 
 # %% [markdown]
-# Only the GEMM fills the array; the memory-bound kernels use one row of eight tiles. (The
+# "As compiled" counts what aircc allocates with ping-pong, XRTBackend's default: a second copy of
+# every buffer a DMA fills, so the next block can land while the core works on this one
+# (`air-ping-pong-transform`, Xilinx/mlir-air `tools/aircc/aircc.cpp`). FlashAttention is
+# compiled as upstream compiles it, with `omit_pingpong="all"`: twice its blocks would not fit
+# 64 KiB. Only the GEMM fills the array; the memory-bound kernels use one row of eight tiles. (The
 # FlashAttention herd here is `[2, 4]` per head because 64 rows make only two Q tiles of 32.)
 # The widget lights each launch's tiles on the 8 × 6 grid with its L1 and L2 use; the static figure
 # below it shows every kernel at once (rows named, colours in the legend).
@@ -547,7 +529,8 @@ from llamanb.config import LLAMA32_1B as L1B
 
 big = {"rmsnorm": rmsnorm(2048, L1B.hidden, L1B.rms_eps), "gemm q": gemm(2048, L1B.hidden, L1B.hidden),
        "gemm down": gemm(2048, L1B.ffn, L1B.hidden), "gemv q": gemv(L1B.hidden, L1B.hidden),
-       "gemv down": gemv(L1B.hidden, L1B.ffn, symbol="matvec_bf16_k8192", link_with="mv_k8192.o"),
+       "gemv down": gemv(L1B.hidden, L1B.ffn, symbol="matvec_bf16_k8192", link_with="mv_k8192.o",
+                         omit_pingpong="all"),
        "rope q": rope(2048, L1B.n_heads, L1B.head_dim), "silu_and_mul": silu_and_mul(2048, L1B.ffn),
        "flash_attn": flash_attn(2048, L1B.n_heads, L1B.n_kv_heads, L1B.head_dim),
        "add": add(2048, L1B.hidden)}
@@ -557,7 +540,8 @@ for name, spec in big.items():
     h = lp.herds[0]
     print(f"{name:13s} launch grid {'x'.join(map(str, lp.sizes)) or '-':6s} herd "
           f"{h.size[0]}x{h.size[1]}{' x' + str(h.instances) if h.instances > 1 else '  '}  "
-          f"{h.tiles:2d} tiles  tiles {spec.tiles}")
+          f"{h.tiles:2d} tiles  L1 {h.l1_bytes / 1024:4.1f} / {l1_need(h, '') / 1024:4.1f} KiB "
+          f"single / double  tiles {spec.tiles}")
 
 # %% [markdown]
 # At 2048 rows FlashAttention fills the array: two unrolled segments, each a `[4 Q tiles, 4
@@ -569,61 +553,26 @@ for name, spec in big.items():
 #
 # Two GEMVs with different K in one stitched module need two symbols for the same C++ kernel:
 # `gemv down` declares `@matvec_bf16_k8192` in `mv_k8192.o`, upstream's trick (its `mv_k8192.o` is
-# `mv.cc` compiled with the entry point renamed), with `tile_m = 2` rows per L1 tile instead of 8
-# because each row is four times longer.
-
-# %% [markdown]
-# ## 6. Compiling a kernel: an artifact in the cache, then a cache hit
-#
-# **One caching story, three levels**, the same upstream and here. (1) *Disk*: a compiled ELF is
-# kept by name with a manifest (upstream's `prefill_kernel_cache/` and `decode_kernel_cache/`,
-# `docs/explain.md` "Step 4: Caching"; here `llamanb.npu.compile`'s artifact directories, keyed by
-# a fingerprint of the text, the kernel sources and the toolchain). (2) *Process*: a loaded kernel,
-# kept by name so XRT loads its ELF once. (3) *Buffers*: one set of buffer objects per layer, so
-# weights are written once. This section shows level 1 for one kernel, notebook 06 §9 for a
-# stitched group, and notebook 07's `KernelCache` all three together.
-#
-# `llamanb.npu.compile.compile(spec)` turns a spec into an artifact directory. With mlir-air and a
-# Peano install present it hands the module to mlir-air's `XRTBackend` (an ELF for the NPU) and
-# Peano (the `.o` files the module links). This machine has neither, so the artifact is
-# **emulated**: the verified module text, its launch plan read back from that text, and the g++
-# build of the C++ kernels it calls. Its directory is named by a hash of the text, the kernel
-# sources and the toolchain, so compiling the same spec again finds it and builds nothing.
-# (A private cache directory here, so the first call always builds.)
-
-# %%
-import tempfile
-from pathlib import Path
-
-from llamanb.npu import compile as npu_compile
-
-root = Path(tempfile.mkdtemp(prefix="npu-artifacts-"))
-built_before = npu_compile.STATS["compiled"]
-art = npu_compile.compile(rq, mode="emulated", root=root)          # RoPE on Q, from section 3.3
-again = npu_compile.compile(rq, mode="emulated", root=root)
-assert art.plan["launches"] == npu_compile.plan_json(rq.text)["launches"]
-assert (art.path / "module.mlir").read_text() == rq.text and "emulated" in art.manifest["note"]
-print("mode:", art.mode, "| files:", sorted(p.name for p in art.path.iterdir() if p.suffix != ".so"))
-print("launches:", art.manifest["launches"], "| herds:", art.manifest["herds"])
-print("first call built:", not art.cache_hit, "| second call a cache hit:", again.cache_hit,
-      "| same directory:", again.path == art.path,
-      "| compiles run:", npu_compile.STATS["compiled"] - built_before)
-
-# %% [markdown]
-# The time each call took (machine-dependent, so not checked): the first verifies the text with
-# MLIR and copies the host build; the second only reads a manifest.
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-print(art)
-print(again)
+# `mv.cc` compiled with the entry point renamed), with `tile_m = 1` row per L1 block instead of 4
+# because each row is four times longer. Each GEMV block is 16 KiB of weights, upstream's
+# `m_input` rows (4 at K = 2048; `llms/shared/builders/rms_gemv_rope_multi.py` builds with
+# `tile_m=8, m_input=4`). Double-buffered, the K = 2048 GEMV needs 40 KiB and fits; the down
+# projection needs 64 KiB (a row of 8192 and `x` of 8192, twice) and does not, which is why
+# upstream compiles its `o_gemv_ffn` with `omit_pingpong="all"` (`shared/infra/
+# backend_presets.py`) and this builder is asked for the same. FlashAttention (48.9 KiB single,
+# 68.9 double) is compiled without ping-pong too. Upstream's GEMV also moves data differently:
+# the weight panel goes DDR → L2 per launch iteration and `m_input`-row windows L2 → L1, while the
+# vector goes DDR → L1 on every trip (`matrix_vector_multiplication/bf16/matvec.py`); this
+# builder streams weight rows DDR → L1 and stages `x` in L2 once, a simplification it keeps.
 
 # %% [markdown]
 # ## Summary
 #
 # Upstream's GEMMs at HEAD call a C++ `mm.o` whose method and tiles come from a kernel registry
 # (`llms/shared/builders/o_ffn_multi.py`); the guide's GEMM is the codegen one built here. No module
-# here was compiled by aircc; §3.8 lists each measured distance behind the ulp bounds.
+# here was compiled by aircc; §3.8 lists each measured distance behind the ulp bounds. Compiling a
+# module into a cached artifact (and the cache hit after it) is notebook 06 §9; the three cache
+# levels together are notebook 07's `KernelCache`.
 #
 # | kernel | pattern | herd | tiles (embedded model) | external object |
 # |---|---|---|---|---|
@@ -635,7 +584,8 @@ print(again)
 # | FlashAttention | codegen here; MLIR + C++ (`attn_npu2.o`) upstream; cascade channel | [Q tiles, stages] × heads per segment | 8 here, 32 at 1B (guide: "~16-24") | — here |
 # | eltwise add | codegen (linalg) | [8, 1], bare | 8 | — |
 #
-# Every module above parsed and verified with upstream MLIR, ran on the emulated NPU2 within one
+# Every module above parsed with upstream MLIR (AIR ops unregistered there, so its structure is
+# checked by `llamanb.npu.verify`, not by an AIR verifier), ran on the emulated NPU2 within one
 # bf16 ulp of its numpy model, and matched the numpy engine's op. Notebook 06 stitches them into
 # the multi-launch modules upstream compiles into one ELF each.
 
@@ -656,7 +606,7 @@ from llamanb.exercises import ch05
 # A GEMV `y [m] = a [m, k] @ x [k]` on a herd of `tiles` tiles gives each tile `m / tiles` output
 # rows, which it streams `tile_m` rows at a time. Write `gemv_tile_m(m, k, tiles)`: the `tile_m`
 # the builder picks by default -- the largest that divides a tile's rows and keeps the bf16 weight
-# block within 32 KB. Checked against `gemv(m, k, herd_xy=(tiles, 1)).tiles["tile_m"]`.
+# block within 16 KiB. Checked against `gemv(m, k, herd_xy=(tiles, 1)).tiles["tile_m"]`.
 
 # %%
 def gemv_tile_m(m: int, k: int, tiles: int) -> int:
@@ -685,9 +635,10 @@ ch05.gemv_l1_bytes(gemv_l1_bytes)
 # ### 05.3 The largest tile that fits
 #
 # Write `largest_tile_m(m, k, tiles)`: the largest `tile_m` dividing a tile's rows for which the
-# emulated NPU2 accepts the module, i.e. whose buffers fit a compute tile's L1. Checked by building
-# `gemv(..., tile_m=t)` for every divisor. *Hint:* section 1: how much of a tile's 64 KiB is
-# there for buffers?
+# emulated NPU2 accepts the module compiled as XRTBackend compiles by default -- with ping-pong,
+# so every buffer a DMA fills is held twice -- i.e. whose buffers fit a compute tile's L1.
+# Checked by building `gemv(..., tile_m=t)` for every divisor. *Hint:* section 1: how much of a
+# tile's 64 KiB is there for buffers, and which of the three are DMA-fed?
 
 # %%
 def largest_tile_m(m: int, k: int, tiles: int) -> int:

@@ -22,11 +22,9 @@
 # `xrt.run()`: the launches run back to back on the NPU, and a buffer one launch writes is read by
 # the next straight from DDR, with no host in between.
 #
-# You will count what stitching saves, write the text transformation yourself on a two-kernel
-# example (rename, remap arguments, wrap bare herds), check that upstream MLIR accepts the result,
-# that it computes *bit for bit* what the kernels compute one by one, and that a wrong argument map
-# shows. Then you will build the production groups for Llama-3.2-1B and the embedded model and run
-# one decode layer of the real model through two stitched groups on the **emulated** NPU2.
+# You will count what stitching saves, write the text transformation on two kernels (rename,
+# remap arguments, wrap bare herds), check it computes *bit for bit* what they compute one by one,
+# then run one decode layer of the real model through two stitched groups on the **emulated** NPU2.
 
 # %% [markdown]
 # ## 0. Setup
@@ -232,7 +230,8 @@ print(group.table())
 plan = read_plan(group.text)
 print(plan.table())
 V.verify(group.text)
-print("upstream MLIR: parsed and verified" if V.available() else "MLIR bindings absent")
+print("upstream MLIR: parsed (AIR ops unregistered there: no AIR verifier ran; llamanb.npu.verify "
+      "checked the AIR structure)" if V.available() else "MLIR bindings absent")
 
 # %% [markdown]
 # ## 5. Stitched = one by one, bit for bit
@@ -472,11 +471,10 @@ print(f"layer 0 output, o_gemv_ffn3 vs o_gemv_ffn: {same} of {out.size} elements
 # ## 9. Compiling once
 #
 # `llamanb.npu.compile.compile(spec)` turns a group into an artifact directory in the cache: the
-# module text (verified), the launch plan read back from it as JSON, the host build the emulator
-# calls, and a manifest that says **emulated** when no mlir-air/Peano toolchain is installed
-# (with one, the same call runs mlir-air's `XRTBackend` and Peano). The directory's name holds a
-# fingerprint of the text, the kernel sources and the toolchain, so a second compile finds it.
-# The command line does the same for a whole model: `python -m llamanb npu compile`.
+# module text, its launch plan as JSON, the host build the emulator calls, and a manifest that says
+# **emulated** without mlir-air and Peano (with them: Peano's objects, then mlir-air's `XRTBackend`
+# writes `<group>.elf`, loaded later as kernel `main:<group>`). Its name holds a fingerprint of the
+# text, the compile options, the kernel sources and the toolchain, so a second compile finds it.
 
 # %%
 from llamanb.npu import compile as npc
@@ -492,17 +490,17 @@ assert second.cache_hit and second.path == first.path
 # %% [markdown]
 # ## 10. What the real compiler and runtime add
 #
-# Everything above is checked structurally, by upstream MLIR's parser and on the emulator; none of
-# it has been through the real toolchain. Here is what that toolchain adds, each point from
-# upstream's own pages (Xilinx/mlir-air, `programming_examples/llms/`; "the guide" is
-# `llama32_1b/docs/detail/IMPLEMENTATION_GUIDE.html`).
+# None of the above has been through the real toolchain. What it adds, each point from upstream
+# (Xilinx/mlir-air, `programming_examples/llms/`; "the guide": `llama32_1b/docs/detail/
+# IMPLEMENTATION_GUIDE.html`).
 #
 # **The pipeline.** `XRTBackend.compile(module)` runs **aircc**, about 47 AIR passes (dependency
 # analysis, broadcast detection, herd placement, `air-to-aie`, `air-opt-shim-dma-bds`), then
-# **aiecc**, the AIE passes (vectorisation, routing, per-core code, packaging) (`docs/explain.md`,
-# "Step 3"). The product is one `.elf` per group (`output_format="elf"`); in the older xclbin
-# format the NPU's command stream is a separate `air.insts.bin`, which the KernelCache copies as
-# `<name>.insts.bin` (`python/air/backend/xrt.py`, `llms/shared/infra/cache.py`). **Peano**
+# **aiecc**, the AIE passes (routing, per-core code, packaging) (`docs/explain.md`, "Step 3", also
+# lists vectorisation, but aircc lowers `linalg` with `convert-linalg-to-loops`, `tools/aircc/
+# aircc.cpp`: only vector ops or C++ kernels run vectorised). The product is one `.elf` per group
+# (`output_format="elf"`, kernel `main:<group>`), loaded by `xrt.elf` → `hw_context(device, elf)`
+# → `xrt.ext.kernel` (`python/air/backend/xrt.py`, `llms/shared/infra/cache.py`). **Peano**
 # compiles the C++ kernels (`mv.cc`, `rope_halfsplit.cc`, `silu_and_mul.cc`, `attn_npu2.cc`) into
 # the `.o` files that `link_with` names.
 #
@@ -514,8 +512,9 @@ assert second.cache_hit and second.path == first.path
 # super-linearly with FlashAttention (§6). At HEAD the 12-launch `o_ffn` also needs `runtime_loop_tiling_sizes=[2,2]` for "BD-ID
 # recycling" (`o_ffn_multi.py`).
 #
-# **Ping-pong buffering.** By default each L1 buffer is doubled, so a DMA fills one half while the
-# core computes on the other. `omit_pingpong` drops that to save L1, and it applies to the whole
+# **Ping-pong buffering.** By default aircc doubles the buffers a herd's loop allocates (the
+# blocks its DMAs fill), so a DMA fills one while the core computes on the other; notebook 05's
+# L1 check counts that second copy. `omit_pingpong` drops that to save L1, and it applies to the whole
 # module: the down GEMV (K = 8192) does not fit twice, so the stitched `o_gemv_ffn` is compiled
 # with `omit_pingpong: "all"` (`shared/infra/backend_presets.py`), and its K = 2048 GEMVs lose
 # their overlap as well, which the guide prices at about 19 ms per token (`docs/explain.md`,
@@ -528,36 +527,30 @@ assert second.cache_hit and second.path == first.path
 # `docs/profile.md`), and since RoPE and FlashAttention produce K and V sequence-major (`[seq,
 # heads·dim]`) while the host's KV cache is head-major, the host transposes each layer's K and V
 # (~1 ms per layer; the guide, B4). At head_dim 128 FlashAttention itself needs a host transpose
-# (`llms/README.md`).
+# (`llms/README.md`). Preloading keeps two or three copies of each weight in DDR; the guide's D1
+# would make the BO the only one, which the pre-transpose prevents.
 #
-# **Compile time per ELF** (`docs/profile.md`, one time, cached to disk): `rms_gemms_rope` 33 s,
-# `flash_attn` 46 s, `o_ffn` 50 s, `rms_gemv_rope` 3 s, `o_gemv_ffn` 7 s, `lm_head_gemv` 13 s.
-#
-# **The LM head as one row.** Prefill only needs the last position's logits, so upstream normalises
+# **Compile time per ELF** (`docs/profile.md`, cached to disk): `rms_gemms_rope` 33 s, `flash_attn`
+# 46 s, `o_ffn` 50 s, `rms_gemv_rope` 3 s, `o_gemv_ffn` 7 s, `lm_head_gemv` 13 s. **The LM head as
+# one row.** Prefill only needs the last position's logits, so upstream normalises
 # that one row on the CPU and reuses the decode `lm_head_gemv` (~14 ms) instead of an 8-partition
 # GEMM over all 2048 rows: "Saves ~150 ms" (`docs/profile.md`, "Recent optimizations").
 #
-# **Decode attention on the CPU.** One token's attention is small: `llms/README.md` keeps it on the
-# CPU because "NPU launch overhead > compute"; it costs 0.3 ms per layer there (`docs/profile.md`).
-# An NPU decode-attention design exists (`programming_examples/attention_decode`, 714 µs per call at
-# the Llama-3.2-1B shape after mlir-air PR #1592), and its bring-up hit mlir-air issue #1600: one
-# query head's output correlated at only ~0.65 on real layer-0 weights, from a read-after-write
-# hazard in which the new token's cache slot could be read as stale zeros before its K and V were
-# written (the workaround, reading the new K/V from L1, cites the issue in `attn_decode_npu2.py`).
-#
-# **Zero-copy weights.** Preloading keeps two or three copies of each weight in DDR (the
-# safetensors array, the transposed copy, the BO); the guide's future-work item D1 would make the
-# BO the only copy, which the host pre-transpose currently prevents.
+# **Decode attention on the CPU** ("NPU launch overhead > compute", `llms/README.md`; 0.3 ms per
+# layer, `docs/profile.md`). An NPU design exists (`programming_examples/attention_decode`, 714 µs
+# per call after PR #1592); its bring-up hit issue #1600, a read-after-write hazard that read the
+# new token's cache slot as stale zeros (the fix reads K/V from L1, `attn_decode_npu2.py`).
+
 #
 # **Where a call's time goes.** `docs/profile.md` splits the prefill's XRT calls into BO write 46
-# ms, NPU run 1062 ms, BO read 5 ms (4 % / 95 % / 0 % of 1113 ms); BO read is only building a
-# zero-copy numpy view of the BO. Notebook 07 takes a call apart into these steps.
+# ms, NPU run 1062 ms, BO read 5 ms (4 % / 95 % / 0 % of 1113 ms). Its text calls BO read "zero-copy
+# view construction", but the code times the `sync(FROM_DEVICE)` of every read-back buffer too
+# (`llms/shared/infra/cache.py`, `load_and_run`, phase 3). Notebook 07 takes a call apart into
+# these steps.
 
 # %% [markdown]
-# **Summary.** One stitched function per group turns a decode layer's kernels into 2 dispatches; the
-# transformation is renaming, argument remapping and bare-herd wrapping on text; upstream MLIR
-# accepts the result; the emulated NPU2 computes exactly what the kernels compute one by one, and
-# one decode layer of the real model stays within bf16 rounding of the numpy engine.
+# **Summary.** One stitched function per group makes a decode layer 2 dispatches; stitching is
+# renaming, argument remapping and herd wrapping on text; the result computes what the parts do.
 
 # %% [markdown]
 # ## Exercises

@@ -18,15 +18,14 @@
 # **What you will build.** A compiled NPU kernel does nothing until a runtime feeds it. The
 # MLIR-AIR Llama implementation (Xilinx/mlir-air, `programming_examples/llms/llama32_1b`) owes much
 # of its speed to that runtime: buffers written once, index sets that skip weights and
-# intermediates, one set of buffers per layer, a disk cache of compiled artifacts. In this notebook
+# intermediates, one buffer set per layer, a disk cache of compiled artifacts. In this notebook
 # you take one call apart into its five steps, measure what the three index sets and `bo_key`
 # save, watch the embedded model answer through the NPU2 runtime, count every call and byte, and
 # calibrate a cost model on five published Llama-3.2-1B measurements and check it on the others.
 #
-# The NPU here is the **emulated NPU2** of notebook 05. Sections 1–3 interpret the MLIR text op by
-# op; the backend in sections 4–6 runs each stitched group's numpy semantics by default (ten times
-# faster; `execute="text"` interprets the text instead and gives the same tokens, a test checks it). Bytes and calls are counted exactly as a real device would move them; times labelled
-# *estimated* come from the cost model and were never measured.
+# The NPU here is the **emulated NPU2** of notebook 05: sections 1–3 interpret the MLIR text, the
+# backend of 4–6 runs each group's numpy semantics (ten times faster, same tokens). Bytes and calls
+# are counted as a real device would move them; *estimated* times come from the cost model.
 
 # %%
 import warnings
@@ -102,11 +101,13 @@ print(dev.counters)
 # (`llms/shared/infra/cache.py` in Xilinx/mlir-air): the arrays in argument order, and three index
 # sets naming which arguments are weights (`static`), device-only intermediates, and outputs to read
 # back. As upstream, with no `output_indices` only the **last** argument is read back, and any slot
-# may be read back, an intermediate one included. Two differences, on purpose: upstream's read-back
-# is a zero-copy *view* of the BO's mapping (why its profile's "BO Read" is about 0 ms), which the
-# next call on the same buffers overwrites; the course copies, so results survive, and counts the
-# copy. And a slot that is only an output is not written before the call here (the kernel
-# overwrites it), while upstream writes every slot that is neither static nor intermediate.
+# may be read back, an intermediate one included. Where it differs: upstream syncs each output back
+# and returns a zero-copy *view* of the BO (its "BO Read" times both), which the next call on the
+# same buffers overwrites; the course copies, so results survive. Upstream writes output-only slots
+# too; pools non-weight buffers across layers (`shared_nonstatic=True`: one activation set for all
+# of prefill) and across kernels (`shared_alias={slot: name}`: a producer's output is its
+# consumer's input BO, 84 MB per layer kept on the device in its FFN chain); and passes the
+# prefill RoPE tables as static slots, written once (`llama32_1b_prefill.py`).
 
 # %%
 import tempfile
@@ -194,8 +195,8 @@ print(f"decode:  {dec.dispatches} NPU calls (2L+1 = {2 * L + 1}), "
 assert pre.dispatches == 3 * L + 1 and dec.dispatches == 2 * L + 1
 
 # %% [markdown]
-# Those are first calls (intermediates written once per buffer set). The steady state is what
-# `llamanb.npu.traffic` writes in closed form; the counted bytes must equal it.
+# Those are first calls (intermediates written once per buffer set). The steady state's counted
+# bytes must equal `llamanb.npu.traffic`'s closed form.
 
 # %%
 from llamanb.npu import traffic
@@ -218,8 +219,7 @@ print(f"steady decode token: {steady_dec.bytes_to_device:,} B to, "
 print(f"steady prefill:      {steady_pre_to:,} B to (= traffic model)")
 
 # %% [markdown]
-# **Memory for speed.** With a single buffer set shared by all layers, every call would write its
-# layer's weights again: per decode token all the weights cross, instead of the activations.
+# **Memory for speed.** With one buffer set for all layers, every token would move all weights.
 
 # %%
 w_token = traffic.weight_bytes(cfg, "decode")
@@ -256,11 +256,10 @@ print(f"emulation wall time so far {b.counters.wall_s:.1f} s (numpy interpreter,
       f"estimated NPU time {b.counters.estimated_s * 1e3:.1f} ms (cost model)")
 
 # %% [markdown]
-# **One decode token on the array.** The 2L+1 calls of a token are three kinds of ELF; stepping
-# through their launches (the tile-usage widget of notebook 05) shows that in the 8-launch design
-# this backend runs (the guide's, `docs/profile.md`) a decode token keeps at most one row of eight
-# tiles busy: every GEMV is a `[8, 1]` herd streaming weight rows. That holds for this design only:
-# upstream's current 3-launch FFN spreads its GEMVs over 16 and 32 tiles (notebook 06 §8b).
+# **One decode token on the array.** The 2L+1 calls of a token are three kinds of ELF; in the
+# 8-launch design this backend runs (the guide's, `docs/profile.md`) a token keeps at most one row
+# of eight tiles busy, every GEMV a `[8, 1]` herd; upstream's current 3-launch FFN spreads its GEMVs
+# over 16 and 32 tiles (notebook 06 §8b).
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -337,7 +336,8 @@ plt.show()
 # %% [markdown]
 # The guide estimates "~640 MB → ~150 MB per prefill" for Llama-3.2-1B (dashed lines). Counting
 # every argument that crosses, the host broker moves about **1.24 GB** (the RoPE tables passed each
-# call included; 1.07 GB with them written once), aliasing within a layer about **0.64 GB** (0.47
+# call included, which upstream does not do: its prefill writes them once as static slots; 1.07 GB
+# with them written once), aliasing within a layer about **0.64 GB** (0.47
 # GB), and the guide's full D2 about **0.09 GB** with static tables, 67 MB of it the K and V that
 # come back for the host's KV cache. The guide's "before" counts only the hand-offs between ELFs,
 # both ways: Q, K and V (12 MB) and the attention output (8 MB) per layer, 2 × 20 MB × 16 = 640 MB
@@ -348,9 +348,8 @@ plt.show()
 # %% [markdown]
 # ## 7. KernelCache's three caches
 #
-# The same three levels as in notebook 05 §6, now in one object.
-# *Disk*: each artifact directory holds the module and a `manifest.json` with a fingerprint of the
-# text, the compile options and the toolchain; a second compile of the same module is a hit.
+# Notebook 06 §9's levels in one object. *Disk*: the module and a `manifest.json` with a fingerprint
+# of text, options and toolchain (a real build adds `<name>.elf` and its kernel name `main:<func>`).
 # *Process*: a loaded kernel is kept by name. *Buffers*: one set per `(kernel, bo_key)`.
 
 # %%
@@ -371,18 +370,20 @@ print(kc2.messages[-1])
 # ## 8. A cost model calibrated on published measurements, checked on the rest
 #
 # A model built from specifications alone (the previous edition of this section) missed
-# upstream's Llama-3.2-1B figures by 63 % in prefill and 41-47 % in decode: peak rates say
-# nothing about how close real kernels get to them. `llamanb.npu.cost` keeps the specifications,
-# each with the chip generation it is a figure *of*: NPU2 (Strix) is built from AIE2P tiles (AMD:
-# AIE-ML v2), but the 128 bf16 MACs per tile per cycle is AIE-ML's (AIE2, AMD's manual AM020) —
-# we found no published AIE2P bf16 rate — and the 1.53 GHz clock is derived from AMD's 50 int8
-# TOPS for the Strix NPU by assuming AIE2P does twice AIE-ML's 512 int8 operations per tile per
-# cycle. Their product, 12.5 TFLOP/s, is a yardstick for efficiencies, not a peak anyone measured.
+# upstream's Llama-3.2-1B figures by 63 % in prefill and 41-47 % in decode: peak rates say nothing
+# about how close real kernels get to them. `llamanb.npu.cost` keeps the specifications, each with
+# the chip generation it is a figure *of*: NPU2 (Strix) has AIE2P tiles (AIE-ML v2), but the 128
+# bf16 MACs per tile per cycle is AIE-ML's (AIE2, AMD's AM020); we found no published AIE2P rate,
+# and upstream's AIE2P GEMM multiplies `aie::mmul<8, 8, 8>` blocks (512 MACs; `matrix_multiplication/
+# bf16/mm_aie2p.cc`) where its AIE2 one uses `mmul<4, 8, 4>` (128, `mm.cc`): AIE2P may do up to
+# four times this. The 1.53 GHz clock is derived from AMD's 50 int8 TOPS for Strix by assuming
+# twice AIE-ML's 512 int8 operations per tile per cycle. Their product, 12.5 TFLOP/s, is a
+# yardstick for efficiencies, not a peak anyone measured.
 #
 # What the model adds are five constants taken from upstream's own measurements. A call (one
 # `xrt.run`) costs the dispatch (100 µs, the guide's `IMPLEMENTATION_GUIDE.html`), its
-# host-to-device buffer writes at 20 GB/s (the same guide; reads are zero-copy views, `docs/
-# profile.md`), and per launch a fixed `launch_s` plus the launch's work at its class's rate:
+# host-to-device buffer writes at 20 GB/s (the same guide; reads, a sync plus a zero-copy view,
+# are 5 ms of a 1113 ms prefill in `docs/profile.md` and not modelled), and per launch a fixed `launch_s` plus the launch's work at its class's rate:
 # GEMM FLOPs at a GEMM rate, FlashAttention's causal FLOPs at an attention rate, GEMV bytes at a
 # streaming rate, elementwise bytes (in + out) at an elementwise rate. Host steps are not
 # modelled; their published times are inputs: 37 ms of CPU ops plus ~125 ms of Python scheduling
@@ -436,7 +437,7 @@ held = {
 }
 for what, (m, p) in held.items():
     print(f"{what:<48} model {m * 1e3:6.1f} ms   published {p * 1e3:6.1f} ms   "
-          f"error {m / p - 1:+.1%}")
+          f"error {cost.signed_pct(m / p - 1)}")
 
 # %% [markdown]
 # (The second published number is inferred: commit 462bf133b's 78 ms per token less the
@@ -469,7 +470,7 @@ w = sum(l.ddr_bytes for l in ffn3.launches)
 need = w / (w / r.gemv_bytes_s - gap / L)
 print(f"unexplained saving {gap * 1e3:.1f} ms per token = {gap / L * 1e3:.2f} ms per layer; "
       f"the 3-launch FFN's {w / 1e6:.0f} MB would have to stream at {need / 1e9:.1f} GB/s "
-      f"instead of {r.gemv_bytes_s / 1e9:.1f} ({need / r.gemv_bytes_s - 1:+.0%})")
+      f"instead of {r.gemv_bytes_s / 1e9:.1f} ({cost.signed_pct(need / r.gemv_bytes_s - 1, 0)})")
 
 # %% [markdown]
 # * **FlashAttention alone** (`kernel_registry/details/FlashAttention_bf16.md`: 15.4-16.1 ms at
@@ -526,13 +527,13 @@ plt.show()
 # ## Summary
 #
 # * A call is five steps: write the inputs into BOs, sync them, one `xrt.run`, sync the outputs
-#   back, read them (here a copy; upstream a zero-copy view). `KernelCache` keeps the three index
-#   sets of upstream's contract and three caches: artifacts on disk, loaded kernels, BOs per layer.
+#   back, read them (here a copy; upstream a view after the sync). `KernelCache` keeps the three
+#   index sets of upstream's contract and three caches: artifacts on disk, loaded kernels, BOs.
 # * Per-layer buffers make weights resident: a decode token moves kilobytes, not the model.
 # * The embedded model answers through the emulated NPU2 runtime with 3L+1 calls per prefill and
 #   2L+1 per decode token, and every byte counted equals the closed-form traffic model.
-# * Aliasing between ELFs within a layer halves a prefill's host traffic; chaining the layers as
-#   well (the guide's D2) cuts it to under a tenth (formula only here).
+# * Aliasing within a layer halves a prefill's host traffic; chaining layers too (D2, formula only)
+#   cuts it to under a tenth.
 # * A cost model with five constants fitted to five published figures (two decode calls, one
 #   RMSNorm run alone, `o_ffn`, `flash_attn`) predicts the held-back per-call figures within 25 %,
 #   except FlashAttention run alone (+32 %); whole-phase rows are mostly calibration and say so;

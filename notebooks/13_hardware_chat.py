@@ -59,7 +59,7 @@ print(f"{cfg.name}: L={cfg.n_layers} H={cfg.hidden} N_h={cfg.n_heads} N_kv={cfg.
 #
 # | backend | needs |
 # |---|---|
-# | `npu2` | `pyxrt` (XRT's Python bindings), `air` (mlir-air's Python package; neither is on PyPI) and a `/dev/accel/accel*` node whose driver is `amdxdna` |
+# | `npu2` | `pyxrt` (XRT's Python bindings), mlir-air's `air.ir` and `air.backend.xrt` (neither is on PyPI), the `aircc` compiler, Peano (`PEANO_INSTALL_DIR` or the `llvm-aie` package, where mlir-air's `XRTBackend` looks) and a `/dev/accel/accel*` node whose driver is `amdxdna`; the README's "On a Ryzen AI machine" makes them visible to the venv |
 # | `galaxy-ttnn` | `ttnn` (wheels for CPython 3.10 and 3.12 only) and a `/dev/tenstorrent/*` node |
 # | the rest | nothing but numpy: they run on the host CPU, the `-emulated` ones simulating a device |
 #
@@ -398,6 +398,7 @@ for what, where, ch in BUILT:
 #
 # ```sh
 # python -m llamanb info                              # each backend: ready, or what is missing
+# python -m llamanb npu smoke                         # one GEMV group compiled, run, compared
 # make chat BACKEND=npu2                              # a Ryzen AI machine with mlir-air + XRT
 # make verify BACKEND=npu2                            # the reference gate on the NPU
 # python -m llamanb npu compile                       # every group built with aircc (real build)
@@ -406,7 +407,10 @@ for what, where, ch in BUILT:
 # ```
 #
 # What a reader with an NPU2 would see differently in this notebook: section 1 says `npu2 ready`;
-# the run goes through `XrtDevice` (pyxrt buffer objects, one `xrt.run` per group call); the
+# the run goes through `XrtDevice` the way mlir-air's Llama runtime loads an ELF (`xrt.elf` →
+# `hw_context(device, elf)` → `xrt.ext.kernel(ctx, "main:<group>")`, `xrt.ext.bo` buffers, one
+# `xrt.run` per group call, and a run that ends in any state but `ERT_CMD_STATE_COMPLETED` stops
+# with one line naming the group and the state); the
 # profile's *measured* columns become the XRT call times, the BO-write / run / BO-read split that
 # upstream's profile reports, with the NPU's own work inside "run"; the estimated and published
 # columns are unchanged. The tokens may differ from the emulated run's after a bf16 tie, and the

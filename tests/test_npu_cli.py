@@ -42,6 +42,14 @@ def test_emit_llama32_1b(tmp_path):
             assert (out / k["file"]).is_file()
         for lp, entry in zip(plan.launches, g["launches"]):
             assert [h["size"] for h in entry["herds"]] == [list(h.size) for h in lp.herds]
+    # L1 counted as aircc allocates it: every group fits with its options; the down GEMV (K=8192)
+    # would not fit double-buffered, so o_gemv_ffn omits ping-pong as upstream's preset does
+    og = m["groups"]["o_gemv_ffn"]
+    assert og["compile_options"]["omit_pingpong"] == "all"
+    herds = [h for g in m["groups"].values() for e in g["launches"] for h in e["herds"]]
+    assert all(h["l1_as_compiled_bytes"] <= 63 * 1024 for h in herds)
+    assert max(h["l1_double_bytes"] for e in og["launches"] for h in e["herds"]) > 63 * 1024
+    assert "KiB double buffered" in r.stdout
     o = {a["name"]: a["role"] for a in m["groups"]["o_gemv_ffn"]["arguments"]}
     assert o["act"] == "intermediate" and o["out"] == "output"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]   # no temp dir left

@@ -85,54 +85,19 @@ def test_bad_input_is_a_one_line_error(cache, tmp_path):
 # ---- the real path, with fakes -----------------------------------------------------------------
 @pytest.fixture
 def fake_toolchain(tmp_path, monkeypatch):
-    """mlir-air modules in sys.modules and a Peano clang++ that records its command lines."""
-    calls = {"parsed": [], "compiled": 0, "argv": tmp_path / "argv.txt"}
-    peano = tmp_path / "peano"
-    (peano / "bin").mkdir(parents=True)
-    clang = peano / "bin" / "clang++"
+    """The contract fakes of mlir-air and Peano (tests/npu_fakes.py), with a clang++ that also
+    records its command lines."""
+    import npu_fakes
+
+    log: list = []
+    npu_fakes.install(monkeypatch, tmp_path, log)
+    argv = tmp_path / "argv.txt"
+    clang = tmp_path / "peano" / "bin" / "clang++"
     clang.write_text('#!/bin/sh\nif [ "$1" = "--version" ]; then echo "fake peano 1.0"; exit 0; fi\n'
-                     f'echo "$@" >> {calls["argv"]}\n'
+                     f'echo "$@" >> {argv}\n'
                      'while [ $# -gt 1 ]; do if [ "$1" = "-o" ]; then echo obj > "$2"; fi; shift; '
                      'done\n')
-    clang.chmod(clang.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PEANO_INSTALL_DIR", str(peano))
-
-    class Context:
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *a):
-            return False
-
-    class Module:
-        @staticmethod
-        def parse(text):
-            calls["parsed"].append(text)
-            return ("module", text)
-
-    class XRTBackend:
-        def __init__(self, verbose=False, output_format="xclbin", instance_name="MLIR_AIE"):
-            self.kw = (output_format, instance_name)
-
-        def compile(self, module):
-            calls["compiled"] += 1
-            with open("air.elf", "w") as f:            # aircc writes into the working directory
-                f.write(f"{self.kw}")
-
-        def unload(self):
-            pass
-
-    air = types.ModuleType("air")
-    air.__version__ = "fake-air"
-    air_ir = types.ModuleType("air.ir")
-    air_ir.Context, air_ir.Module = Context, Module
-    backend = types.ModuleType("air.backend")
-    xrt = types.ModuleType("air.backend.xrt")
-    xrt.XRTBackend = XRTBackend
-    for name, mod in (("air", air), ("air.ir", air_ir), ("air.backend", backend),
-                      ("air.backend.xrt", xrt)):
-        monkeypatch.setitem(sys.modules, name, mod)
-    return calls
+    return {"log": log, "argv": argv}
 
 
 def test_real_path_with_fakes(cache, fake_toolchain):
@@ -140,17 +105,23 @@ def test_real_path_with_fakes(cache, fake_toolchain):
     assert C.resolve_mode("auto")[0] == "xrt"
     art = C.compile(g)
     m = art.manifest
-    assert m["mode"] == "xrt" and m["toolchain"]["mlir_air"] == "fake-air"
-    assert fake_toolchain["parsed"] == [g.text] and fake_toolchain["compiled"] == 1
-    assert (art.path / "air.elf").read_text() == str(("elf", g.name))
-    assert "air.elf" in m["backend_outputs"]
-    # one object per linked kernel; the second-K matvec is mv.cc under another symbol
+    assert m["mode"] == "xrt" and m["toolchain"]["mlir_air"] == "contract-fake"
+    log = fake_toolchain["log"]
+    assert [x[1] for x in log if x[0] == "parse"] == [len(g.text)]
+    assert art.elf == art.path / "o_gemv_ffn.elf" and art.kernel == "main:o_gemv_ffn"
+    assert m["backend_kwargs"]["omit_pingpong"] == "all"           # the group's preset
+    aircc = next(x[1] for x in log if x[0] == "aircc")
+    assert "--omit-ping-pong-transform=all" in aircc and "npu2" in aircc
+    # one object per linked kernel, also staged in air_project/; the second-K matvec is mv.cc
+    # under another symbol
     objs = {x["object"] for x in m["links"]}
     assert set(m["objects"]) == objs and all((art.path / o).is_file() for o in objs)
+    assert all((art.path / "air_project" / o).is_file() for o in objs)
     argv = fake_toolchain["argv"].read_text().splitlines()
     down = [ln for ln in argv if f"mv_k{S.ffn}.o" in ln]
     assert len(down) == 1 and f"-Dmatvec_bf16=matvec_bf16_k{S.ffn}" in down[0]
-    assert C.compile(g).cache_hit and fake_toolchain["compiled"] == 1
+    n = len([x for x in log if x[0] == "aircc"])
+    assert C.compile(g).cache_hit and len([x for x in log if x[0] == "aircc"]) == n
 
 
 def test_auto_without_air_is_emulated(cache, monkeypatch):

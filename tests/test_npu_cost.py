@@ -91,8 +91,18 @@ def test_each_error_is_model_over_published_minus_one():
         err = r.model_s / PUB[r.key] - 1
         assert r.error == pytest.approx(err)
         line = next(x for x in text.splitlines() if x.startswith(r.label))
-        assert f"{err:+.1%}" in line
+        assert cost.signed_pct(err) in line
+        if r.role == "calibration":          # zero by construction: printed without a sign
+            assert cost.signed_pct(err) == "0.0%"
         assert (text.index(line) > val_at) == (r.role == "validation") and text.index(line) > cal_at
+
+
+def test_a_rounded_zero_prints_without_a_sign():
+    """The sign of a rounded zero is the BLAS kernel's rounding, not a claim (issue 28)."""
+    assert [cost.signed_pct(x) for x in (-1e-17, 1e-17, 0.0, -0.0)] == ["0.0%"] * 4
+    assert cost.signed_pct(-0.0004) == "0.0%" and cost.signed_pct(0.0006) == "+0.1%"
+    assert cost.signed_pct(-0.052) == "-5.2%" and cost.signed_pct(0.004, 0) == "0%"
+    assert cost.signed_pct(-0.52, 0) == "-52%"
 
 
 def _gemv_bytes(m, k):

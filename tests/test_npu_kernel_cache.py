@@ -128,25 +128,18 @@ def test_bad_calls(kc):
         kc.compile_and_cache("g3", gemv(M, K), {"f": object()})
 
 
-def test_real_compile_records_the_xclbin_with_a_fake_toolchain(tmp_path, monkeypatch):
-    import types
+def test_real_entry_keeps_the_elf_and_its_kernel_name(tmp_path, monkeypatch):
+    """A real build (contract fakes of mlir-air and Peano): the entry holds <name>.elf and the
+    kernel name "main:<func>" the XRTCompileArtifact carried, and the device is handed those."""
+    import npu_fakes
 
-    from llamanb.npu import compile as npu_compile
+    from llamanb.npu.runtime import ElfArtifact
 
-    art_dir = tmp_path / "art"
-    art_dir.mkdir()
-    (art_dir / "final.xclbin").write_bytes(b"x")
-    (art_dir / "insts.bin").write_bytes(b"\0" * 8)
-
-    def fake_compile(spec, mode="auto", **kw):
-        assert mode == "xrt"
-        return types.SimpleNamespace(path=art_dir, manifest={"backend_outputs": [
-            "final.xclbin", "insts.bin"]})
-
-    monkeypatch.setattr(npu_compile, "compile", fake_compile)
+    monkeypatch.setenv("LLAMANB_CACHE", str(tmp_path / "c"))
+    npu_fakes.install(monkeypatch, tmp_path)
     loaded = []
 
-    class FakeDevice:
+    class Device:
         emulated = False
         counters = None
 
@@ -154,8 +147,13 @@ def test_real_compile_records_the_xclbin_with_a_fake_toolchain(tmp_path, monkeyp
             loaded.append(artifact)
             return object()
 
-    kc = KernelCache(FakeDevice(), root=tmp_path / "cache")
+    kc = KernelCache(Device(), root=tmp_path / "cache")
     kc.compile_and_cache("gemv", gemv(M, K), {})
     m = json.loads((tmp_path / "cache" / "gemv" / "manifest.json").read_text())
-    assert m["emulated"] is False and m["xclbin"].endswith("final.xclbin")
-    assert loaded[0].insts.endswith("insts.bin") and loaded[0].kernel_name == "MLIR_AIE"
+    assert m["emulated"] is False and m["elf"] == "gemv.elf" and m["kernel"] == "main:gemv"
+    assert isinstance(loaded[0], ElfArtifact) and loaded[0].kernel == "main:gemv"
+    assert loaded[0].output_binary == str(tmp_path / "cache" / "gemv" / "gemv.elf")
+    (tmp_path / "cache" / "gemv" / "gemv.elf").unlink()          # a real entry without its ELF
+    kc2 = KernelCache(Device(), root=tmp_path / "cache")
+    kc2.compile_and_cache("gemv", gemv(M, K), {})
+    assert kc2.stats["corrupt_rebuilt"] == 1

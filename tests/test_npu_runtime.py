@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import types
 
+import json
+
 import numpy as np
 import pytest
 
@@ -72,88 +74,33 @@ def test_package_imports_without_pyxrt(monkeypatch):
         XrtDevice()
 
 
-def fake_pyxrt(log):
-    """A stand-in for pyxrt with the calls XrtDevice makes, recording them."""
-    class bo:
-        host_only, cacheable = "host_only", "cacheable"
+def test_xrt_path_with_the_contract_fake(tmp_path):
+    """One ELF group through XrtDevice and the pyxrt contract fake (tests/npu_fakes.py): bf16
+    packing round-trips, every slot is bound, the result equals float64 numpy within bf16
+    rounding."""
+    import npu_fakes
 
-        def __init__(self, device, nbytes, flags, group):
-            self.buf = bytearray(nbytes)
-            self.device_copy = bytes(nbytes)
-            log.append(("bo", nbytes, flags, group))
-
-        def map(self):
-            return memoryview(self.buf)
-
-        def write(self, data, offset):
-            self.buf[offset:offset + len(data)] = data
-
-        def sync(self, direction):
-            log.append(("sync", direction))
-            if direction == "to":
-                self.device_copy = bytes(self.buf)
-            else:
-                self.buf[:] = self.device_copy
-
-    class run:
-        def wait(self):
-            log.append(("wait",))
-
-    class kernel:
-        def __init__(self, ctx, name):
-            log.append(("kernel", name))
-
-        def group_id(self, i):
-            return i
-
-        def __call__(self, *args):
-            log.append(("run",) + args)
-            for b in args[3:]:                          # the "device" doubles every value
-                v = np.frombuffer(b.device_copy, np.uint16).astype(np.uint32) << 16
-                b.device_copy = ((v.view(np.float32) * 2).view(np.uint32) >> 16).astype(
-                    np.uint16).tobytes()
-            return run()
-
-    class xclbin:
-        def __init__(self, path):
-            log.append(("xclbin", path))
-
-        def get_uuid(self):
-            return "uuid"
-
-    class device:
-        def __init__(self, index):
-            log.append(("device", index))
-
-        def register_xclbin(self, x):
-            log.append(("register",))
-
-    def hw_context(dev, uuid):
-        log.append(("hw_context", uuid))
-        return "ctx"
-
-    sync = types.SimpleNamespace(XCL_BO_SYNC_BO_TO_DEVICE="to", XCL_BO_SYNC_BO_FROM_DEVICE="from")
-    return types.SimpleNamespace(bo=bo, run=run, kernel=kernel, xclbin=xclbin, device=device,
-                                 hw_context=hw_context, xclBOSyncDirection=sync)
-
-
-def test_xrt_path_with_a_fake_pyxrt(tmp_path):
     log = []
-    dev = XrtDevice(xrt=fake_pyxrt(log))
-    insts = tmp_path / "insts.bin"
-    np.arange(5, dtype=np.uint32).tofile(insts)
-    art = types.SimpleNamespace(name="k", xclbin=str(tmp_path / "k.xclbin"), insts=str(insts),
-                                kernel_name="MLIR_AIE", spec=None)
-    kern = dev.kernel(art)
-    bo = dev.alloc((6,), "x")
-    x = to_bf16(np.array([1.5, -2.0, 3.25, 0.0, 1e-3, 7.0], np.float32))
-    runtime.write(bo, x, dev.counters)
-    bo.sync(TO_DEVICE)
-    dev.run(kern, [bo])
-    bo.sync(FROM_DEVICE)
-    assert np.array_equal(bo.map(), 2 * x)              # bf16 packing survives the round trip
-    runs = [e for e in log if e[0] == "run"]
-    assert len(runs) == 1 and runs[0][1] == XrtDevice.OPCODE and runs[0][3] == 5
-    assert dev.counters.dispatches == 1 and dev.counters.bytes_to_device == 12
-    with pytest.raises(LlamanbError, match="no xclbin"):
-        dev.kernel(types.SimpleNamespace(name="e", xclbin=None, insts="i", kernel_name="k"))
+    dev = XrtDevice(xrt=npu_fakes.make_pyxrt(log))
+    spec = gemv(16, 64)
+    elf = tmp_path / "gemv.elf"
+    elf.write_bytes(npu_fakes.ELF_MAGIC + json.dumps({"kernels": ["main:gemv"],
+                                                      "module": spec.text}).encode())
+    kern = dev.kernel(runtime.ElfArtifact("gemv", str(elf), "main:gemv", spec))
+    bos = [dev.alloc(a.shape, a.name) for a in spec.args]
+    rng = np.random.default_rng(0)
+    A = to_bf16(rng.standard_normal((16, 64)).astype(np.float32))
+    x = to_bf16(rng.standard_normal(64).astype(np.float32))
+    for bo, arr in zip(bos, (A, x)):
+        runtime.write(bo, arr, dev.counters)
+        bo.sync(TO_DEVICE)
+    dev.run(kern, bos)
+    bos[2].sync(FROM_DEVICE)
+    want = A.astype(np.float64) @ x
+    # float32 accumulation then one bf16 rounding: |err| <= 2^-8 |y| + gamma_64 sum|a||x|
+    bound = 2.0 ** -8 * np.abs(want) + 64 * 2.0 ** -24 * (np.abs(A) @ np.abs(x)) * 1.01
+    assert np.all(np.abs(bos[2].map() - want) <= bound)
+    assert [e[0] for e in log[-6:]] == ["set_arg"] * 3 + ["start", "wait2", "sync"]
+    assert dev.counters.dispatches == 1 and dev.counters.bytes_to_device == (16 * 64 + 64) * 2
+    with pytest.raises(LlamanbError, match="takes 3 buffers"):
+        dev.run(kern, bos[:2])

@@ -20,7 +20,7 @@ def test_nothing_installed_names_each_missing_piece():
     rows = _rows(module=_modules(), npu_devices=lambda: [], tt_devices=lambda: [])
     assert rows["numpy"].ready and rows["npu2-emulated"].ready and rows["galaxy-emulated"].ready
     npu = rows["npu2"]
-    assert not npu.ready and len(npu.missing) == 3
+    assert not npu.ready and len(npu.missing) >= 3
     assert any("pyxrt" in m for m in npu.missing) and any("air" in m for m in npu.missing)
     assert any("amdxdna" in m for m in npu.missing)
     tt = rows["galaxy-ttnn"]
@@ -29,14 +29,21 @@ def test_nothing_installed_names_each_missing_piece():
     assert "not ready, missing:" in npu.line() and npu.line().count("\n") == 0
 
 
-@pytest.mark.parametrize("mods, devs, missing", [
-    (("pyxrt", "air"), ["/dev/accel/accel0"], 0),
-    (("pyxrt", "air"), [], 1),                 # the stacks without a device
-    (("pyxrt",), ["/dev/accel/accel0"], 1),    # a device without mlir-air
+AIR = ("pyxrt", "air", "air.ir", "air.backend.xrt")
+
+
+@pytest.mark.parametrize("mods, devs, tools, peano, missing", [
+    (AIR, ["/dev/accel/accel0"], ("aircc",), True, ()),
+    (AIR, [], ("aircc",), True, ("amdxdna",)),                 # the stacks without a device
+    (("pyxrt",), ["/dev/accel/accel0"], ("aircc",), True, ("air.ir",)),   # no mlir-air
+    (("pyxrt", "air"), ["/dev/accel/accel0"], ("aircc",), True, ("air.ir",)),  # half of it
+    (AIR, ["/dev/accel/accel0"], (), True, ("aircc",)),        # no aircc
+    (AIR, ["/dev/accel/accel0"], ("aircc",), False, ("Peano",)),
 ])
-def test_npu2_needs_both_stacks_and_the_device(mods, devs, missing):
-    got = hardware.npu2_missing(_modules(*mods), lambda: devs)
-    assert len(got) == missing
+def test_npu2_needs_stacks_compiler_peano_and_the_device(mods, devs, tools, peano, missing):
+    got = hardware.npu2_missing(_modules(*mods), lambda: devs, tool=lambda t: t in tools,
+                                peano=lambda: peano)
+    assert len(got) == len(missing) and all(w in g for w, g in zip(missing, got))
 
 
 def test_ttnn_hint_names_the_python_versions_it_has_wheels_for():

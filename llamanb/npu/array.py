@@ -24,6 +24,8 @@ and are placed as air-place-herds' naive placement does: largest first, each at 
 position scanning a row left to right, then the next row up. Launches run one after another, each
 with the whole array. A herd too large for the array, herds that cannot all be placed, buffers
 beyond a tile's L1 or beyond the mem tiles' L2 are rejected, as the real compiler would reject them.
+L1 is counted as aircc lays it out: with ping-pong (XRTBackend's default) a second copy of every
+DMA-fed L1 buffer, unless the module is compiled with omit_pingpong "L1" or "all" (`l1_need`).
 """
 from __future__ import annotations
 
@@ -121,15 +123,47 @@ def place(herds, spec: ArraySpec = NPU2) -> tuple[Placement, ...]:
     return tuple(where[k] for k in range(len(items)))
 
 
-def check_memory(launch: LaunchPlan, spec: ArraySpec = NPU2) -> None:
-    """LlamanbError when a herd's L1 buffers or the launch's L2 buffers do not fit."""
+def double_buffered(omit_pingpong: str = "") -> bool:
+    """Whether aircc ping-pongs L1 buffers under XRTBackend's omit_pingpong ("", "L1", "L2" or
+    "all"; True means "all"): aircc runs air-label-scf-for-to-ping-pong and
+    air-ping-pong-transform unless told "all", and skips L1 for "L1" (Xilinx/mlir-air
+    tools/aircc/aircc.cpp:966-978; python/air/backend/xrt.py:300-304, 472-477)."""
+    if omit_pingpong is True:
+        return False
+    if omit_pingpong not in ("", "L1", "L2", "all", False, None):
+        raise LlamanbError(f"omit_pingpong must be '', 'L1', 'L2' or 'all', got {omit_pingpong!r}")
+    return omit_pingpong not in ("L1", "all")
+
+
+def l1_need(h: HerdPlan, omit_pingpong: str = "") -> int:
+    """Bytes of L1 a tile of herd h needs: every buffer once, and with ping-pong a second copy of
+    every DMA-fed one (the destination of an air.dma_memcpy_nd), so the next block can arrive
+    while the core works on this one.
+
+    Upstream's pass doubles the buffers allocated inside an scf.for of a herd (their memref.alloc
+    a direct child of the loop; mlir-air mlir/include/air/Transform/Passes.td:950-979), and
+    upstream's kernels allocate each per-trip block inside its loop. llamanb's builders allocate
+    once per herd, so counting a second copy of every DMA-fed buffer is this model's stand-in:
+    what the real compiler would double if the same blocks were allocated per trip."""
+    extra = sum(b.nbytes for b in h.l1 if "in" in b.dma) if double_buffered(omit_pingpong) else 0
+    return h.l1_bytes + extra
+
+
+def check_memory(launch: LaunchPlan, spec: ArraySpec = NPU2, omit_pingpong: str = "") -> None:
+    """LlamanbError when a herd's L1 buffers (doubled where ping-pong applies) or the launch's L2
+    buffers do not fit."""
     for h in launch.herds:
-        if h.l1_bytes > spec.l1_for_buffers:
-            bufs = " + ".join(f"{b.name} {list(b.shape)}x{b.dtype} ({b.nbytes} B)" for b in h.l1)
+        need = l1_need(h, omit_pingpong)
+        if need > spec.l1_for_buffers:
+            bufs = " + ".join(f"{b.name} {list(b.shape)}x{b.dtype} ({b.nbytes} B"
+                              + (", x2" if need > h.l1_bytes and "in" in b.dma else "") + ")"
+                              for b in h.l1)
+            pp = (" with ping-pong (a second copy of each DMA-fed buffer; omit_pingpong='all' "
+                  "turns it off)" if need > h.l1_bytes else "")
             raise LlamanbError(
-                f"herd {h.sym!r} in launch {launch.sym!r} needs {h.l1_bytes} bytes of L1 per "
-                f"tile ({bufs}); a compute tile has {spec.l1_bytes} bytes, {spec.stack_bytes} of "
-                f"them the core's stack: choose smaller tiles")
+                f"herd {h.sym!r} in launch {launch.sym!r} needs {need} bytes of L1 per "
+                f"tile{pp} ({bufs}); a compute tile has {spec.l1_bytes} bytes, "
+                f"{spec.stack_bytes} of them the core's stack: choose smaller tiles")
     if launch.l2_bytes > spec.l2_bytes:
         raise LlamanbError(
             f"launch {launch.sym!r} needs {launch.l2_bytes} bytes of L2; the {spec.columns} mem "
@@ -161,16 +195,43 @@ class LaunchUse:
                 f"{self.spec.l2_bytes // KIB} KiB -- emulated {self.spec.name}")
 
 
-def launch_use(launch: LaunchPlan, spec: ArraySpec = NPU2) -> LaunchUse:
-    check_memory(launch, spec)
+def launch_use(launch: LaunchPlan, spec: ArraySpec = NPU2, omit_pingpong: str = "") -> LaunchUse:
+    check_memory(launch, spec, omit_pingpong)
     return LaunchUse(launch, place(launch.herds, spec), spec)
 
 
-def usage(module, spec: ArraySpec = NPU2) -> list[LaunchUse]:
+def omit_pingpong_of(module) -> str:
+    """The omit_pingpong a module is compiled with: its KernelSpec's `backend` options, else ""
+    (XRTBackend's default: ping-pong everywhere)."""
+    return (getattr(module, "backend", None) or {}).get("omit_pingpong", "")
+
+
+def usage(module, spec: ArraySpec = NPU2, omit_pingpong: str | None = None) -> list[LaunchUse]:
     """Every launch of a module (its text, or a KernelSpec with `.text`), placed and checked
-    (LlamanbError when one cannot be)."""
+    (LlamanbError when one cannot be). L1 is counted double-buffered unless omit_pingpong (given,
+    or the KernelSpec's compile option) turns ping-pong off."""
     text = module if isinstance(module, str) else module.text
+    pp = omit_pingpong if omit_pingpong is not None else omit_pingpong_of(module)
     launches = read_plan(text).launches
     if not launches:
         raise LlamanbError("the module has no air.launch and no bare air.herd: nothing to place")
-    return [launch_use(lp, spec) for lp in launches]
+    return [launch_use(lp, spec, pp) for lp in launches]
+
+
+def l1_table(groups: dict) -> str:
+    """Per group and herd: L1 per tile single-buffered, double-buffered, what the group's compile
+    options make it, against a tile's L1 (64 KiB, 1 KiB of it the stack)."""
+    rows = [("group", "herd", "op", "single KiB", "double KiB", "omit_pingpong", "needs KiB",
+             "fits")]
+    for name, g in groups.items():
+        spec = getattr(g, "spec", g)
+        pp = omit_pingpong_of(spec)
+        for lp in read_plan(spec.text).launches:
+            for h in lp.herds:
+                need = l1_need(h, pp)
+                rows.append((name, h.sym, h.op, f"{h.l1_bytes / KIB:.1f}",
+                             f"{l1_need(h, '') / KIB:.1f}",
+                             repr(pp), f"{need / KIB:.1f}",
+                             "yes" if need <= NPU2.l1_for_buffers else "NO"))
+    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(x) for c, x in zip(r, w)).rstrip() for r in rows)

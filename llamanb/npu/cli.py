@@ -7,6 +7,11 @@
     npu compile [--preset NAME | --model PATH] [--seq N] [--mode auto|emulated|xrt]
         every kernel and group into the artifact cache (llamanb.npu.compile), one line each with
         its compile time; "emulated" where no NPU toolchain is installed.
+    npu smoke
+        the first thing to run on a Ryzen AI machine (and to paste into a bug report): compile
+        one GEMV group (2048 x 2048, as Llama-3.2-1B's Q projection) through mlir-air's ELF path,
+        run it once through pyxrt, compare with float64 numpy, print the XRT state and the time.
+        Where the stack is missing it prints one line, "not ready: ...", and exits 2.
 """
 from __future__ import annotations
 
@@ -25,6 +30,8 @@ NOTE = ("emulated NPU2 layout: modules for llamanb's emulator and for mlir-air; 
 def add_parser(sub, model_arg, positive_int) -> None:
     n = sub.add_parser("npu", help="NPU kernels and stitched groups: emit MLIR, compile")
     nsub = n.add_subparsers(dest="npu_cmd", required=True, parser_class=type(n))
+    nsub.add_parser("smoke", help="compile and run one GEMV group on the real NPU2, compare "
+                                  "with numpy (prints 'not ready: ...' where it cannot)")
     for name, help_ in (("emit", "write each kernel and group as .mlir plus manifest.json"),
                         ("compile", "compile every kernel and group into the cache")):
         p = nsub.add_parser(name, help=help_)
@@ -55,18 +62,23 @@ def _config(a):
 
 def describe(groups) -> dict:
     """The manifest entry of each group: arguments, launches (herds, tiles), kernels, links."""
+    from .array import l1_need, omit_pingpong_of
+
     out = {}
     for g in groups.values():
+        pp = omit_pingpong_of(g.spec)
         launches = []
         for lp, m in zip(g.plan.launches, g.members):
             launches.append({
                 "index": lp.index, "sym": lp.sym, "kernel": m.label,
                 "args": [g.spec.args[i].name for i in lp.args],
                 "herds": [{"op": h.op, "size": list(h.size), "tiles": h.tiles,
-                           "l1_bytes": h.l1_bytes} for h in lp.herds],
+                           "l1_bytes": h.l1_bytes, "l1_double_bytes": l1_need(h, ""),
+                           "l1_as_compiled_bytes": l1_need(h, pp)} for h in lp.herds],
                 "tile_sizes": dict(m.spec.tiles)})
         out[g.name] = {
             "phase": g.phase, "file": f"{g.name}.mlir", "launches": launches,
+            "compile_options": dict(g.spec.backend),
             "arguments": [{"slot": i, "name": x.name, "shape": list(x.shape), "dtype": x.dtype,
                            "role": x.role} for i, x in enumerate(g.spec.args)],
             "kernels": [{"label": m.label, "kernel": m.spec.name,
@@ -118,8 +130,16 @@ def cmd_emit(a) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
     n_k = sum(len(g.members) for g in groups.values())
     print(f"{cfg.name}: {len(groups)} groups ({n_k} kernels) written to {out} ({NOTE.split(':')[0]})")
+    from .array import NPU2, l1_need, omit_pingpong_of
+
     for g in groups.values():
-        print(f"  {g.name:15s} {g.phase:8s} {g.launches} launch(es), {len(g.spec.args)} arguments")
+        pp, hs = omit_pingpong_of(g.spec), [h for lp in g.plan.launches for h in lp.herds]
+        single = max(h.l1_bytes for h in hs) / 1024
+        double = max(l1_need(h, "") for h in hs) / 1024
+        print(f"  {g.name:15s} {g.phase:8s} {g.launches} launch(es), {len(g.spec.args)} arguments;"
+              f" L1 per tile (largest herd) {single:.1f} KiB single, {double:.1f} KiB double "
+              f"buffered, omit_pingpong={pp!r} -> {max(l1_need(h, pp) for h in hs) / 1024:.1f} of "
+              f"{NPU2.l1_bytes // 1024} KiB")
     return 0
 
 
@@ -147,5 +167,51 @@ def _how(art) -> str:
             + f"  {art.path}")
 
 
+def cmd_smoke(a, xrt=None, missing=None) -> int:
+    """One GEMV group, compiled, run on the NPU, compared; exit 0 when within the bound."""
+    import time
+
+    import numpy as np
+
+    from ..hardware import npu2_missing
+    from ..numerics import to_bf16
+    from .builders import gemv
+    from .kernel_cache import KernelCache
+    from .runtime import FROM_DEVICE, TO_DEVICE, XrtDevice, read, write
+
+    miss = npu2_missing() if missing is None else missing
+    if miss:
+        print("not ready: missing " + "; ".join(miss))
+        return 2
+    m = k = 2048
+    spec = gemv(m, k)
+    dev = XrtDevice(xrt=xrt)
+    kc = KernelCache(dev)
+    t0 = time.perf_counter()
+    kc.compile_and_cache("smoke_gemv", spec, {})
+    t_compile = time.perf_counter() - t0
+    kernel, _ = kc.load("smoke_gemv")
+    rng = np.random.default_rng(0)
+    A = to_bf16(rng.standard_normal((m, k)).astype(np.float32))
+    x = to_bf16(rng.standard_normal(k).astype(np.float32))
+    bos = [dev.alloc(arg.shape, arg.name) for arg in spec.args]
+    for bo, arr in zip(bos, (A, x)):
+        write(bo, arr, dev.counters)
+        bo.sync(TO_DEVICE)
+    t1 = time.perf_counter()
+    dev.run(kernel, bos)                      # raises one line unless ERT_CMD_STATE_COMPLETED
+    t_run = time.perf_counter() - t1
+    bos[2].sync(FROM_DEVICE)
+    y = read(bos[2], dev.counters)
+    want = A.astype(np.float64) @ x
+    # float32 accumulation over k, then one bf16 rounding
+    bound = 2.0 ** -8 * np.abs(want) + k * 2.0 ** -24 * (np.abs(A) @ np.abs(x)) * 1.01
+    bad = int(np.sum(np.abs(y - want) > bound))
+    print(f"npu smoke: gemv {m}x{k} ELF {kc.root / 'smoke_gemv'}; compile {t_compile:.1f} s; "
+          f"run ERT_CMD_STATE_COMPLETED in {t_run * 1e3:.2f} ms (host wall time of one xrt.run); "
+          f"{m - bad}/{m} outputs within the bf16 bound of float64 numpy")
+    return 0 if bad == 0 else 1
+
+
 def main(a) -> int:
-    return {"emit": cmd_emit, "compile": cmd_compile}[a.npu_cmd](a)
+    return {"emit": cmd_emit, "compile": cmd_compile, "smoke": cmd_smoke}[a.npu_cmd](a)

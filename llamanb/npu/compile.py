@@ -1,7 +1,7 @@
 """Compiling a kernel or stitched group into an artifact directory in the cache, once.
 
     art = compile(spec)                   # Artifact(path, key, mode, cache_hit, seconds, manifest)
-    art.path / "module.mlir"              # the module text (verified when MLIR bindings exist)
+    art.path / "module.mlir"              # the module text (parsed by MLIR when its bindings exist)
     art.path / "plan.json"                # the launch plan, read back from that text
     art.manifest["mode"]                  # "emulated" (host builds) or "xrt" (mlir-air + Peano)
 
@@ -9,7 +9,8 @@
         manifest.json    format, name, mode, key, arguments with roles, launches, links, toolchain
         module.mlir      plan.json
         emulated: host-kernels.so (the g++ build of kernels/*.cc the emulator calls), when built
-        xrt:      <object>.o per linked kernel (Peano), and what XRTBackend.compile wrote (ELF...)
+        xrt:      <object>.o per linked kernel (Peano), <name>.elf from XRTBackend.compile, and in
+                  the manifest the artifact it returned: "elf" and "kernel" ("main:<name>")
 
 key = sha256(format, mode, module text, every kernel source and header, the toolchain's version
 lines). Same key, same directory: a second compile is a cache hit and builds nothing. A directory is
@@ -19,6 +20,15 @@ complete artifact.
 
 The real path imports mlir-air (`air.ir`, `air.backend.xrt.XRTBackend`) and Peano lazily, inside
 `_compile_xrt`; without them mode="auto" falls back to "emulated" and says so in the manifest.
+It does what mlir-air's Llama KernelCache.compile_and_cache does (Xilinx/mlir-air, programming_
+examples/llms/shared/infra/cache.py:447-492): XRTBackend(**kwargs).compile(module,
+output_binary_name=...) in a working directory that holds the kernels' objects (also under
+air_project/, as prepare_air_project stages them, cache.py:16-67), and keeps the
+XRTCompileArtifact it returns -- output_binary "<name>.elf" and kernel "main:<name>" (python/air/
+backend/xrt.py:429-437, 573-611). The kwargs: ELF output, instance_name = the module's function,
+target_device="npu2" (without it XRTBackend asks xrt-smi and falls back to npu1, for which ELF
+output is refused, xrt.py:64-126, 381-386), omit_while_true_loop=False, then the spec's own
+`backend` options (a group's omit_pingpong and runtime_loop_tiling_sizes).
 A kernel compiled under a second symbol (matvec_bf16_k1536 in mv_k1536.o, the MLIR-AIR Llama guide's
 mv_k8192.o trick) is the same source built with -D<kernel>=<symbol>.
 """
@@ -64,6 +74,16 @@ class Artifact:
     @property
     def plan(self) -> dict:
         return json.loads((self.path / "plan.json").read_text())
+
+    @property
+    def elf(self) -> Path | None:
+        """The ELF XRTBackend wrote (mode "xrt"), else None."""
+        return self.path / self.manifest["elf"] if self.manifest.get("elf") else None
+
+    @property
+    def kernel(self) -> str | None:
+        """The kernel name the ELF is loaded by, "main:<function>" (mode "xrt"), else None."""
+        return self.manifest.get("kernel")
 
     def __str__(self) -> str:
         how = "cache hit" if self.cache_hit else f"compiled in {self.seconds:.2f} s"
@@ -147,9 +167,19 @@ def toolchain(mode: str, peano_dir=None) -> dict:
             "peano": _peano_version(peano_dir)}
 
 
-def fingerprint(text: str, mode: str, tools: dict, kernels_dir: Path = hostbuild.KERNELS_DIR) -> str:
+def backend_kwargs(spec) -> dict:
+    """XRTBackend's keyword arguments for `spec`: the ELF defaults, then the spec's options."""
+    kw = {"verbose": False, "omit_while_true_loop": False, "output_format": "elf",
+          "instance_name": spec.name, "target_device": "npu2"}
+    kw.update(dict(getattr(spec, "backend", None) or {}))
+    return kw
+
+
+def fingerprint(text: str, mode: str, tools: dict, kernels_dir: Path = hostbuild.KERNELS_DIR,
+                options: dict | None = None) -> str:
     h = hashlib.sha256(f"{FORMAT}\0{mode}\0".encode())
     h.update(text.encode())
+    h.update(json.dumps(options or {}, sort_keys=True).encode())
     for p in hostbuild.sources(kernels_dir) if Path(kernels_dir).is_dir() else []:
         h.update(b"\0" + p.name.encode() + b"\0" + p.read_bytes())
     h.update(json.dumps(tools, sort_keys=True).encode())
@@ -166,7 +196,8 @@ def _verify(text: str) -> str:
     if not V.available():
         return "skipped: MLIR Python bindings not installed"
     V.verify(text)
-    return "verified by upstream MLIR (parse + verify)"
+    return ("parsed by upstream MLIR (AIR ops unregistered there: no AIR verifier ran), AIR "
+            "structure checked by llamanb.npu.verify")
 
 
 def _compile_emulated(spec, tmp: Path) -> dict:
@@ -197,23 +228,42 @@ def _compile_xrt(spec, tmp: Path, lk: list[dict], peano_dir=None) -> dict:
             errors = [ln for ln in run.stderr.splitlines() if "error" in ln.lower()][:3]
             raise LlamanbError(f"Peano failed on {link['source']}: " + " | ".join(errors))
         objects[obj] = link["source"]
+    staged = tmp / "air_project"                 # where prepare_air_project puts them
+    staged.mkdir()
+    for obj in objects:
+        shutil.copyfile(tmp / obj, staged / obj)
     air_ir = importlib.import_module("air.ir")
     xrt_backend = importlib.import_module("air.backend.xrt")
-    want = {"verbose": False, "output_format": "elf", "instance_name": spec.name}
-    params = inspect.signature(xrt_backend.XRTBackend).parameters
-    backend = xrt_backend.XRTBackend(**{k: v for k, v in want.items() if k in params})
+    kw = backend_kwargs(spec)
+    backend = xrt_backend.XRTBackend(**kw)
     before = set(os.listdir(tmp))
     cwd = os.getcwd()
     os.chdir(tmp)                  # aircc writes its project and outputs into the working dir
     try:
         with air_ir.Context():
             module = air_ir.Module.parse(spec.text)
-            backend.compile(module)
+            art = backend.compile(module, output_binary_name=spec.name)
+    except LlamanbError:
+        raise
+    except Exception as e:         # noqa: BLE001 - AirBackendError and whatever aircc raised
+        lines = str(e).strip().splitlines()
+        raise LlamanbError(f"{spec.name}: mlir-air's XRTBackend.compile failed: "
+                           f"{type(e).__name__}: {lines[-1] if lines else ''}") from None
     finally:
         os.chdir(cwd)
         if hasattr(backend, "unload"):
             backend.unload()
-    return {"objects": objects, "backend_outputs": sorted(set(os.listdir(tmp)) - before)}
+    elf = Path(str(getattr(art, "output_binary", "")))
+    elf = elf if elf.is_absolute() else tmp / elf
+    want = f"main:{spec.name}"
+    if elf.suffix != ".elf" or not elf.is_file() or getattr(art, "kernel", None) != want:
+        raise LlamanbError(f"{spec.name}: XRTBackend.compile returned output_binary "
+                           f"{getattr(art, 'output_binary', None)!r} and kernel "
+                           f"{getattr(art, 'kernel', None)!r}; want an existing .elf and {want!r}")
+    if elf.parent != tmp:
+        shutil.copyfile(elf, tmp / elf.name)
+    return {"objects": objects, "backend_kwargs": kw, "elf": elf.name, "kernel": art.kernel,
+            "backend_outputs": sorted(set(os.listdir(tmp)) - before)}
 
 
 def compile(spec, mode: str = "auto", root: Path | None = None, peano_dir=None) -> Artifact:
@@ -223,7 +273,8 @@ def compile(spec, mode: str = "auto", root: Path | None = None, peano_dir=None) 
         raise LlamanbError(f"compile needs a KernelSpec (name, text), got {type(spec).__name__}")
     mode, why = resolve_mode(mode, peano_dir)
     tools = toolchain(mode, peano_dir)
-    key = fingerprint(spec.text, mode, tools)
+    options = backend_kwargs(spec) if mode == "xrt" else dict(getattr(spec, "backend", {}) or {})
+    key = fingerprint(spec.text, mode, tools, options=options)
     root = Path(root) if root is not None else artifacts_root()
     final = root / f"{spec.name}-{key[:20]}"
     if (final / "manifest.json").is_file():

@@ -31,7 +31,8 @@ Every number it prints is ESTIMATED. It is built in three layers, each with its 
 2. Kernel classes, each with ONE unknown constant. A launch (one air.launch inside an ELF) costs a
    fixed `launch_s` (reconfiguring the array, setting up its DMAs, draining) plus its work at its
    class's rate; a call (one xrt.run) costs the dispatch, its launches, and its host->device
-   buffer writes (reads are zero-copy views upstream: docs/profile.md, "BO Read"):
+   buffer writes (reads are not modelled: a sync from the device plus a zero-copy view upstream,
+   5 ms of a 1113 ms prefill in docs/profile.md, "BO Read"):
 
     gemm        FLOPs / gemm_flops_s            prefill projections on [8, 4] (32 tiles)
     attention   causal FLOPs / attn_flops_s     FlashAttention on 2 x [4, 4] (32 tiles)
@@ -478,6 +479,16 @@ def table_rows(cfg: LlamaConfig, seq: int = 2048, r: Rates | None = None) -> lis
     return out
 
 
+def signed_pct(x: float, decimals: int = 1) -> str:
+    """`x` as a signed percentage, except that a value which rounds to zero prints unsigned.
+
+    Python keeps the sign of a rounded zero (`f"{-1e-17:+.1%}"` is "-0.0%"), and a quantity that
+    is zero by construction (a calibration row's error, solved to within rounding) comes out as
+    +1e-16 on one BLAS kernel and -1e-16 on another: the sign is noise, so it is not printed."""
+    text = f"{x:+.{decimals}%}"
+    return text[1:] if float(text[1:-1]) == 0 else text
+
+
 def _fmt(sec: float) -> str:
     return f"{sec:8.3f} s " if sec >= 1 else f"{sec * 1e3:8.2f} ms"
 
@@ -494,7 +505,7 @@ def table(cfg: LlamaConfig, seq: int = 2048, r: Rates | None = None) -> str:
         for row in (x for x in rows if x.role == role):
             circ = "--" if role == "calibration" else f"{row.circular:.0%}"
             lines.append(f"{row.label:<42}{_fmt(row.published_s):>12}{_fmt(row.model_s):>12}"
-                         f"{row.error:>+8.1%}{circ:>10}")
+                         f"{signed_pct(row.error):>8}{circ:>10}")
     return "\n".join(lines[1:])
 
 

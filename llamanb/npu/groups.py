@@ -39,7 +39,7 @@ backend runs the 8-launch o_gemv_ffn.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from math import gcd
 
@@ -49,6 +49,25 @@ from .builders.gemv import L1_A_BYTES
 from .plan import Plan, read_plan
 from .spec import KernelSpec
 from .stitch import Member, stitch
+
+# mlir-air's XRTBackend options per group, as upstream compiles its groups (Xilinx/mlir-air,
+# programming_examples/llms): the decode GEMV groups from shared/infra/backend_presets.py (GEMV
+# K=2048 with ping-pong and shim-DMA tiling [16, 16], :39-50, :61-65; o_gemv_ffn without ping-pong
+# because its K=8192 down projection does not fit L1 twice, :52-59), the prefill GEMM groups with
+# tiling [2, 2] (llama32_1b/llama32_1b_prefill.py:67-76, :179-185), FlashAttention without
+# ping-pong and tiling [1, 1] (llama32_1b_prefill.py:247-258, :282-288). llamanb.npu.compile adds
+# output_format="elf", instance_name=<group>, target_device="npu2", omit_while_true_loop=False.
+_GEMV_K2048 = {"omit_pingpong": "", "runtime_loop_tiling_sizes": [16, 16],
+               "use_lock_race_condition_fix": False}
+COMPILE_OPTIONS = {
+    "rms_gemms_rope": {"runtime_loop_tiling_sizes": [2, 2]},
+    "flash_attn": {"omit_pingpong": "all", "runtime_loop_tiling_sizes": [1, 1]},
+    "o_ffn": {"runtime_loop_tiling_sizes": [2, 2]},
+    "rms_gemv_rope": dict(_GEMV_K2048),
+    "o_gemv_ffn": {**_GEMV_K2048, "omit_pingpong": "all"},
+    "o_gemv_ffn3": {**_GEMV_K2048, "omit_pingpong": "all"},
+    "lm_head_gemv": dict(_GEMV_K2048),
+}
 
 PREFILL = ("rms_gemms_rope", "flash_attn", "o_ffn")
 DECODE = ("rms_gemv_rope", "o_gemv_ffn", "o_gemv_ffn3", "lm_head_gemv")
@@ -87,7 +106,7 @@ class Group:
 
 
 def _tile_m(ms, k: int, tiles: int = 8) -> int:
-    """Largest tile_m within the L1 weight budget dividing every m/tiles (one per K family)."""
+    """Largest tile_m within the L1 weight block dividing every m/tiles (one per K family)."""
     per = 0
     for m in ms:
         if m % tiles:
@@ -101,6 +120,16 @@ def _herd_for(n: int, want=(8, 1)):
     return want if n % (want[0] * want[1]) == 0 else (1, 1)
 
 
+def _with_options(spec: KernelSpec) -> KernelSpec:
+    """The stitched group with its compile options, its L1 checked under them (double buffers
+    unless ping-pong is omitted; llamanb.npu.array)."""
+    from .array import usage
+
+    spec = replace(spec, backend=dict(COMPILE_OPTIONS[spec.name]))
+    usage(spec)
+    return spec
+
+
 def decode_groups(cfg, lm_parts: int = 8) -> dict[str, Group]:
     H, F, qd, kvd = cfg.hidden, cfg.ffn, cfg.q_dim, cfg.kv_dim
     Nh, Nkv, d, eps = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.rms_eps
@@ -112,9 +141,10 @@ def decode_groups(cfg, lm_parts: int = 8) -> dict[str, Group]:
     if qd == H:
         t_h = t_q = _tile_m([qd, kvd, F, H], H)
 
-    def gv(m, k, tile, kfam=""):
+    def gv(m, k, tile, kfam="", group="rms_gemv_rope"):
         kw = {} if not kfam else {"symbol": f"matvec_bf16_k{k}", "link_with": f"mv_k{k}.o"}
-        return gemv(m, k, tile_m=tile, **kw)
+        pp = COMPILE_OPTIONS[group].get("omit_pingpong", "")      # the module's, not the kernel's
+        return gemv(m, k, tile_m=tile, omit_pingpong=pp, **kw)
 
     norm = rmsnorm(1, H, eps, herd_xy=(1, 1), flat_out=True)
     first = [
@@ -128,29 +158,33 @@ def decode_groups(cfg, lm_parts: int = 8) -> dict[str, Group]:
                     link_with="rope_kv.o"), {"x": "k_pre", "lut": "lut_k", "y": "k"}, "rope_k")]
     res = add(1, H, herd_xy=_herd_for(H), flat=(True, True, True))
     second = [
-        Member(gv(H, qd, t_q, "" if qd == H else "q"), {"a": "wo", "x": "attn", "y": "o"}, "o"),
+        Member(gv(H, qd, t_q, "" if qd == H else "q", "o_gemv_ffn"),
+               {"a": "wo", "x": "attn", "y": "o"}, "o"),
         Member(res, {"a": "o", "b": "x", "out": "h"}, "res1"),
         Member(norm, {"x": "h", "w": "ffn_norm", "y": "hn"}, "norm"),
-        Member(gv(F, H, t_h), {"a": "w_gate", "x": "hn", "y": "g"}, "gate"),
-        Member(gv(F, H, t_h), {"a": "w_up", "x": "hn", "y": "u"}, "up"),
+        Member(gv(F, H, t_h, group="o_gemv_ffn"), {"a": "w_gate", "x": "hn", "y": "g"}, "gate"),
+        Member(gv(F, H, t_h, group="o_gemv_ffn"), {"a": "w_up", "x": "hn", "y": "u"}, "up"),
         Member(silu_and_mul(1, F, herd_xy=_herd_for(F), flat=True),
                {"gate": "g", "up": "u", "out": "act"}, "silu"),
-        Member(gv(H, F, t_f, "ffn"), {"a": "w_down", "x": "act", "y": "down"}, "down"),
+        Member(gv(H, F, t_f, "ffn", "o_gemv_ffn"), {"a": "w_down", "x": "act", "y": "down"},
+               "down"),
         Member(res, {"a": "down", "b": "h", "out": "out"}, "res2")]
     packed = [*second[:3],
-              Member(gv(2 * F, H, t_h), {"a": "w_gate_up", "x": "hn", "y": "gu"}, "gate_up"),
+              Member(gv(2 * F, H, t_h, group="o_gemv_ffn3"),
+                     {"a": "w_gate_up", "x": "hn", "y": "gu"}, "gate_up"),
               Member(silu_and_mul(1, F, herd_xy=_herd_for(F), flat=True, packed=True),
                      {"gu": "gu", "out": "act"}, "silu"),
               *second[6:]]
     part = cfg.vocab // lm_parts
     t_v = _tile_m([part], H)
-    head = [Member(gv(part, H, t_v), {"a": f"w_head{i}", "x": "xn", "y": f"logits{i}"},
+    head = [Member(gv(part, H, t_v, group="lm_head_gemv"), {"a": f"w_head{i}", "x": "xn", "y": f"logits{i}"},
                    f"part{i}") for i in range(lm_parts)]
     out = {}
     for name, members, runs in (("rms_gemv_rope", first, None), ("o_gemv_ffn", second, None),
                                 ("o_gemv_ffn3", packed, [[0, 1], [2, 3, 4], [5, 6]]),
                                 ("lm_head_gemv", head, None)):
-        out[name] = Group(name, "decode", stitch(name, members, launches=runs), tuple(members))
+        out[name] = Group(name, "decode", _with_options(stitch(name, members, launches=runs)),
+                          tuple(members))
     return out
 
 
@@ -179,7 +213,7 @@ def prefill_groups(cfg, seq: int) -> dict[str, Group]:
         Member(res, {"a": "down", "b": "h", "out": "out"}, "res2")]
     out = {}
     for name, members in (("rms_gemms_rope", first), ("flash_attn", attn), ("o_ffn", second)):
-        out[name] = Group(name, "prefill", stitch(name, members), tuple(members))
+        out[name] = Group(name, "prefill", _with_options(stitch(name, members)), tuple(members))
     return out
 
 

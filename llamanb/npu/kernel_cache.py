@@ -13,7 +13,11 @@ Three caches:
   disk     root/<name>/{module.mlir, manifest.json}: manifest holds the fingerprint of the module
            text + backend_kwargs + toolchain; a stale entry (fingerprint differs) is rebuilt, a
            corrupt one (unreadable manifest, missing file) is reported and rebuilt.
-  process  name -> the loaded kernel (for a real NPU: xclbin registered, hw_context, instructions)
+  process  name -> the loaded kernel (for a real NPU: the ELF's xrt.elf, hw_context and
+           xrt.ext.kernel "main:<func>", llamanb.npu.runtime.XrtDevice)
+  real     an entry built for a real NPU holds <name>.elf beside its manifest, whose "elf" and
+           "kernel" fields are what upstream's manifest keeps per entry (output_binary, kernel;
+           Xilinx/mlir-air programming_examples/llms/shared/infra/cache.py:397-410, 473-489)
   buffers  (name, bo_key) -> one BO per argument. Static (weights) and intermediate slots are
            written and synced on the first call for a bo_key only; every later call writes the
            inputs and reads back only `output_indices`. One bo_key per layer keeps each layer's
@@ -28,10 +32,17 @@ infra/cache.py), where this one matches and where it differs, on purpose:
            an intermediate one included (written once, then read after every call); static and
            intermediate slots are written on the first call per bo_key only.
   differs  read-back returns a COPY of the BO's mapping (counted as a host memcpy); upstream
-           returns a zero-copy view (np.frombuffer(bo.map())), which is why its profile's "BO
-           Read" is ~0 ms. A view is overwritten by the next call on the same buffers (upstream's
-           own docstring warns of it for shared BOs); the course's engine keeps results across
-           calls, so it pays the copy.
+           syncs each read-back BO from the device and returns a zero-copy view
+           (np.frombuffer(bo.map())); its "BO Read" times both (cache.py:704-724). A view is
+           overwritten by the next call on the same buffers (upstream's docstring warns of it for
+           shared BOs); the course's engine keeps results across calls, so it pays the copy.
+  differs  upstream pools buffers across bo_keys: shared_nonstatic=True takes every non-static
+           slot from one process-wide pool keyed (name, slot, size), so prefill holds one set of
+           activation buffers, not one per layer; shared_alias={slot: pool} makes a producer's
+           output and its consumer's input one BO across calls (cache.py:503-558, 628-658). Here
+           every bo_key has its own buffers, and `alias` binds slots within a layer only.
+  differs  upstream's prefill passes the RoPE tables as static slots, written once
+           (llama32_1b/llama32_1b_prefill.py:375); llamanb.npu.backend sends them every call.
   differs  a slot listed in output_indices and in no other set is not written before the call
            (the kernel overwrites it); upstream writes every slot that is neither static nor
            intermediate, outputs included.
@@ -105,6 +116,7 @@ class KernelCache:
     def fingerprint(self, spec: KernelSpec, backend_kwargs) -> str:
         h = hashlib.sha256(spec.text.encode())
         h.update(json.dumps(_jsonable(backend_kwargs), sort_keys=True).encode())
+        h.update(json.dumps(_jsonable(getattr(spec, "backend", None)), sort_keys=True).encode())
         h.update(json.dumps(toolchain_fingerprint(self.device.emulated), sort_keys=True).encode())
         return h.hexdigest()
 
@@ -118,6 +130,8 @@ class KernelCache:
             m = json.loads(mf.read_text())
             if m.get("format") != FORMAT or not (d / m["module"]).is_file():
                 raise ValueError("format or files")
+            if not m.get("emulated", True) and not (d / m.get("elf", "?")).is_file():
+                raise ValueError("the ELF of a real build is missing")
             for key in ("fingerprint", "args", "herd", "name"):
                 m[key]
         except (OSError, ValueError, KeyError, TypeError) as e:
@@ -164,6 +178,7 @@ class KernelCache:
                 "links": list(spec.links), "externs": list(spec.externs),
                 "params": {k: v for k, v in spec.params.items()
                            if isinstance(v, (int, float, str, bool))},
+                "compile_options": _jsonable(spec.backend),
             }
             if not self.device.emulated:
                 manifest.update(self._compile_real(spec, tmp, backend_kwargs))
@@ -178,21 +193,19 @@ class KernelCache:
         self.stats["builds"] += 1
 
     def _compile_real(self, spec, out: Path, backend_kwargs) -> dict:
-        """A real build through llamanb.npu.compile (mlir-air's XRTBackend + Peano); the xclbin
-        and instruction stream it wrote are recorded in this entry's manifest."""
+        """A real build through llamanb.npu.compile (mlir-air's XRTBackend + Peano, ELF output);
+        the ELF is copied in beside this entry's manifest as <name>.elf with the kernel name the
+        XRTCompileArtifact carried, as upstream's compile_and_cache does (cache.py:473-489)."""
         from .compile import compile as compile_spec
 
         art = compile_spec(spec, mode="xrt", **{k: v for k, v in _jsonable(backend_kwargs).items()
                                                 if k in ("peano_dir",)})
-        files = [Path(art.path) / f for f in art.manifest.get("backend_outputs", [])]
-        xclbin = next((f for f in files if f.suffix == ".xclbin"), None)
-        insts = next((f for f in files if f.name.endswith(("insts.bin", "insts.txt"))
-                      or f.suffix == ".bin"), None)
-        if xclbin is None or insts is None:
-            raise LlamanbError(f"{spec.name}: the XRT build wrote {[f.name for f in files]}; "
-                               f"this runtime loads an xclbin and its instruction stream")
-        return {"xclbin": str(xclbin), "insts": str(insts), "kernel_name": "MLIR_AIE",
-                "artifact": str(art.path)}
+        if art.elf is None or not art.elf.is_file() or not art.kernel:
+            raise LlamanbError(f"{spec.name}: the XRT build at {art.path} has no ELF and kernel "
+                               f"name in its manifest; compile it again")
+        shutil.copyfile(art.elf, out / f"{spec.name}.elf")     # `out` is renamed into place
+        return {"elf": f"{spec.name}.elf", "kernel": art.kernel, "artifact": str(art.path),
+                "backend_kwargs_xrt": art.manifest.get("backend_kwargs", {})}
 
     def _spec_from_manifest(self, name: str, m: dict) -> KernelSpec:
         text = (self.root / name / m["module"]).read_text()
@@ -201,7 +214,7 @@ class KernelCache:
         return KernelSpec(name=m.get("func", name), args=args, text=text, model=None,
                           herd=tuple(m["herd"]), tiles=m.get("tiles", {}),
                           links=tuple(m.get("links", ())), externs=tuple(m.get("externs", ())),
-                          params=m.get("params", {}))
+                          params=m.get("params", {}), backend=m.get("compile_options", {}))
 
     # ------------------------------------------------------------ process
     def _remember(self, name: str, spec: KernelSpec, fp: str) -> None:
@@ -215,14 +228,13 @@ class KernelCache:
     def _artifact(self, name, spec):
         if self.device.emulated:
             return spec
-        m = json.loads((self.root / name / "manifest.json").read_text())
+        from .runtime import ElfArtifact
 
-        class _Art:
-            pass
-        a = _Art()
-        a.name, a.spec = name, spec
-        a.xclbin, a.insts, a.kernel_name = m["xclbin"], m["insts"], m["kernel_name"]
-        return a
+        m = json.loads((self.root / name / "manifest.json").read_text())
+        if "elf" not in m or "kernel" not in m:
+            raise LlamanbError(f"kernel {name!r}: cache entry {self.root / name} was built for "
+                               f"the emulated NPU2; compile_and_cache it for the real one")
+        return ElfArtifact(name, str(self.root / name / m["elf"]), m["kernel"], spec)
 
     def _drop_buffers(self, name: str) -> None:
         for key in [k for k in self._bos if k[0] == name]:

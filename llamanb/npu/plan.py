@@ -28,6 +28,8 @@ class Buffer:
     shape: tuple[int, ...]
     dtype: str
     space: int                       # 1: L2 (mem tile), 2: L1 (compute tile)
+    dma: str = ""                    # "in", "out" or "in+out": the air.dma_memcpy_nd ops of its
+                                     # herd (or segment) that write it / read it; "" when none do
 
     @property
     def nbytes(self) -> int:
@@ -102,6 +104,7 @@ class Plan:
 
 def _buffers(op: Op, space: int, stop_at_herd: bool) -> tuple[Buffer, ...]:
     out = []
+    fed, drained = set(), set()
     stack = [op]
     while stack:
         o = stack.pop()
@@ -111,8 +114,14 @@ def _buffers(op: Op, space: int, stop_at_herd: bool) -> tuple[Buffer, ...]:
             shape, dtype, sp = memref_info(o.result_types[0])
             if sp == space:
                 out.append(Buffer(o.results[0], shape, dtype, sp))
+        if o.name == "air.dma_memcpy_nd":
+            segs = o.props["operandSegmentSizes"]
+            fed.add(o.operands[segs[0]])                          # the destination
+            drained.add(o.operands[sum(segs[:5])])                # the source
         stack.extend(inner for r in o.regions for blk in r for inner in reversed(blk.ops))
-    return tuple(out)
+    how = {b.name: "+".join(w for w, s in (("in", fed), ("out", drained)) if b.name in s)
+           for b in out}
+    return tuple(Buffer(b.name, b.shape, b.dtype, b.space, how[b.name]) for b in out)
 
 
 def _herds(op: Op, origin: dict, instances: int, externs: dict) -> list[HerdPlan]:

@@ -20,9 +20,10 @@ numpy interpreter, so its wall time says nothing about the NPU.
 Values are bf16 on the device. Host arrays here are float32 holding bf16 values (the emulator's
 convention); byte counts use the device's bf16 size (Arg.nbytes), not the float32 host copy.
 
-The real path (XrtDevice) imports pyxrt only when constructed: xrt.device(index),
-xrt.xclbin / hw_context, xrt.kernel, xrt.bo with `.map()` and `.sync(direction)`, and a run per
-dispatch. Tests drive it with a fake pyxrt module.
+The real path (XrtDevice) imports pyxrt only when constructed and loads ELF groups the way
+mlir-air's Llama runtime does: xrt.elf -> xrt.hw_context(device, elf) -> xrt.ext.kernel(ctx,
+"main:<func>"), BOs from xrt.ext.bo, one xrt.run per call (set_arg per slot, start, wait2), and the
+run's state checked. Tests drive it with a contract fake of pyxrt written from pyxrt.cpp.
 """
 from __future__ import annotations
 
@@ -271,6 +272,42 @@ class EmulatedDevice:
 
 
 # ---------------------------------------------------------------- the real device (pyxrt)
+#
+# The ELF path of the MLIR-AIR Llama runtime, call for call (Xilinx/mlir-air: python/air/backend/
+# xrt.py, XRTBackend.load and its invoker, lines 723-785; programming_examples/llms/shared/infra/
+# cache.py, KernelCache.load_and_run, lines 638-711), against XRT's Python bindings (Xilinx/XRT:
+# src/python/pybind11/src/pyxrt.cpp):
+#
+#   device = pyxrt.device(0)                           pyxrt.cpp:362     xrt.py:723
+#   elf    = pyxrt.elf(path)                           pyxrt.cpp:602-604 xrt.py:729
+#   ctx    = pyxrt.hw_context(device, elf)             pyxrt.cpp:324-329 xrt.py:730
+#   kernel = pyxrt.ext.kernel(ctx, "main:<func>")      pyxrt.cpp:715-719 xrt.py:731
+#   bo     = pyxrt.ext.bo(device, nbytes)              pyxrt.cpp:681-685 cache.py:640
+#   bo.map() (bytes), bo.sync(XCL_BO_SYNC_BO_TO_DEVICE / _FROM_DEVICE)
+#                                                      pyxrt.cpp:533-538 cache.py:682-686, 711
+#   run = pyxrt.run(kernel); run.set_arg(i, bo) for every slot; run.start(); run.wait2()
+#                                                      pyxrt.cpp:426-444 cache.py:694-698
+#
+# wait2() with no timeout returns nothing and throws xrt::run::command_error when the command ends
+# in any state but ERT_CMD_STATE_COMPLETED (Xilinx/XRT src/runtime_src/core/include/xrt/
+# xrt_kernel.h:378-392; pybind11 turns it into a RuntimeError); run.state() (pyxrt.cpp:448) then
+# says which state. Either way this runtime raises one LlamanbError naming the group and the state:
+# a run that timed out or aborted must not come back as wrong tokens (mlir-air#1822, the reason for
+# xrt.py's _check_run_state, lines 204-218).
+
+
+@dataclass(frozen=True)
+class ElfArtifact:
+    """What the real runtime loads: mlir-air's XRTCompileArtifact for output_format="elf"
+    (Xilinx/mlir-air python/air/backend/xrt.py:160-185, returned at :611) -- the ELF path
+    (`output_binary`) and the kernel name "main:<instance_name>" (:573-593) -- plus the group's
+    name and argument table (`spec`), which the ELF does not carry."""
+
+    name: str
+    output_binary: str
+    kernel: str
+    spec: object = None
+
 
 def have_pyxrt() -> bool:
     try:
@@ -281,11 +318,12 @@ def have_pyxrt() -> bool:
 
 
 class XrtBO:
-    """A pyxrt buffer object seen as a float32 array of bf16 values on the host.
+    """A pyxrt.ext.bo seen as a float32 array of bf16 values on the host.
 
-    pyxrt maps a BO as raw bytes; bf16 is the high half of a float32, so the host view is kept
-    as float32 and converted on sync: to_device packs the top 16 bits (after llamanb's rounding),
-    from_device widens them back."""
+    pyxrt maps a BO as raw bytes (a memoryview of bo.size() bytes, pyxrt.cpp:536-538); bf16 is the
+    high half of a float32, so the host view is kept as float32 and converted on sync: to_device
+    packs the top 16 bits (after llamanb's rounding) into the mapping, then syncs; from_device
+    syncs, then widens them back."""
 
     def __init__(self, device: "XrtDevice", bo, shape, name: str, dtype: str):
         self.device, self.bo, self.name, self.dtype = device, bo, name, dtype
@@ -322,19 +360,24 @@ class XrtBO:
 
 @dataclass
 class XrtKernel:
-    name: str
-    kernel: object                 # pyxrt.kernel
-    instr: object                  # pyxrt.bo holding the instruction stream
-    n_instr: int
+    name: str                      # the group (llamanb's name for it)
+    kernel: object                 # pyxrt.ext.kernel
+    context: object                # pyxrt.hw_context built from the ELF (kept alive with it)
+    elf: object                    # pyxrt.elf
+    n_args: int
     estimated_s: float
 
 
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
 class XrtDevice:
-    """A real NPU2 through pyxrt (imported here, not at package import)."""
+    """A real NPU2 through pyxrt (imported here, not at package import), ELF groups only."""
 
     emulated = False
-    description = "AMD NPU2 through XRT (pyxrt)"
-    OPCODE = 3                      # the NPU kernel's "run the instruction stream" opcode
+    description = "AMD NPU2 through XRT (pyxrt), ELF groups"
 
     def __init__(self, index: int = 0, xrt=None):
         if xrt is None:
@@ -344,40 +387,67 @@ class XrtDevice:
                 raise LlamanbError("the npu2 backend needs pyxrt (XRT's Python bindings) and an "
                                    "NPU bound to amdxdna; use --backend npu2-emulated instead")
         self.xrt = xrt
-        self.device = xrt.device(index)
+        try:
+            self.device = xrt.device(index)
+        except Exception as e:                 # noqa: BLE001 - XRT raises RuntimeError subclasses
+            raise LlamanbError(f"XRT could not open NPU device {index}: {_one_line(e)}") from None
         self.counters = Counters()
-        self._contexts: dict = {}
 
-    def alloc(self, shape, name: str = "", dtype: str = "bf16", group: int = 0) -> XrtBO:
+    def alloc(self, shape, name: str = "", dtype: str = "bf16") -> XrtBO:
+        if dtype not in _ITEM:
+            raise LlamanbError(f"buffer dtype must be one of {', '.join(_ITEM)}, got {dtype!r}")
         nbytes = int(np.prod(_shape(shape))) * _ITEM[dtype]
-        bo = self.xrt.bo(self.device, nbytes, self.xrt.bo.host_only, group)
-        return XrtBO(self, bo, shape, name, dtype)
+        return XrtBO(self, self.xrt.ext.bo(self.device, nbytes), shape, name, dtype)
 
     def kernel(self, artifact) -> XrtKernel:
-        """artifact: an object with .xclbin (path), .insts (path of the uint32 instruction
-        stream), .kernel_name and .spec -- what llamanb.npu.compile writes for a real build."""
-        for attr in ("xclbin", "insts", "kernel_name"):
-            if not getattr(artifact, attr, None):
-                raise LlamanbError(f"artifact {getattr(artifact, 'name', '?')} has no {attr}: "
-                                   f"it was not compiled for a real NPU2 (emulated artifact?)")
+        """Load an ElfArtifact: xrt.elf -> xrt.hw_context(device, elf) -> xrt.ext.kernel(ctx,
+        "main:<func>"), as XRTBackend.load does for an ELF (xrt.py:725-738)."""
+        import os
+
+        name = getattr(artifact, "name", "?")
+        path, kname = getattr(artifact, "output_binary", None), getattr(artifact, "kernel", None)
+        if not path or not str(path).endswith(".elf") or not kname:
+            raise LlamanbError(f"{name}: the npu2 runtime loads an ELF and its kernel name "
+                               f"'main:<func>' (got {path!r}, {kname!r}); was it compiled for "
+                               f"the emulated NPU2?")
+        if not os.path.isfile(path):
+            raise LlamanbError(f"{name}: ELF {path} does not exist (compile it again)")
         xrt = self.xrt
-        key = str(artifact.xclbin)
-        if key not in self._contexts:
-            xclbin = xrt.xclbin(key)
-            self.device.register_xclbin(xclbin)
-            self._contexts[key] = xrt.hw_context(self.device, xclbin.get_uuid())
-        kern = xrt.kernel(self._contexts[key], artifact.kernel_name)
-        instr = np.fromfile(artifact.insts, dtype=np.uint32)
-        ibo = xrt.bo(self.device, instr.nbytes, xrt.bo.cacheable, kern.group_id(1))
-        ibo.write(instr.tobytes(), 0)
-        ibo.sync(xrt.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE)
+        try:
+            elf = xrt.elf(str(path))
+            ctx = xrt.hw_context(self.device, elf)
+            kern = xrt.ext.kernel(ctx, kname)
+        except Exception as e:                 # noqa: BLE001
+            raise LlamanbError(f"{name}: XRT could not load kernel {kname!r} from {path}: "
+                               f"{_one_line(e)}") from None
         from .cost import kernel_time
         spec = getattr(artifact, "spec", None)
-        return XrtKernel(artifact.kernel_name, kern, ibo, int(instr.size),
-                         kernel_time(spec) if spec is not None else 0.0)
+        n = len(spec.args) if spec is not None else -1
+        return XrtKernel(name, kern, ctx, elf, n, kernel_time(spec) if spec is not None else 0.0)
 
     def run(self, kernel: XrtKernel, bos: Sequence[XrtBO]) -> None:
+        """One xrt.run of the group: every slot bound in order, start, wait2, and the state checked."""
+        if kernel.n_args >= 0 and len(bos) != kernel.n_args:
+            raise LlamanbError(f"{kernel.name} takes {kernel.n_args} buffers, got {len(bos)}")
+        xrt = self.xrt
         t0 = time.perf_counter()
-        r = kernel.kernel(self.OPCODE, kernel.instr, kernel.n_instr, *[b.bo for b in bos])
-        r.wait()
+        try:
+            run = xrt.run(kernel.kernel)
+            for i, b in enumerate(bos):
+                run.set_arg(i, b.bo)
+            run.start()
+        except Exception as e:                 # noqa: BLE001 - XRT's errors are RuntimeErrors
+            raise LlamanbError(f"NPU group {kernel.name}: XRT refused the run: "
+                               f"{_one_line(e)}") from None
+        failure = None
+        try:
+            run.wait2()
+        except Exception as e:                 # noqa: BLE001 - xrt::run::command_error
+            failure = _one_line(e)
+        state = run.state()
+        done = xrt.ert_cmd_state.ERT_CMD_STATE_COMPLETED
+        if failure is not None or state != done:
+            sname = getattr(state, "name", str(state))
+            raise LlamanbError(f"NPU group {kernel.name}: the run ended in state {sname}, not "
+                               f"ERT_CMD_STATE_COMPLETED" + (f" ({failure})" if failure else ""))
         self.counters.dispatch(kernel.name, time.perf_counter() - t0, kernel.estimated_s)

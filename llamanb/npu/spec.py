@@ -58,6 +58,11 @@ class KernelSpec:
     links: tuple[str, ...] = ()       # external objects (rope.o, ...)
     externs: tuple[str, ...] = ()     # external kernel symbols
     params: dict = field(default_factory=dict)      # scalars of the semantics (eps, causal, ...)
+    # keyword arguments for mlir-air's XRTBackend when this module is compiled for the NPU, on top
+    # of llamanb.npu.compile's defaults (ELF output, instance_name = the function, npu2): e.g.
+    # {"omit_pingpong": "all", "runtime_loop_tiling_sizes": [1, 1]} (a group's, from upstream's
+    # presets; see llamanb.npu.groups.COMPILE_OPTIONS). The emulated L1 check reads omit_pingpong.
+    backend: dict = field(default_factory=dict)
 
     @property
     def func(self) -> str:

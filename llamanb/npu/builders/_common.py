@@ -25,10 +25,11 @@ def divides(what: str, n: int, d: int, hint: str = "") -> None:
 def fits(spec):
     """The spec, once the emulated NPU2 array model (llamanb.npu.array) has placed every launch's
     herds and checked their L1 and L2 buffers: a tile configuration that would not fit is
-    rejected here, at build time, as the real compiler would reject it."""
+    rejected here, at build time, as the real compiler would reject it. L1 is counted with
+    ping-pong (a second copy of each DMA-fed buffer) unless the spec's compile options omit it."""
     from ..array import usage
 
-    usage(spec.text)
+    usage(spec)
     return spec
 
 
@@ -136,6 +137,19 @@ def chunk_loop(b: Body, tid: str, n_tiles: int, chunk: int, total: int):
     iters = total // (n_tiles * chunk)
     with b.for_(b.const(0), b.const(iters), b.const(1), hint="it") as it:
         yield b.affine([(it, n_tiles * chunk), (tid, chunk)], hint="off")
+
+
+@contextlib.contextmanager
+def block_loop(b: Body, tid: str, n_tiles: int, chunk: int, total: int):
+    """for i in range(total // (n_tiles * chunk)): offset = tid * (total // n_tiles) + i * chunk.
+
+    Tile t owns one contiguous block, elements [t * total/T, (t+1) * total/T), and walks it in
+    chunks: upstream's split for its eltwise add (Xilinx/mlir-air programming_examples/llms/shared/
+    builders/o_ffn_multi.py:82-137, offset = iv + (tx * herd_y + ty) * chunk_size) and, per launch
+    iteration, for its GEMV rows (matrix_vector_multiplication/bf16/matvec.py:154-163)."""
+    per = total // n_tiles
+    with b.for_(b.const(0), b.const(per // chunk), b.const(1), hint="it") as it:
+        yield b.affine([(tid, per), (it, chunk)], hint="off")
 
 
 def generic(b: Body, ins, in_types, outs, out_types, maps, iterators, body):

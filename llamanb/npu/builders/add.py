@@ -1,10 +1,13 @@
 """Eltwise add (the residual connections): out = a + b, computed in float32, stored in bf16.
 
 Codegen kernel: a bare air.herd (as upstream's eltwise_add builds it; a stitcher wraps it in
-launch -> segment). Each of the herd's T tiles streams chunks of `tile` elements:
+launch -> segment). Each of the herd's T tiles owns one contiguous block of n/T elements and
+streams it in chunks of `tile` elements, as upstream's add does (o_ffn_multi.py:82-137):
     DDR a, b --DMA--> L1 a, b [tile]  --linalg.generic (extf, addf, truncf)-->  L1 c --DMA--> DDR
 The DDR buffers are viewed flat (memref.collapse_shape, no data moves), so the same kernel serves
-[rows, cols] and flat [rows*cols] arguments; `flat=(False, False, True)` is upstream's 2D -> 1D
+[rows, cols] and flat [rows*cols] arguments. Upstream adds 16-lane vectors
+(vector.transfer_read / arith.addf on vector<16xbf16>); this builder keeps a linalg.generic, which
+aircc would lower to scalar loops (convert-linalg-to-loops) -- the emulator's form, not a fast one; `flat=(False, False, True)` is upstream's 2D -> 1D
 variant whose output the next layer's RMSNorm reads as one flat buffer.
 """
 from __future__ import annotations
@@ -13,7 +16,7 @@ from ...errors import LlamanbError
 from ...numerics import to_bf16
 from ..mlir import Body, memref, module_text
 from ..spec import Arg, KernelSpec
-from ._common import fits, chunk_loop, ddr_type, divides, flatten, generic, herd, herd_shape, \
+from ._common import fits, block_loop, ddr_type, divides, flatten, generic, herd, herd_shape, \
     pick_tile, positive, tile_id
 
 L1_CHUNK = 2048          # default elements per L1 chunk: 3 buffers x 4 KB
@@ -41,7 +44,7 @@ def add(rows: int, cols: int, herd_xy=(8, 1), tile: int | None = None,
         flat_t = memref((n,))
         la, lb, lc = (b.alloc(l1, f"{k}_l1") for k in ("a", "b", "c"))
         tid = tile_id(b, tx, ty, (hx, hy))
-        with chunk_loop(b, tid, tiles, tile, n) as off:
+        with block_loop(b, tid, tiles, tile, n) as off:
             one, size = b.const(1), b.const(tile)
             for buf, src in ((la, a1), (lb, b1)):
                 b.dma(buf, l1, src, flat_t, src_ofs=[off], src_sizes=[size], src_strides=[one])

@@ -137,7 +137,11 @@ def flash_attn(seq: int, n_heads: int, n_kv_heads: int, head_dim: int, lq: int =
                       model=model, herd=(nq, ns),
                       tiles={"lq": lq, "lk": lk, "num_q_tiles": nq, "num_cascade_stages": ns,
                              "heads_per_unroll": hpu},
-                      params={"causal": causal, "scale": 1.0 / np.sqrt(d)}))
+                      params={"causal": causal, "scale": 1.0 / np.sqrt(d)},
+                      # compiled as upstream compiles its FlashAttention: without ping-pong (its
+                      # blocks do not fit L1 twice), shim-DMA tiling [1, 1] (Xilinx/mlir-air,
+                      # programming_examples/llms/llama32_1b/llama32_1b_prefill.py:247-258)
+                      backend={"omit_pingpong": "all", "runtime_loop_tiling_sizes": [1, 1]}))
 
 
 def _kv_step(b, j, kvh, k, v, kl, vl, s, m, l_, mn, al, acc, q0, ql, c):
