@@ -28,7 +28,7 @@ def _gamma(n: int) -> float:
 def kernels():
     from llamanb.backends import cpu_kernels
 
-    from llamanb.npu import hostbuild
+    from llamanb import cxx_build as hostbuild
 
     if hostbuild.compiler()[0] is None:                 # no compiler here: nothing to test
         pytest.skip("no C++ compiler")
@@ -47,10 +47,9 @@ def capital_ids(smollm):
     return smollm.tokenizer.encode_prompt("What is the capital of France?", chat=True)
 
 
-@pytest.mark.parametrize("M", [1, 3, 8, 16, 70])
-@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
-def test_matmul_within_float32_summation_bound(kernels, M, wdtype):
-    rng = np.random.default_rng(M)
+def _check_matmul(kernels, M, wdtype, seed=None):
+    """One matmul through `kernels` against float64, within Higham's bound."""
+    rng = np.random.default_rng(M if seed is None else seed)
     K, N = 200, 37                                   # K, N not multiples of the vector width
     x = rng.standard_normal((M, K)).astype(np.float32)
     w = rng.standard_normal((N, K)).astype(np.float32)
@@ -65,9 +64,95 @@ def test_matmul_within_float32_summation_bound(kernels, M, wdtype):
     bound = _gamma(K + 1) * (np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T
                              + np.abs(y0))
     err = np.abs(y - exact)
-    print(f"M={M} {wdtype}: max error {err.max():.2e}, max bound {bound.max():.2e}")
+    print(f"{kernels.flavour} M={M} {wdtype}: max error {err.max():.2e}, max bound {bound.max():.2e}")
     assert (err <= bound).all()
     assert err.max() > 0 or M == 1          # a real float32 computation, not the float64 one
+
+
+@pytest.mark.parametrize("M", [1, 3, 8, 16, 70])
+@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
+def test_matmul_within_float32_summation_bound(kernels, M, wdtype):
+    _check_matmul(kernels, M, wdtype)
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        return set()
+    return {f for ln in text.splitlines() if ln.startswith(("flags", "Features"))
+            for f in ln.split(":", 1)[1].split()}
+
+
+@pytest.fixture(scope="module")
+def portable_kernels(kernels):
+    from llamanb.backends import cpu_kernels
+
+    return cpu_kernels.load(flavour_name="portable")
+
+
+def test_native_and_portable_builds_both_match_float64(kernels, portable_kernels):
+    """Issue 28/30: the kernels build and pass both ways on this machine -- -march=native (its
+    own vector instructions) and the portable flags (the compiler's default target: on x86-64,
+    SSE2 and the generic vector code) -- each checked against float64 with the derived bound,
+    at decode (1, 3 rows), multi-row decode (8) and prefill (70) shapes, float32 and bf16."""
+    import platform
+
+    assert portable_kernels.flavour == "portable" and kernels.flavour == "native"
+    assert portable_kernels.built.key != kernels.built.key         # two libraries, two keys
+    if platform.machine() in ("x86_64", "AMD64"):
+        assert "AVX" not in portable_kernels.isa and "SSE2" in portable_kernels.isa
+        have = _cpu_flags()
+        assert ("AVX2" in kernels.isa) == ("avx2" in have)
+        assert ("AVX512F" in kernels.isa) == ("avx512f" in have)
+    for k in (kernels, portable_kernels):
+        for M in (1, 3, 8, 70):
+            for wdtype in ("f32", "bf16"):
+                _check_matmul(k, M, wdtype, seed=100 + M)
+
+
+def test_march_variable_picks_the_flavour(monkeypatch):
+    from llamanb.backends import cpu_kernels
+
+    monkeypatch.setenv("LLAMANB_CPU_MARCH", "x86-64-v3")
+    assert cpu_kernels.flavour() == "x86-64-v3"
+    assert cpu_kernels.flavour_flags("x86-64-v3")[-1] == "-march=x86-64-v3"
+    assert "-march=native" in cpu_kernels.flavour_flags("native")
+    assert not any(f.startswith("-march") for f in cpu_kernels.flavour_flags("portable"))
+    monkeypatch.setenv("LLAMANB_CPU_MARCH", "x86 64; rm -rf")
+    with pytest.raises(LlamanbError, match="LLAMANB_CPU_MARCH") as e:
+        cpu_kernels.flavour()
+    assert "\n" not in str(e.value)
+    monkeypatch.setenv("LLAMANB_CPU_MARCH", "no-such-cpu-xyz")
+    with pytest.raises(LlamanbError, match="LLAMANB_CPU_MARCH=no-such-cpu-xyz") as e:
+        cpu_kernels.load()
+    assert "\n" not in str(e.value)
+
+
+def test_avx512_kernels_compile_here(kernels):
+    """The AVX-512 paths (vec.h: 16-lane vectors, 32-wide panels, the 512-bit bfloat16 unpack)
+    cannot run on a CPU without AVX-512, but they must compile: built for an AVX-512 target
+    (with AVX512-BF16), and the library really uses 512-bit registers."""
+    import platform
+    import shutil
+
+    from llamanb import cxx_build
+    from llamanb.backends import cpu_kernels
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("an x86 target")
+    built = None
+    for march in ("sapphirerapids", "x86-64-v4"):          # g++ >= 11 knows the first
+        built = cxx_build.build(cpu_kernels.KERNELS_DIR, cpu_kernels.cache_dir(),
+                                cpu_kernels.flavour_flags(march), "cpu-kernels")
+        if built is not None:
+            break
+    assert built is not None, cxx_build.reason(cpu_kernels.KERNELS_DIR,
+                                               cpu_kernels.flavour_flags("x86-64-v4"))
+    if shutil.which("objdump"):
+        dis = subprocess.run(["objdump", "-d", str(built.path)], capture_output=True, text=True,
+                             timeout=120).stdout
+        assert "zmm" in dis
 
 
 def test_decode_row_in_a_batch_equals_it_alone(smollm, cpu_engine):
@@ -236,7 +321,7 @@ def test_build_is_keyed_and_atomic(tmp_path, kernels):
     """hostbuild with the cpu flags: a second build is a cache hit, another flag or source is a
     new key, and nothing but finished libraries is left in the cache directory."""
     from llamanb.backends import cpu_kernels
-    from llamanb.npu import hostbuild
+    from llamanb import cxx_build as hostbuild
 
     src = tmp_path / "src"
     src.mkdir()

@@ -383,7 +383,7 @@ def test_safetensors_bf16_bits_round_trip(tmp_path):
 def test_cpu_panels_are_packed_once_then_mapped(tiny_dir, fresh_cache):
     """The cpu backend's packed weights go to the model cache once per dtype and layout, then
     every load maps them (nothing rewritten); in-memory weights keep their bf16 bits."""
-    from llamanb.npu import hostbuild
+    from llamanb import cxx_build as hostbuild
 
     if hostbuild.compiler()[0] is None:
         pytest.skip("no C++ compiler")

@@ -229,4 +229,35 @@ void llamanb_cpu_matmul_bf16(const float* x, int M, int K, const uint16_t* P, in
 
 int llamanb_cpu_vector_width() { return VW; }
 
+// Which instruction-set macros the compiler defined for this build, bit i for
+// llamanb.backends.cpu_kernels.ISA_MACROS[i]: what the kernels were compiled to use.
+int llamanb_cpu_isa() {
+    int bits = 0;
+#if defined(__SSE2__)
+    bits |= 1 << 0;
+#endif
+#if defined(__AVX__)
+    bits |= 1 << 1;
+#endif
+#if defined(__AVX2__)
+    bits |= 1 << 2;
+#endif
+#if defined(__FMA__)
+    bits |= 1 << 3;
+#endif
+#if defined(__F16C__)
+    bits |= 1 << 4;
+#endif
+#if defined(__AVX512F__)
+    bits |= 1 << 5;
+#endif
+#if defined(__AVX512BW__)
+    bits |= 1 << 6;
+#endif
+#if defined(__AVX512BF16__)
+    bits |= 1 << 7;
+#endif
+    return bits;
+}
+
 }

@@ -48,7 +48,8 @@ class CpuBackend(Backend):
         super().__init__(weights)
         self.dtype, self.bf16 = dtype, dtype == "bf16"
         c = self.config
-        isa = "-march=native" if self.k.native else "portable flags"
+        isa = {"native": "-march=native", "portable": "portable flags"}.get(
+            self.k.flavour, f"-march={self.k.flavour}")
         self.description = (f"compiled C++ kernels on the host CPU ({dtype} weights, "
                             f"{self.k.vector_width}-lane vectors, {isa}, {self.k.threads} threads)")
         self.freqs = rope_for(c)

@@ -1,13 +1,26 @@
 """The cpu backend's C++ kernels (kernels/cpu/*.cc): built once into the cache, bound with ctypes.
 
-    kernels/cpu/*.cc, *.h --g++ -O3 -march=native -pthread--> $LLAMANB_CACHE/cpu/cpu-kernels-<key>.so
+    kernels/cpu/*.cc, *.h --g++ -O3 -march=<flavour> -pthread--> $LLAMANB_CACHE/cpu/cpu-kernels-<key>.so
 
-The build machinery is the NPU host build's (llamanb.npu.hostbuild): the key hashes the sources,
-the flags and `g++ --version`, and the library is written to a temporary file and renamed into
-place. `-march=native` targets this CPU (AVX2 / AVX-512 where it has them); the flags carry a
-digest of the CPU's model and feature list, so a cache shared between machines never hands one
-CPU another's build. A compiler that refuses `-march=native` gets the portable flags (same code,
-the compiler's default instruction set). `-ffp-contract=fast` lets multiply-adds fuse.
+The build machinery is llamanb.cxx_build's (shared with the NPU host build): the key hashes the
+sources, the flags and `g++ --version`, and the library is written to a temporary file and renamed
+into place. Which instructions the kernels use is decided at build time, from what the compiler
+targets (`__AVX2__`, `__AVX512F__`, ... in kernels/cpu/vec.h), and the target is the build's
+flavour:
+
+    LLAMANB_CPU_MARCH=native     (default) -march=native: this CPU's own instruction set (AVX2 or
+                                 AVX-512 where it has them); the flags carry a digest of the CPU's
+                                 model and feature list, so a cache shared between machines never
+                                 hands one CPU another's build. A compiler that refuses
+                                 -march=native gets the portable flags.
+    LLAMANB_CPU_MARCH=portable   no -march: the compiler's default target (x86-64: SSE2), the
+                                 same source through its generic vector code
+    LLAMANB_CPU_MARCH=<name>     -march=<name>, e.g. x86-64-v3 to force the AVX2 kernels on an
+                                 AVX-512 machine (a target this CPU lacks builds, but dies with
+                                 SIGILL when run)
+
+The flavour is part of the flags, hence of the key: each flavour is its own cached library.
+`-ffp-contract=fast` lets multiply-adds fuse.
 
     LLAMANB_CXX   the compiler (default g++); "none" turns builds off
 
@@ -19,13 +32,15 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
+import re
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import LlamanbError
-from ..npu import hostbuild
+from .. import cxx_build
 
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels" / "cpu"
 BASE_FLAGS = ("-std=c++20", "-O3", "-ffp-contract=fast", "-pthread", "-shared", "-fPIC",
@@ -43,6 +58,10 @@ def _cpu_digest() -> str:
     return hashlib.sha256("\n".join(sorted(set(keep))).encode()).hexdigest()[:12]
 
 
+MARCH_VAR = "LLAMANB_CPU_MARCH"
+_MARCH_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,40}$")
+
+
 def native_flags() -> tuple[str, ...]:
     return BASE_FLAGS + ("-march=native", f"-DLLAMANB_CPU_HOST={_cpu_digest()}")
 
@@ -51,10 +70,33 @@ def portable_flags() -> tuple[str, ...]:
     return BASE_FLAGS
 
 
+def flavour() -> str:
+    """The build flavour $LLAMANB_CPU_MARCH asks for: "native" (default), "portable", or a
+    -march name; anything else is a one-line LlamanbError."""
+    value = os.environ.get(MARCH_VAR, "").strip() or "native"
+    if not _MARCH_NAME.match(value):
+        raise LlamanbError(f"{MARCH_VAR}={value!r} is not native, portable or a -march name "
+                           "(such as x86-64-v3)")
+    return value
+
+
+def flavour_flags(name: str) -> tuple[str, ...]:
+    """The compiler flags of a build flavour (see the module doc)."""
+    if name == "native":
+        return native_flags()
+    if name == "portable":
+        return portable_flags()
+    return BASE_FLAGS + (f"-march={name}",)
+
+
 def cache_dir() -> Path:
     from ..paths import cache_root
 
     return cache_root() / "cpu"
+
+
+# bit i of llamanb_cpu_isa(): the compiler defined this macro for the build (kernels/cpu/vec.h)
+ISA_MACROS = ("SSE2", "AVX", "AVX2", "FMA", "F16C", "AVX512F", "AVX512BW", "AVX512BF16")
 
 
 class Dims(ctypes.Structure):
@@ -99,8 +141,9 @@ class Kernels:
     """The loaded library with typed entry points; arrays must be C-contiguous float32 (uint16
     for bf16 weights) unless a stride is passed."""
 
-    def __init__(self, lib: ctypes.CDLL, built: hostbuild.HostBuild, native: bool):
-        self.lib, self.built, self.native = lib, built, native
+    def __init__(self, lib: ctypes.CDLL, built: cxx_build.HostBuild, flavour: str):
+        self.lib, self.built, self.flavour = lib, built, flavour
+        self.native = flavour == "native"
         P, I, L, F = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
         sig = {"llamanb_cpu_matmul_f32": (P, I, I, P, I, P, I, I),
                "llamanb_cpu_pack_f32": (P, I, I, P),
@@ -115,16 +158,20 @@ class Kernels:
                "llamanb_cpu_attention": (P, L, I, I, I, I, I, P, P, L, P, F, I),
                "llamanb_cpu_read_sum": (P, L),
                "llamanb_cpu_vector_width": (),
+               "llamanb_cpu_isa": (),
                "llamanb_cpu_threads": ()}
         for name, args in sig.items():
             fn = getattr(lib, name)
-            fn.argtypes, fn.restype = list(args), (ctypes.c_int if name.endswith(("width", "threads", "order")) else
+            fn.argtypes, fn.restype = list(args), (ctypes.c_int if name.endswith(("width", "threads", "order", "isa")) else
                                                    ctypes.c_double if name.endswith("_sum") else None)
         self.vector_width = lib.llamanb_cpu_vector_width()
         self.panel_width = lib.llamanb_cpu_panel_width()
         # how this build lays out packed weights (a cached copy must have been packed alike)
         self.layout = f"np{self.panel_width}" + ("-bf16u" if lib.llamanb_cpu_bf16_unpack_order() else "")
         self.threads = lib.llamanb_cpu_threads()
+        bits = lib.llamanb_cpu_isa()
+        # the instruction-set macros the compiler defined for this build (kernels/cpu/vec.h)
+        self.isa = tuple(n for i, n in enumerate(ISA_MACROS) if bits >> i & 1)
 
     def pack(self, w: np.ndarray, bf16: bool = False) -> Packed:
         """W [N, K] -> panels [ceil(N / NP), K, NP] (kernels/cpu/matmul.cc), float32 or bfloat16
@@ -160,22 +207,26 @@ class Kernels:
 
 
 @lru_cache(maxsize=None)
-def _load(kernels_dir: Path, cache: Path) -> Kernels | str:
-    for flags, native in ((native_flags(), True), (portable_flags(), False)):
-        built = hostbuild.build(kernels_dir, cache, flags, "cpu-kernels")
+def _load(kernels_dir: Path, cache: Path, wanted: str) -> Kernels | str:
+    # native falls back to portable (a compiler without -march=native); a named flavour does not
+    tries = ("native", "portable") if wanted == "native" else (wanted,)
+    for name in tries:
+        built = cxx_build.build(kernels_dir, cache, flavour_flags(name), "cpu-kernels")
         if built is not None:
-            return Kernels(ctypes.CDLL(str(built.path)), built, native)
-    return hostbuild.reason(kernels_dir, portable_flags()) or "the build failed"
+            return Kernels(ctypes.CDLL(str(built.path)), built, name)
+    why = cxx_build.reason(kernels_dir, flavour_flags(tries[-1])) or "the build failed"
+    return why if wanted == "native" else f"{MARCH_VAR}={wanted}: {why}"
 
 
-def load(kernels_dir: Path = KERNELS_DIR) -> Kernels:
-    """The kernels, built at first use; a LlamanbError (one line, naming the numpy backend)
-    when they cannot be built here."""
-    cxx, why = hostbuild.compiler()
+def load(kernels_dir: Path = KERNELS_DIR, flavour_name: str | None = None) -> Kernels:
+    """The kernels of one build flavour (default: $LLAMANB_CPU_MARCH, else native), built at
+    first use; a LlamanbError (one line, naming the numpy backend) when they cannot be built."""
+    wanted = flavour_name or flavour()
+    cxx, why = cxx_build.compiler()
     if cxx is None:
         raise LlamanbError(f"backend 'cpu' compiles C++ at first use, but {why} "
                            "(set LLAMANB_CXX, or use --backend numpy)")
-    got = _load(Path(kernels_dir), cache_dir())
+    got = _load(Path(kernels_dir), cache_dir(), wanted)
     if isinstance(got, str):
         raise LlamanbError(f"backend 'cpu': {got} (use --backend numpy)")
     return got
