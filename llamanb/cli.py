@@ -76,13 +76,20 @@ def _sampling_args(p) -> None:
     p.add_argument("--seed", type=_seed, default=None,
                    help="random seed for sampling (default: a fresh one, printed on the status "
                         "line so that --seed N repeats the run)")
-    p.add_argument("--dtype", choices=["float32", "bf16"], default="float32",
-                   help="bf16 rounds weights and every op's output to bfloat16")
+    p.add_argument("--dtype", choices=DTYPES, default="float32", help=DTYPE_HELP)
+
+
+DTYPES = ["float32", "bf16", "q4_1", "q8_0", "auto"]
+DTYPE_HELP = ("bf16 rounds weights and every op's output to bfloat16 (numpy, cpu); q4_1 / q8_0 "
+              "run a GGUF's own quantised blocks as stored, auto each matrix as the file stores it "
+              "(cpu backend)")
 
 
 def _engine(model, backend: str, dtype: str = "float32"):
+    from .backends.cpu import check_dtype
     from .engine import Engine
 
+    check_dtype(backend, dtype)
     return Engine(model, backend, **({"dtype": dtype} if backend in ("numpy", "cpu") else {}))
 
 
@@ -120,9 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="prompt for --diagnose")
     v.add_argument("--steps", type=_positive_int, default=32, help="greedy steps for --live")
     v.add_argument("--save", default=None, help="with --live: write the fresh references here")
-    v.add_argument("--dtype", choices=["float32", "bf16"], default="float32",
-                   help="numpy and cpu backends: run in bfloat16 against the float32 reference "
-                        "(the gate's top-5 rule judges where bf16 rounding changes a token)")
+    v.add_argument("--dtype", choices=DTYPES, default="float32",
+                   help=DTYPE_HELP + " (verify: against the float32 reference; the gate's top-5 "
+                        "rule judges where bf16 rounding changes a token)")
     _backend_arg(v)
 
     b = sub.add_parser("bench", help="llamanb vs transformers on this machine")

@@ -101,8 +101,8 @@ ISA_MACROS = ("SSE2", "AVX", "AVX2", "FMA", "F16C", "AVX512F", "AVX512BW", "AVX5
 
 class Dims(ctypes.Structure):
     """kernels/cpu/forward.cc's Dims: the model's sizes and the step's numerics."""
-    _fields_ = [(n, ctypes.c_int32) for n in ("L", "H", "n_heads", "n_kv", "d", "F", "wbf16", "rnd")] + \
-        [("eps", ctypes.c_float), ("scale", ctypes.c_float)]
+    _fields_ = [(n, ctypes.c_int32) for n in ("L", "H", "n_heads", "n_kv", "d", "F", "rnd")] + \
+        [("eps", ctypes.c_float), ("scale", ctypes.c_float), ("fmt", ctypes.c_void_p)]
 
 
 class Seg(ctypes.Structure):
@@ -120,13 +120,54 @@ class CacheDesc(ctypes.Structure):
                 ("block", ctypes.c_int32)]
 
 
+# a panel format's code in kernels/cpu (forward.cc's fmt, llamanb_cpu_unpack_quant)
+FORMATS = {"f32": 0, "bf16": 1, "q4_1": 2, "q8_0": 3}
+# GGUF block formats the kernels decode in registers: name -> (GGUF bytes per block of 32, panel
+# block bytes per output column) -- kernels/cpu/quant.h
+QUANT_FORMATS = {"Q4_1": ("q4_1", 20, 20), "Q8_0": ("q8_0", 34, 34)}
+
+
+def pack_quant(raw: np.ndarray, qtype: str, np_width: int) -> np.ndarray:
+    """GGUF rows of blocks -> the kernels' quantised panels (kernels/cpu/quant.h).
+
+    raw: uint8 [N, K/32 * bytes per block], row n = output column n (HF order). Returns uint8
+    [ceil(N / NP), K/32, block bytes]: per panel and block of 32 k, the NP columns' float16
+    scales (Q4_1: then their minimums) and their 32 rows of quants, NP per row (Q4_1: two
+    columns j, j + NP/2 per byte). Columns past N are zero blocks (weight 0)."""
+    name, gb, _ = QUANT_FORMATS[qtype]
+    raw = np.ascontiguousarray(raw, dtype=np.uint8)
+    N = raw.shape[0]
+    nb = raw.shape[1] // gb
+    NP, VW = np_width, np_width // 2
+    P = -(-N // NP)
+    blocks = np.zeros((P * NP, nb, gb), np.uint8)
+    blocks[:N] = raw.reshape(N, nb, gb)
+    blocks = blocks.reshape(P, NP, nb, gb).transpose(0, 2, 1, 3)          # [P, nb, NP, gb]
+
+    def cols(a):                                    # [P, nb, NP, c] -> [P, nb, NP * c] bytes
+        return np.ascontiguousarray(a).reshape(P, nb, -1)
+
+    if qtype == "Q4_1":
+        qs = blocks[..., 4:]                                             # [P, nb, NP, 16]
+        q = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)                # weight kk of the block
+        q = q.transpose(0, 1, 3, 2)                                      # [P, nb, 32, NP]
+        packed = q[..., :VW] | (q[..., VW:] << 4)                        # [P, nb, 32, VW]
+        parts = [cols(blocks[..., 0:2]), cols(blocks[..., 2:4]), cols(packed)]
+    else:
+        q = blocks[..., 2:].transpose(0, 1, 3, 2)                        # [P, nb, 32, NP] int8
+        parts = [cols(blocks[..., 0:2]), cols(q)]
+    return np.concatenate(parts, axis=-1)
+
+
 class Packed:
     """A weight W [n, k] packed for the matmul kernel: `data` [ceil(n / NP), k, NP] float32 or
-    uint16 (bfloat16 bits)."""
+    uint16 (bfloat16 bits), or quantised panels [ceil(n / NP), k / 32, block bytes] (fmt "q4_1",
+    "q8_0": see pack_quant)."""
 
-    def __init__(self, n: int, k: int, data: np.ndarray):
+    def __init__(self, n: int, k: int, data: np.ndarray, fmt: str | None = None):
         self.n, self.k, self.data = n, k, data
-        self.bf16 = data.dtype == np.uint16
+        self.fmt = fmt or ("bf16" if data.dtype == np.uint16 else "f32")
+        self.bf16 = self.fmt == "bf16"
 
     @property
     def nbytes(self) -> int:
@@ -152,6 +193,9 @@ class Kernels:
                "llamanb_cpu_panel_width": (),
                "llamanb_cpu_bf16_unpack_order": (),
                "llamanb_cpu_matmul_bf16": (P, I, I, P, I, P, I, I),
+               "llamanb_cpu_matmul_q4_1": (P, I, I, P, I, P, I, I),
+               "llamanb_cpu_matmul_q8_0": (P, I, I, P, I, P, I, I),
+               "llamanb_cpu_unpack_quant": (I, P, I, I, P),
                "llamanb_cpu_rmsnorm": (P, P, P, I, I, F, I),
                "llamanb_cpu_rope": (P, I, L, I, I, P, P, I),
                "llamanb_cpu_silu_mul": (P, P, I, I, I),
@@ -190,9 +234,21 @@ class Kernels:
         M, K = x.shape
         N = w.n
         assert w.k == K and y.shape == (M, N) and x.flags.c_contiguous and y.flags.c_contiguous
-        fn = self.lib.llamanb_cpu_matmul_bf16 if w.bf16 else self.lib.llamanb_cpu_matmul_f32
+        fn = getattr(self.lib, f"llamanb_cpu_matmul_{w.fmt}")
         fn(x.ctypes.data, M, K, w.data.ctypes.data, N, y.ctypes.data, int(accumulate), int(rnd))
         return y
+
+    def pack_quant(self, raw: np.ndarray, qtype: str, k: int) -> Packed:
+        """GGUF blocks (uint8 [N, K/32 * block bytes]) -> quantised panels of this build's width."""
+        data = pack_quant(raw, qtype, self.panel_width)
+        return Packed(raw.shape[0], k, data, QUANT_FORMATS[qtype][0])
+
+    def unpack(self, w: Packed) -> np.ndarray:
+        """Quantised panels -> W [N, K] float32, each weight decoded as the matmul decodes it."""
+        out = np.empty((w.n, w.k), np.float32)
+        self.lib.llamanb_cpu_unpack_quant(FORMATS[w.fmt], w.data.ctypes.data, w.n, w.k,
+                                          out.ctypes.data)
+        return out
 
     def read_sum(self, a: np.ndarray) -> float:
         """The float64 sum of a float32 array, read by every pool thread (a bandwidth probe)."""

@@ -146,6 +146,19 @@ class GGUFSource:
             w = unpermute_qk(w, self.config.n_kv_heads)
         return w
 
+    def raw(self, hf_name: str) -> tuple[str, np.ndarray]:
+        """(GGUF type name, the tensor's stored bytes as uint8 [rows, bytes per row]) in HF row
+        order: q and k rows un-permuted as `get` does (a row is whole blocks, so moving rows
+        moves blocks intact)."""
+        t = self.by_hf[hf_name]
+        shape = self._hf_shape(t)
+        data = np.asarray(t.data).view(np.uint8).reshape(shape[0], -1)
+        if hf_name.endswith("q_proj.weight"):
+            data = unpermute_qk(data, self.config.n_heads)
+        elif hf_name.endswith("k_proj.weight"):
+            data = unpermute_qk(data, self.config.n_kv_heads)
+        return t.tensor_type.name, data
+
     def tokenizer_files(self) -> dict[str, str]:
         """file name -> text, written next to the converted weights."""
         import json

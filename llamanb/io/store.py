@@ -216,6 +216,27 @@ class Model:
     converted: bool = False
 
 
+def _quantized_blocks(cache_dir: Path, info: dict):
+    """quantized(hf_name) -> (GGUF type, uint8 rows) read from the GGUF the entry was converted
+    from (Weights.quantized), or None for another source. The file is opened at first use, and
+    only if it is the one converted (its path, size and mtime still give this entry's key)."""
+    if info.get("source_kind") != "gguf":
+        return None
+    src = Path(info.get("source", ""))
+    opened = {}
+
+    def get(hf_name: str):
+        if "gguf" not in opened:
+            from .gguf import GGUFSource
+
+            if not src.is_file() or not cache_dir.name.endswith("-" + _cache_key(src)):
+                raise LlamanbError(f"the quantised weights are read from {src}, which is gone or "
+                                   "has changed since this cache entry was made; load it again")
+            opened["gguf"] = GGUFSource(src)
+        return opened["gguf"].raw(hf_name)
+    return get
+
+
 def load_cached(cache_dir: Path) -> Model:
     try:
         info = json.loads((cache_dir / "llamanb.json").read_text(encoding="utf-8"))
@@ -227,7 +248,8 @@ def load_cached(cache_dir: Path) -> Model:
                            f"delete it and run again") from None
     st = SafetensorsFile(cache_dir / "model.safetensors")
     check_shapes(cfg, {n: tuple(t["shape"]) for n, t in st.table.items()}, str(cache_dir))
-    weights = Weights.from_getter(cfg, st.get, st.span, store_dir=cache_dir, deriver=derived_arrays)
+    weights = Weights.from_getter(cfg, st.get, st.span, store_dir=cache_dir, deriver=derived_arrays,
+                                  quantized=_quantized_blocks(cache_dir, info))
     tok = ChatTokenizer.from_dir(cache_dir, stop_ids=cfg.eos_ids)
     return Model(cfg, weights, tok, Path(info["source"]), cache_dir)
 
