@@ -174,13 +174,16 @@ def cmd_generate(a) -> int:
     system = None if a.system is None else as_text(a.system, "--system")
     seed = secrets.randbits(32) if a.seed is None else a.seed
     params = SamplingParams(a.temperature, a.top_k, a.top_p, seed)   # validates
+    from .io.store import entry_bytes
+
     model = load_model(a.model)
     ids = model.tokenizer.encode_prompt(prompt, chat=not a.raw, system=system)
     if len(ids) >= model.config.max_seq:
         raise LlamanbError(f"prompt of {len(ids)} tokens leaves no room in the "
                            f"{model.config.max_seq}-token context")
     engine = _engine(model, a.backend, a.dtype)          # a backend that cannot run: one line
-    where = "converted and cached" if model.converted else "memory-mapped from cache"
+    where = (f"converted and cached, {entry_bytes(model.cache_dir) / 1e6:.0f} MB"
+             if model.converted else "memory-mapped from cache")
     print(f"model: {model.config.name} ({model.config.n_params() / 1e6:.1f} M params, {where}: "
           f"{model.cache_dir})", file=sys.stderr)
     counters = getattr(engine.backend, "counters", None)

@@ -87,8 +87,9 @@ class Weights:
     final_norm: np.ndarray  # [H]
     lm_head: np.ndarray     # [V, H]  (the embedding itself when tied)
     store_dir: Path | None = None   # cache directory the arrays are mapped from, if any
-    # Set by the model store: derived(tag, producers) persists derived arrays beside the weights.
-    # Backends call `derived` and never import the store.
+    # derived(tag, producers) computes a backend's derived arrays; None: in memory (the model
+    # store keeps one copy of the weights, so it sets none). Backends call `derived` and never
+    # import the store.
     deriver: Callable | None = None
     # Set by the model store when the weights came from a GGUF file that is still there:
     # quantized(hf_name) -> (GGUF type name, uint8 [rows, bytes per row]), the file's own blocks
@@ -117,8 +118,8 @@ class Weights:
     def derived(self, tag: str, producers: dict) -> dict:
         """Arrays a backend derives from the weights (another layout, say), computed once.
         producers: name -> (shape, fn returning the float32 array), or (shape, fn, "BF16") for
-        bfloat16 bits (uint16). In memory unless the store that
-        loaded these weights persists them (then they are memory-mapped on later loads)."""
+        bfloat16 bits (uint16). In memory (the cache holds the weights once), unless a `deriver`
+        says otherwise."""
         if self.deriver is None:
             return derive_in_memory(producers)
         return self.deriver(self, tag, producers)

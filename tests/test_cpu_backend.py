@@ -555,3 +555,19 @@ def test_quantised_dtype_errors_are_one_line(smollm, kernels):
     with pytest.raises(LlamanbError, match="are not Q8_0") as e:       # the layers are Q4_1
         Engine(smollm, "cpu", dtype="q8_0")
     assert "\n" not in str(e.value)
+
+
+def test_smollm_cache_is_its_float32_weights_once(smollm, cpu_engine, q4_engine):
+    """Issue 29 item 4, on the embedded model after the float32 and q4_1 cpu engines (and the
+    numpy one) have loaded: the entry is the float32 weights once plus the tokenizer -- at most
+    the fp32 weights' 538 MB and the small files (before: 1.67 GB with three more layouts)."""
+    from llamanb.io.store import entry_bytes
+
+    files = {f.name: f.stat().st_size for f in smollm.cache_dir.iterdir()}
+    assert [f for f in files if f.endswith(".safetensors")] == ["model.safetensors"]
+    small = sum(v for f, v in files.items() if f != "model.safetensors")
+    assert small < 4e6                                    # tokenizer, config, llamanb.json
+    assert files["model.safetensors"] - smollm.weights.nbytes() < 64 * 1024     # its header
+    assert entry_bytes(smollm.cache_dir) <= smollm.weights.nbytes() + 64 * 1024 + small
+    print(f"cache entry {entry_bytes(smollm.cache_dir) / 1e6:.1f} MB, float32 weights "
+          f"{smollm.weights.nbytes() / 1e6:.1f} MB")

@@ -29,7 +29,6 @@ other store, `block` runs layer by layer from Python and attention reads `cache.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 
 import numpy as np
 
@@ -46,6 +45,26 @@ from .base import Backend
 
 
 QUANT_DTYPES = ("q4_1", "q8_0", "auto")
+
+
+def release_pages(a: np.ndarray) -> None:
+    """Hand a file-mapped array's pages back (madvise MADV_DONTNEED, Linux): they stay in the
+    page cache and come back on the next touch, but stop counting in this process's resident
+    memory. Anything not mapped from a file is left alone (DONTNEED would zero anonymous
+    memory)."""
+    import mmap
+    import sys
+
+    base = a
+    while base is not None and not isinstance(base, mmap.mmap):
+        base = getattr(base, "base", None)
+    if base is None or not sys.platform.startswith("linux") or a.nbytes == 0:
+        return
+    page = mmap.PAGESIZE
+    start = a.__array_interface__["data"][0]
+    lo, hi = start // page * page, -(-(start + a.nbytes) // page) * page
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), ctypes.c_int(4))   # DONTNEED
 
 
 def check_dtype(backend: str, dtype: str) -> None:
@@ -89,7 +108,9 @@ class CpuBackend(Backend):
         self._rope_key, self._rope = None, None
         panels = self._panels(weights, {n: m for n, m in mats.items() if n not in quant})
         mat = {n: cpu_kernels.Packed(*mats[n].shape, panels[n]) for n in panels}
-        mat.update({n: self.k.pack_quant(raw, q, mats[n].shape[1]) for n, (q, raw) in quant.items()})
+        for n, (q, raw) in quant.items():
+            mat[n] = self.k.pack_quant(raw, q, mats[n].shape[1])
+            release_pages(raw)
         vec = to_bf16 if self.bf16 else (lambda a: np.ascontiguousarray(a, np.float32))
         self.layer_w = [dict(attn_norm=vec(w.attn_norm), wqkv=mat[f"{i}.wqkv"], wo=mat[f"{i}.wo"],
                              ffn_norm=vec(w.ffn_norm), gate_up=mat[f"{i}.gate_up"],
@@ -149,19 +170,16 @@ class CpuBackend(Backend):
         return out
 
     def _panels(self, weights: Weights, mats: dict) -> dict:
-        """Every matrix packed into panels (kernels/cpu/matmul.cc), once: with weights from the
-        model cache the panels are written beside them (one safetensors file per dtype and panel
-        width, temp file + rename) and memory-mapped on every later load."""
-        if not mats:
-            return {}
-        NP, bf16 = self.k.panel_width, self.bf16
-        producers = {n: ((-(-m.shape[0] // NP), m.shape[1], NP),
-                         lambda m=m: self.k.pack(m, bf16=bf16).data) + (("BF16",) if bf16 else ())
-                     for n, m in mats.items()}
-        tag = f"cpu-panels-{'bf16' if bf16 else 'f32'}-{self.k.layout}-v1"
-        if len(mats) != self.config.n_layers * 4 + 1:                # some matrices run quantised
-            tag += "-" + hashlib.sha256("\0".join(sorted(mats)).encode()).hexdigest()[:8]
-        return weights.derived(tag, producers)
+        """Every matrix packed into panels (kernels/cpu/matmul.cc), in memory, at load: the
+        model cache keeps one copy of the weights (float32, HF layout), and the panels at any
+        precision are derived from it (about one pass over the weights). The pages of a
+        memory-mapped matrix are handed back once it is packed, so the process holds the panels,
+        not the panels and the weights they were made from."""
+        out = {}
+        for n, m in mats.items():
+            out[n] = self.k.pack(m, bf16=self.bf16).data
+            release_pages(m)
+        return out
 
     def embed(self, ids: np.ndarray) -> np.ndarray:
         x = super().embed(ids)
