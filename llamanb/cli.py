@@ -135,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="llamanb vs transformers on this machine")
     _model_arg(b)
     b.add_argument("--json", default=None, help="also write the results to this file")
-    b.add_argument("--runs", type=_positive_int, default=3, help="repeats per measurement (median)")
+    b.add_argument("--runs", type=_positive_int, default=3, help="timed rounds (medians; a target between engines is decided by "
+                   "the lower quartile of the paired rounds, from 7 rounds on)")
     b.add_argument("--decode-tokens", type=_positive_int, default=64,
                    help="tokens generated in each decode measurement")
     b.add_argument("--no-transformers", action="store_true", help="measure llamanb only")
