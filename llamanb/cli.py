@@ -59,7 +59,7 @@ def _model_arg(p):
 
 def _backend_arg(p) -> None:
     p.add_argument("--backend", default="numpy", help="numpy (default), cpu (compiled C++ "
-                   "kernels), npu2-emulated, npu2, ... (an NPU2 backend runs bf16; --dtype applies "
+                   "kernels), npu2-emulated, npu2, cuda (an NVIDIA GPU), cuda-simulated, ... (an NPU2 backend runs bf16; --dtype applies "
                    "to numpy and cpu)")
 
 
@@ -235,6 +235,13 @@ def cmd_verify(a) -> int:
         return verify.diagnose_cli(a.model, a.prompt)
     if a.live:
         return verify.live_cli(a.model, a.steps, a.save)
+    if a.backend == "cuda":                  # before loading anything: what a GPU run lacks here
+        from .hardware import cuda_missing
+
+        if cuda_missing():
+            raise LlamanbError(f"backend 'cuda' needs {'; '.join(cuda_missing())} (backend "
+                               f"'cuda-simulated' runs the same kernels in numba-cuda's "
+                               f"simulator, tiny models only)")
     return verify.reference_cli(a.model, a.reference, backend=a.backend, dtype=a.dtype)
 
 

@@ -140,6 +140,21 @@ def cpu_compiler_missing() -> tuple[str, ...]:
         "a C++ compiler (c++, g++ or clang++ on PATH, or $CXX)",)
 
 
+def cuda_missing(module=has_module, driver=None) -> tuple[str, ...]:
+    """What backend 'cuda' lacks here: numba-cuda and an NVIDIA GPU with its driver (a
+    /dev/nvidia* node and libcuda). `driver` stands in for the device probe in tests."""
+    import ctypes.util
+
+    missing = []
+    if not module("numba_cuda"):
+        missing.append("python module numba-cuda (pip install 'llamanb[cuda]')")
+    has_gpu = driver() if driver else (bool(list(Path("/dev").glob("nvidia[0-9]*")))
+                                       and ctypes.util.find_library("cuda") is not None)
+    if not has_gpu:
+        missing.append("an NVIDIA GPU and its driver (/dev/nvidia*, libcuda)")
+    return tuple(missing)
+
+
 def readiness(module=has_module, npu_devices=amd_npu_devices,
               tt_devices=tenstorrent_devices) -> list[Readiness]:
     """Every registered backend, in the order the course introduces them, with what it lacks.
@@ -158,6 +173,14 @@ def readiness(module=has_module, npu_devices=amd_npu_devices,
         Readiness("galaxy-ttnn", "device", ttnn_missing(module, tt_devices),
                   "every op a ttnn call on a Tenstorrent device"),
     ]
+    if "cuda" in {**BACKENDS, **LAZY}:
+        rows += [Readiness("cuda-simulated", "emulated",
+                           () if module("numba_cuda") else ("python module numba-cuda (pip install "
+                                                            "'llamanb[cuda]')",),
+                           "numba-cuda's simulator: every CUDA thread a Python thread, tiny "
+                           "models only"),
+                 Readiness("cuda", "device", cuda_missing(module),
+                           "the CUDA kernels on an NVIDIA GPU (untested on hardware so far)")]
     return rows
 
 

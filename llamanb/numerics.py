@@ -144,3 +144,29 @@ def blockfloat_padded(x: np.ndarray, fmt: str) -> np.ndarray:
     padded = np.zeros((-(-M // TILE) * TILE, -(-N // TILE) * TILE), np.float32)
     padded[:M, :N] = flat
     return blockfloat(padded, fmt)[:M, :N].reshape(x.shape)
+
+
+# --- float32 rounding bounds ------------------------------------------------------------------------
+#
+# Two float32 computations of the same sum that add in different orders (one BLAS kernel against
+# another, a GEMV against a GEMM row, AVX2 against AVX-512) differ by rounding alone. The classical
+# bound holds for every order: a dot product of length K computed in floating point is within
+# gamma_K * sum|a_i b_i| of the exact one, gamma_K = K u / (1 - K u) (Higham, "Accuracy and
+# Stability of Numerical Algorithms", 2nd ed., eq. 3.5 and Lemma 3.1). Tolerances built from it
+# are proved for any CPU, not tuned to the one a test happened to run on.
+
+U_FLOAT32 = 2.0 ** -24          # unit roundoff of float32 (round to nearest)
+
+
+def gamma(k: int, u: float = U_FLOAT32) -> float:
+    """gamma_k = k u / (1 - k u): the relative error bound of k float operations in sequence."""
+    if k * u >= 1:
+        raise ValueError(f"gamma_{k} is unbounded at u = {u}")
+    return k * u / (1 - k * u)
+
+
+def matmul_bound(a: np.ndarray, b: np.ndarray, u: float = U_FLOAT32) -> np.ndarray:
+    """Elementwise bound on |fl(a @ b) - a @ b| for any summation order: gamma_K (|a| @ |b|),
+    K = a.shape[-1], evaluated in float64."""
+    a64, b64 = np.abs(np.asarray(a, np.float64)), np.abs(np.asarray(b, np.float64))
+    return gamma(a.shape[-1], u) * (a64 @ b64)

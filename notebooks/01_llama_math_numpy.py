@@ -34,6 +34,7 @@ import numpy as np
 from IPython.display import Markdown, display
 
 from llamanb import LLAMA3_70B, LLAMA32_1B, SMOLLM2_135M, Engine, LlamaConfig, load_model
+from llamanb.numerics import matmul_bound
 
 
 def roundup(err: float) -> float:
@@ -452,10 +453,17 @@ perm = np.array([t * d // 2 + i for i in range(d // 2) for t in range(2)])   # [
 assert np.array_equal(rope_interleaved(q_heads[..., perm], cos, sin), q_rot[..., perm])
 scores_a = np.einsum("sd,td->st", q_rot[:, 0], k_rot[:, 0])
 scores_b = np.einsum("sd,td->st", q_rot[:, 0, perm], k_rot[:, 0, perm])
-np.testing.assert_allclose(scores_a, scores_b, rtol=1e-5, atol=1e-5)
+# the scores sum the same d_h products in another order: each side is within gamma_(d_h) |q||k| of
+# the exact dot product (llamanb.numerics.matmul_bound), so they differ by at most twice that
+score_bound = 2 * matmul_bound(q_rot[:, 0], k_rot[:, 0].T)
+assert (np.abs(scores_a - scores_b) <= score_bound).all()
 print("interleaved RoPE on permuted dims: bit-identical to permuted half-split RoPE;  scores: "
-      f"max |difference| <= {roundup(float(np.max(np.abs(scores_a - scores_b)))):.0e} "
-      f"(of max |score| {np.max(np.abs(scores_a)):.0f})")
+      f"within 2 gamma_{d} |q||k| of each other (proved for any summation order; max |score| "
+      f"{np.max(np.abs(scores_a)):.0f})")
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"scores: max |difference| <= {roundup(float(np.max(np.abs(scores_a - scores_b)))):.0e}")
 
 # %% [markdown]
 # **Grouped-query attention with a causal mask.** Query head j uses K/V head `j // G`. Its scores
@@ -521,6 +529,8 @@ print(act.shape, down.shape, block_out.shape)
 # Every intermediate of block 0, in order:
 
 # %%
+# NBVAL_IGNORE_OUTPUT
+# (the distances move with the CPU's BLAS kernel; check() asserted each one above)
 print(f"{'op':28s} {'shape':14s} max |ours - HF| / max |HF|  (rounded up to a power of ten)")
 for name, shape, rel in report:
     print(f"{name:28s} {shape!s:14s} {'0 (exact)' if rel == 0 else f'<= {roundup(rel):.0e}'}")
@@ -547,10 +557,14 @@ rel_err = np.array([np.linalg.norm(a - b) / np.linalg.norm(b) if np.linalg.norm(
 BOUND = 1e-5
 assert np.all(rel_err < BOUND)
 print(f"all {len(rel_err)} hidden states (embedding, 30 blocks; last after the final norm): "
-      f"largest relative error <= {roundup(rel_err.max()):.0e} (asserted < {BOUND:g})")
+      f"relative error < {BOUND:g} (asserted)")
 peak = max(np.abs(s).max() for s in hf_hidden[1:-1])
 assert peak > 1e4
 print(f"largest |activation| in the residual stream: {peak:.2g}")
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"largest relative error on this machine: <= {roundup(rel_err.max()):.0e}")
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 3))
@@ -603,8 +617,12 @@ for layer in (1, 15, 29):                                    # deeper blocks, on
 worst_block = max(float(np.max(np.abs(my_block(collected[i], i) - engine.backend.block(
     i, collected[i].copy(), step, engine.new_cache(S))))) / float(np.max(np.abs(collected[i])))
     for i in (1, 15, 29))
-print("hand-written block vs engine.backend.block, blocks 1, 15, 29: max |difference| / max |input| "
-      f"<= {roundup(worst_block):.0e}")
+print("hand-written block vs engine.backend.block, blocks 0, 1, 15, 29: equal within the asserted "
+      "tolerances (rtol 1e-4)")
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"max |difference| / max |input| on this machine: <= {roundup(worst_block):.0e}")
 
 # %% [markdown]
 # ## 4. FLOPs of a prefill

@@ -429,7 +429,7 @@ for what, where, ch in BUILT:
 from llamanb.exercises import ch13
 
 # %% [markdown]
-# ### 11.1 The token-level gate
+# ### 13.1 The token-level gate
 #
 # Write `gate(ref_tokens, got_tokens, ref_top5, got_top5)` -> `(passed, first_diff_index)`: two
 # greedy token sequences (lists of ids) and, per step, each side's five most likely ids (most
@@ -448,7 +448,7 @@ def gate(ref_tokens: list[int], got_tokens: list[int], ref_top5: list[list[int]]
 ch13.gate(gate)
 
 # %% [markdown]
-# ### 11.2 What a chat turn prefills
+# ### 13.2 What a chat turn prefills
 #
 # Write `plan_turn(cached, rendered)` -> `(keep, new_ids)`: the cache holds the ids `cached`; the
 # whole conversation with the new message renders to `rendered`. Return how many cached

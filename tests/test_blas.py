@@ -18,3 +18,29 @@ def test_rows_keep_their_bits_at_aligned_offsets_and_multiples():
             y = np.zeros((rows, k), np.float32)
             y[off:off + 40] = x
             assert np.array_equal((y @ w.T)[off:off + 40], ref), (k, n, off, rows)
+
+
+def test_the_portability_run_really_loads_another_kernel_family():
+    """`make test-portability` is only worth its time if the variables take effect: in a child
+    process with them, OpenBLAS reports the forced core (not the native one), numpy has the
+    named vector targets switched off, and torch runs at the forced capability."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from llamanb.blas import openblas_info, portability_env
+
+    env = portability_env()
+    probe = ("import json, numpy; from llamanb.blas import openblas_info; "
+             "from numpy._core._multiarray_umath import __cpu_features__ as f; "
+             "import torch; print(json.dumps([openblas_info()['core'], "
+             "{k: bool(f.get(k)) for k in %r}, torch.backends.cpu.get_cpu_capability()]))"
+             % env.get("NPY_DISABLE_CPU_FEATURES", "").split())
+    out = subprocess.run([sys.executable, "-c", probe], env={**os.environ, **env}, check=True,
+                         capture_output=True, text=True).stdout
+    core, features, capability = json.loads(out.strip().splitlines()[-1])
+    assert core.casefold() == env["OPENBLAS_CORETYPE"].casefold() != openblas_info()["core"].casefold()
+    assert not any(features.values()), features
+    if "ATEN_CPU_CAPABILITY" in env:
+        assert capability.casefold() == env["ATEN_CPU_CAPABILITY"].casefold()

@@ -22,7 +22,8 @@ SOLUTIONS = {
     "ch01": "01_llama_math_numpy", "ch02": "02_rope_einsum_tables", "ch03": "03_masks_padding_proofs",
     "ch04": "04_kv_cache_growth", "ch05": "05_npu_kernels", "ch06": "06_elf_stitching",
     "ch07": "07_buffer_objects", "ch08": "08_tcp_mapping", "ch09": "09_galaxy_mesh",
-    "ch10": "10_continuous_batching", "ch11": "11_cpu_kernels", "ch13": "13_hardware_chat",
+    "ch10": "10_continuous_batching", "ch11": "11_cpu_kernels", "ch12": "12_cuda_kernels",
+    "ch13": "13_hardware_chat",
 }
 
 
@@ -329,6 +330,31 @@ def _q4_1_fused_in_float16(block):                 # computes in float16 and con
     return (d * q + m).astype(np.float32)
 
 
+# ---- chapter 12 -------------------------------------------------------------------------------
+def _kt_untransposed(slot, head, c, j, n_kv, d, S):
+    """V's layout [slots, N_kv, S, d] instead of the transposed K cache's."""
+    return ((slot * n_kv + head) * S + j) * d + c
+
+
+def _grid_first_segment(segs, n_kv, d, tile):
+    """y sized for the first segment instead of the longest."""
+    return ((-(-d // tile), -(-segs[0] // tile), len(segs) * n_kv), (tile, tile))
+
+
+def _grid_no_heads(segs, n_kv, d, tile):
+    """one z slice per segment, forgetting the K/V heads."""
+    return ((-(-d // tile), -(-max(segs) // tile), len(segs)), (tile, tile))
+
+
+def _softmax_unmasked(s, length):
+    """the whole row's maximum and sum, the tail zeroed afterwards."""
+    s = np.asarray(s, dtype=np.float64)
+    p = np.exp(s - s.max())
+    p /= p.sum()
+    p[length:] = 0
+    return p
+
+
 WRONG = [
     ("ch01", "block_params", lambda c: c.layer_params() - 2 * c.hidden, "expected 3,540,096, got 3,538,944"),
     ("ch01", "block_params", lambda c: c.hidden * (4 * c.hidden + 3 * c.ffn) + 2 * c.hidden, "N_kv"),
@@ -373,6 +399,10 @@ WRONG = [
     ("ch11", "tile_registers", _registers_no_broadcast, "expected"),
     ("ch11", "q4_1_decode", _q4_1_interleaved, "values differ"),
     ("ch11", "q4_1_decode", _q4_1_fused_in_float16, "values differ"),
+    ("ch12", "kt_offset", _kt_untransposed, "expected 13, got 21"),
+    ("ch12", "fill_grid", _grid_first_segment, "segments [1, 40, 3]"),
+    ("ch12", "fill_grid", _grid_no_heads, "expected ((4, 1, 3), (16, 16)), got ((4, 1, 1), (16, 16))"),
+    ("ch12", "masked_softmax_row", _softmax_unmasked, "(n=8, length=3): 3 of 8 values differ"),
     ("ch13", "gate", _gate_one_direction, "ours in the reference's top-5 but not the reverse): expected False at [0], got True"),
     ("ch13", "gate", _gate_ignores_length, "ours stops 2 tokens early): expected False at [0], got True"),
     ("ch13", "plan_turn", _turn_never_recomputes, "everything is already cached (recompute the last position)): expected 39 at [0], got 40"),

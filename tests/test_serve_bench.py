@@ -41,8 +41,15 @@ def test_decode_only_steps_run_unpadded_unless_batch_invariant(smollm, monkeypat
     their own size; a batch-invariant engine pads both. Either way the decode logits agree with
     decoding each sequence alone to float32 closeness (the lone decode is a GEMV)."""
     prompts = [[5, 6, 7], [8, 9, 10, 11], [12, 13]]
-    m = Engine(smollm).backend.row_multiple
-    for invariant, want in ((False, [-(-9 // m) * m, 3]), (True, [-(-9 // m) * m, m])):
+    b = Engine(smollm).backend
+    a, m = b.row_align, b.row_multiple
+    # the prompt step, from the backend's own two numbers: each prompt starts at the next row that
+    # is a multiple of row_align, and the step is padded up to a multiple of row_multiple
+    end = 0
+    for p in prompts:
+        end = -(-end // a) * a + len(p)
+    prompt_rows = -(-end // m) * m
+    for invariant, want in ((False, [prompt_rows, 3]), (True, [prompt_rows, m])):
         eng = Engine(smollm, batch_invariant=invariant)
         rows = []
         real = eng.backend.layers

@@ -13,7 +13,9 @@ LAZY = {"cpu": ("llamanb.backends.cpu", "CpuBackend"),
         "tcp": ("llamanb.tcp.backend", "TCPBackend"),
         "npu2-emulated": ("llamanb.npu.backend", "NPU2Backend"),
         "npu2": ("llamanb.npu.backend", "NPU2RealBackend"),
-        "galaxy-ttnn": ("llamanb.mesh.backend", "TtnnMeshBackend")}
+        "galaxy-ttnn": ("llamanb.mesh.backend", "TtnnMeshBackend"),
+        "cuda-simulated": ("llamanb.cuda.backend", "CudaSimBackend"),
+        "cuda": ("llamanb.cuda.backend", "CudaBackend")}
 
 
 def make_backend(name: str, weights, **options) -> Backend:

@@ -91,7 +91,7 @@ def _gate_cases() -> list[Case]:
 
 
 gate = Exercise(
-    "11.1", "gate", _gate_cases,
+    "13.1", "gate", _gate_cases,
     hint="walk both sequences together; at the FIRST step where they differ, pass only if our "
          "token is in the reference's top-5 AND the reference's token is in ours, and stop there; "
          "identical tokens but different lengths fail at the shorter length")
@@ -116,7 +116,7 @@ def _turn_cases() -> list[Case]:
 
 
 plan_turn = Exercise(
-    "11.2", "plan_turn", _turn_cases,
+    "13.2", "plan_turn", _turn_cases,
     hint="keep the longest common prefix of cached and rendered; if that is ALL of rendered, keep "
          "one position fewer (the last row's logits choose the next token); prefill the rest")
 
