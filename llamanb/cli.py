@@ -76,13 +76,20 @@ def _sampling_args(p) -> None:
     p.add_argument("--seed", type=_seed, default=None,
                    help="random seed for sampling (default: a fresh one, printed on the status "
                         "line so that --seed N repeats the run)")
-    p.add_argument("--dtype", choices=["float32", "bf16"], default="float32",
-                   help="bf16 rounds weights and every op's output to bfloat16")
+    p.add_argument("--dtype", choices=DTYPES, default="float32", help=DTYPE_HELP)
+
+
+DTYPES = ["float32", "bf16", "q4_1", "q8_0", "auto"]
+DTYPE_HELP = ("bf16 rounds weights and every op's output to bfloat16 (numpy, cpu); q4_1 / q8_0 "
+              "run a GGUF's own quantised blocks as stored, auto each matrix as the file stores it "
+              "(cpu backend)")
 
 
 def _engine(model, backend: str, dtype: str = "float32"):
+    from .backends.cpu import check_dtype
     from .engine import Engine
 
+    check_dtype(backend, dtype)
     return Engine(model, backend, **({"dtype": dtype} if backend in ("numpy", "cpu") else {}))
 
 
@@ -120,15 +127,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="prompt for --diagnose")
     v.add_argument("--steps", type=_positive_int, default=32, help="greedy steps for --live")
     v.add_argument("--save", default=None, help="with --live: write the fresh references here")
-    v.add_argument("--dtype", choices=["float32", "bf16"], default="float32",
-                   help="numpy and cpu backends: run in bfloat16 against the float32 reference "
-                        "(the gate's top-5 rule judges where bf16 rounding changes a token)")
+    v.add_argument("--dtype", choices=DTYPES, default="float32",
+                   help=DTYPE_HELP + " (verify: against the float32 reference; the gate's top-5 "
+                        "rule judges where bf16 rounding changes a token)")
     _backend_arg(v)
 
     b = sub.add_parser("bench", help="llamanb vs transformers on this machine")
     _model_arg(b)
     b.add_argument("--json", default=None, help="also write the results to this file")
-    b.add_argument("--runs", type=_positive_int, default=3, help="repeats per measurement (median)")
+    b.add_argument("--runs", type=_positive_int, default=3, help="timed rounds (medians; a target between engines is decided by "
+                   "the lower quartile of the paired rounds, from 7 rounds on)")
     b.add_argument("--decode-tokens", type=_positive_int, default=64,
                    help="tokens generated in each decode measurement")
     b.add_argument("--no-transformers", action="store_true", help="measure llamanb only")
@@ -167,13 +175,16 @@ def cmd_generate(a) -> int:
     system = None if a.system is None else as_text(a.system, "--system")
     seed = secrets.randbits(32) if a.seed is None else a.seed
     params = SamplingParams(a.temperature, a.top_k, a.top_p, seed)   # validates
+    from .io.store import entry_bytes
+
     model = load_model(a.model)
     ids = model.tokenizer.encode_prompt(prompt, chat=not a.raw, system=system)
     if len(ids) >= model.config.max_seq:
         raise LlamanbError(f"prompt of {len(ids)} tokens leaves no room in the "
                            f"{model.config.max_seq}-token context")
     engine = _engine(model, a.backend, a.dtype)          # a backend that cannot run: one line
-    where = "converted and cached" if model.converted else "memory-mapped from cache"
+    where = (f"converted and cached, {entry_bytes(model.cache_dir) / 1e6:.0f} MB"
+             if model.converted else "memory-mapped from cache")
     print(f"model: {model.config.name} ({model.config.n_params() / 1e6:.1f} M params, {where}: "
           f"{model.cache_dir})", file=sys.stderr)
     counters = getattr(engine.backend, "counters", None)

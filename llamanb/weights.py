@@ -87,13 +87,18 @@ class Weights:
     final_norm: np.ndarray  # [H]
     lm_head: np.ndarray     # [V, H]  (the embedding itself when tied)
     store_dir: Path | None = None   # cache directory the arrays are mapped from, if any
-    # Set by the model store: derived(tag, producers) persists derived arrays beside the weights.
-    # Backends call `derived` and never import the store.
+    # derived(tag, producers) computes a backend's derived arrays; None: in memory (the model
+    # store keeps one copy of the weights, so it sets none). Backends call `derived` and never
+    # import the store.
     deriver: Callable | None = None
+    # Set by the model store when the weights came from a GGUF file that is still there:
+    # quantized(hf_name) -> (GGUF type name, uint8 [rows, bytes per row]), the file's own blocks
+    # in HF row order, for a backend that computes on them as they are (llamanb.backends.cpu).
+    quantized: Callable | None = None
 
     @classmethod
     def from_getter(cls, cfg: LlamaConfig, get, span=None, store_dir: Path | None = None,
-                    deriver: Callable | None = None) -> "Weights":
+                    deriver: Callable | None = None, quantized: Callable | None = None) -> "Weights":
         """Build from get(name) -> float32 array; span(names) may return a fused view or None."""
         def fused(names):
             v = span(names) if span is not None else None
@@ -107,13 +112,14 @@ class Weights:
                 ffn_norm=get(n["ffn_norm"]), w_gate_up=fused([n["gate"], n["up"]]), w_down=get(n["down"])))
         embed = get("model.embed_tokens.weight")
         lm_head = embed if cfg.tie_embeddings else get("lm_head.weight")
-        return cls(cfg, embed, layers, get("model.norm.weight"), lm_head, store_dir, deriver)
+        return cls(cfg, embed, layers, get("model.norm.weight"), lm_head, store_dir, deriver,
+                   quantized)
 
     def derived(self, tag: str, producers: dict) -> dict:
         """Arrays a backend derives from the weights (another layout, say), computed once.
         producers: name -> (shape, fn returning the float32 array), or (shape, fn, "BF16") for
-        bfloat16 bits (uint16). In memory unless the store that
-        loaded these weights persists them (then they are memory-mapped on later loads)."""
+        bfloat16 bits (uint16). In memory (the cache holds the weights once), unless a `deriver`
+        says otherwise."""
         if self.deriver is None:
             return derive_in_memory(producers)
         return self.deriver(self, tag, producers)

@@ -58,6 +58,7 @@ CHAPTERS = [
     ("08", "tcp_mapping", "Furiosa TCP engines: mapping and cost model", "tcp"),
     ("09", "galaxy_mesh", "Tenstorrent Galaxy: mesh, CCLs, paged cache, block floats", "mesh, numerics"),
     ("10", "continuous_batching", "serving many requests at once", "serve, kv.paged"),
+    ("11", "cpu_kernels", "the CPU: roofline, panels, register tiles, bf16, Q4_1", "backends.cpu"),
     ("13", "hardware_chat", "the whole model through the NPU2 runtime; profile; a chat", "hardware, chat, npu.profile"),
 ]
 print(f"{'#':<3} {'notebook':<22} {'what it builds':<56} llamanb")

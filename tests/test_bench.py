@@ -53,3 +53,44 @@ def test_bench_unknown_backend_is_one_line_error(tmp_path):
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "unknown backend 'warp-drive'" in lines[0]
+
+
+def test_paired_rounds_decide_by_the_lower_quartile():
+    """Issue 30 item 1: a ratio between two engines is a sample per interleaved round; its value
+    is the samples' median, its spread is reported, and a target counts as met only when the
+    lower quartile clears it over at least 7 rounds (fewer: undecided). Quartiles checked
+    against numpy's inclusive ("linear") percentiles."""
+    import numpy as np
+
+    from llamanb.bench.report import MIN_ROUNDS, ratios, report, spread
+
+    cpu = [50.0, 52.0, 49.0, 55.0, 51.0, 48.0, 53.0]
+    peer = [50.0, 50.0, 50.0, 50.0, 50.0, 50.0, 50.0]
+    sp = spread([a / b for a, b in zip(cpu, peer)])
+    ref = np.percentile([a / b for a, b in zip(cpu, peer)], [0, 25, 50, 75, 100])
+    assert np.allclose([sp["min"], sp["q1"], sp["median"], sp["q3"], sp["max"]], ref, rtol=1e-12)
+
+    def engines(c, p):
+        def e(d):
+            return {"decode_tok_s": float(np.median(d)), "prefill_128_tok_s": 1.0,
+                    "prefill_512_tok_s": 1.0, "samples_tok_s": {"decode": d, "prefill_512": [1.0] * len(d)}}
+        return {"llamanb": e([1.0] * len(c)), "llamanb@cpu": e(c), "llamacpp_f32": e(p)}
+
+    rows = {r["name"]: r for r in ratios(engines(cpu, peer), roofline=1.0)}
+    dec = rows["cpu decode / llama.cpp F32 decode"]
+    assert dec["value"] == sp["median"] and dec["spread"]["n"] == MIN_ROUNDS == 7
+    assert dec["pass"] is False                  # median 1.02 clears 1.0, the lower quartile 0.99 not
+    assert sp["median"] > 1.0 > sp["q1"]
+    fast = [c * 1.05 for c in cpu]
+    assert {r["name"]: r for r in ratios(engines(fast, peer), 1.0)}[
+        "cpu decode / llama.cpp F32 decode"]["pass"] is True
+    few = {r["name"]: r for r in ratios(engines(fast[:3], peer[:3]), 1.0)}
+    assert few["cpu decode / llama.cpp F32 decode"]["pass"] is None        # undecided
+    res = {"machine": {"cpu": "x", "cores": 2, "memory_gib": 1, "python": "3", "numpy": "2",
+                       "openblas": {"core": "c", "threads": 2}, "torch": "t", "transformers": "t"},
+           "model": {"name": "m", "n_params": 1, "weights_bytes": 4}, "memory_read": {
+               "methods": {}, "array_mib": 1, "repeats": 1}, "memory_read_gb_s": 1.0,
+           "decode_roofline_tok_s": 1.0, "settings": {"decode_tokens": 1, "runs": 3, "schedule": "s"},
+           "peak_rss_method": "p", "engines": {}, "ratios": list(few.values())}
+    text = report(res)
+    assert "UNDECIDED (fewer than 7 rounds" in text and "[rounds 3: min" in text

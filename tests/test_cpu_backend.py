@@ -28,7 +28,7 @@ def _gamma(n: int) -> float:
 def kernels():
     from llamanb.backends import cpu_kernels
 
-    from llamanb.npu import hostbuild
+    from llamanb import cxx_build as hostbuild
 
     if hostbuild.compiler()[0] is None:                 # no compiler here: nothing to test
         pytest.skip("no C++ compiler")
@@ -47,10 +47,9 @@ def capital_ids(smollm):
     return smollm.tokenizer.encode_prompt("What is the capital of France?", chat=True)
 
 
-@pytest.mark.parametrize("M", [1, 3, 8, 16, 70])
-@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
-def test_matmul_within_float32_summation_bound(kernels, M, wdtype):
-    rng = np.random.default_rng(M)
+def _check_matmul(kernels, M, wdtype, seed=None):
+    """One matmul through `kernels` against float64, within Higham's bound."""
+    rng = np.random.default_rng(M if seed is None else seed)
     K, N = 200, 37                                   # K, N not multiples of the vector width
     x = rng.standard_normal((M, K)).astype(np.float32)
     w = rng.standard_normal((N, K)).astype(np.float32)
@@ -65,9 +64,95 @@ def test_matmul_within_float32_summation_bound(kernels, M, wdtype):
     bound = _gamma(K + 1) * (np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T
                              + np.abs(y0))
     err = np.abs(y - exact)
-    print(f"M={M} {wdtype}: max error {err.max():.2e}, max bound {bound.max():.2e}")
+    print(f"{kernels.flavour} M={M} {wdtype}: max error {err.max():.2e}, max bound {bound.max():.2e}")
     assert (err <= bound).all()
     assert err.max() > 0 or M == 1          # a real float32 computation, not the float64 one
+
+
+@pytest.mark.parametrize("M", [1, 3, 8, 16, 70])
+@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
+def test_matmul_within_float32_summation_bound(kernels, M, wdtype):
+    _check_matmul(kernels, M, wdtype)
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        return set()
+    return {f for ln in text.splitlines() if ln.startswith(("flags", "Features"))
+            for f in ln.split(":", 1)[1].split()}
+
+
+@pytest.fixture(scope="module")
+def portable_kernels(kernels):
+    from llamanb.backends import cpu_kernels
+
+    return cpu_kernels.load(flavour_name="portable")
+
+
+def test_native_and_portable_builds_both_match_float64(kernels, portable_kernels):
+    """Issue 28/30: the kernels build and pass both ways on this machine -- -march=native (its
+    own vector instructions) and the portable flags (the compiler's default target: on x86-64,
+    SSE2 and the generic vector code) -- each checked against float64 with the derived bound,
+    at decode (1, 3 rows), multi-row decode (8) and prefill (70) shapes, float32 and bf16."""
+    import platform
+
+    assert portable_kernels.flavour == "portable" and kernels.flavour == "native"
+    assert portable_kernels.built.key != kernels.built.key         # two libraries, two keys
+    if platform.machine() in ("x86_64", "AMD64"):
+        assert "AVX" not in portable_kernels.isa and "SSE2" in portable_kernels.isa
+        have = _cpu_flags()
+        assert ("AVX2" in kernels.isa) == ("avx2" in have)
+        assert ("AVX512F" in kernels.isa) == ("avx512f" in have)
+    for k in (kernels, portable_kernels):
+        for M in (1, 3, 8, 70):
+            for wdtype in ("f32", "bf16"):
+                _check_matmul(k, M, wdtype, seed=100 + M)
+
+
+def test_march_variable_picks_the_flavour(monkeypatch):
+    from llamanb.backends import cpu_kernels
+
+    monkeypatch.setenv("LLAMANB_CPU_MARCH", "x86-64-v3")
+    assert cpu_kernels.flavour() == "x86-64-v3"
+    assert cpu_kernels.flavour_flags("x86-64-v3")[-1] == "-march=x86-64-v3"
+    assert "-march=native" in cpu_kernels.flavour_flags("native")
+    assert not any(f.startswith("-march") for f in cpu_kernels.flavour_flags("portable"))
+    monkeypatch.setenv("LLAMANB_CPU_MARCH", "x86 64; rm -rf")
+    with pytest.raises(LlamanbError, match="LLAMANB_CPU_MARCH") as e:
+        cpu_kernels.flavour()
+    assert "\n" not in str(e.value)
+    monkeypatch.setenv("LLAMANB_CPU_MARCH", "no-such-cpu-xyz")
+    with pytest.raises(LlamanbError, match="LLAMANB_CPU_MARCH=no-such-cpu-xyz") as e:
+        cpu_kernels.load()
+    assert "\n" not in str(e.value)
+
+
+def test_avx512_kernels_compile_here(kernels):
+    """The AVX-512 paths (vec.h: 16-lane vectors, 32-wide panels, the 512-bit bfloat16 unpack)
+    cannot run on a CPU without AVX-512, but they must compile: built for an AVX-512 target
+    (with AVX512-BF16), and the library really uses 512-bit registers."""
+    import platform
+    import shutil
+
+    from llamanb import cxx_build
+    from llamanb.backends import cpu_kernels
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("an x86 target")
+    built = None
+    for march in ("sapphirerapids", "x86-64-v4"):          # g++ >= 11 knows the first
+        built = cxx_build.build(cpu_kernels.KERNELS_DIR, cpu_kernels.cache_dir(),
+                                cpu_kernels.flavour_flags(march), "cpu-kernels")
+        if built is not None:
+            break
+    assert built is not None, cxx_build.reason(cpu_kernels.KERNELS_DIR,
+                                               cpu_kernels.flavour_flags("x86-64-v4"))
+    if shutil.which("objdump"):
+        dis = subprocess.run(["objdump", "-d", str(built.path)], capture_output=True, text=True,
+                             timeout=120).stdout
+        assert "zmm" in dis
 
 
 def test_decode_row_in_a_batch_equals_it_alone(smollm, cpu_engine):
@@ -236,7 +321,7 @@ def test_build_is_keyed_and_atomic(tmp_path, kernels):
     """hostbuild with the cpu flags: a second build is a cache hit, another flag or source is a
     new key, and nothing but finished libraries is left in the cache directory."""
     from llamanb.backends import cpu_kernels
-    from llamanb.npu import hostbuild
+    from llamanb import cxx_build as hostbuild
 
     src = tmp_path / "src"
     src.mkdir()
@@ -343,3 +428,146 @@ def test_bandwidth_probe_takes_the_kernels_streaming_sum(kernels):
     meds = {n: m["median_gb_s"] for n, m in bw["methods"].items()}
     assert "cpu sum" in meds and len(meds) == 5
     assert bw["gb_s"] == max(meds.values()) and bw["best"] == max(meds, key=meds.get)
+
+
+# ---- the GGUF's own quantised blocks, decoded inside the matmul ---------------------------------
+
+def _random_blocks(qtype: str, n_rows: int, n_blocks: int, seed: int) -> np.ndarray:
+    """GGUF rows of random blocks: scales drawn over float16's range (normal, subnormal, zero,
+    negative), quants uniform -- uint8 [n_rows, n_blocks * bytes per block]."""
+    rng = np.random.default_rng(seed)
+    per = {"Q4_1": 20, "Q8_0": 34}[qtype]
+    b = rng.integers(0, 256, (n_rows, n_blocks, per), dtype=np.uint8)
+    scales = (rng.standard_normal((n_rows, n_blocks, 2)) *
+              2.0 ** rng.integers(-26, 4, (n_rows, n_blocks, 2))).astype(np.float16)
+    scales[0, 0] = [0.0, -0.0]
+    b[..., :4] = scales.view(np.uint8).reshape(n_rows, n_blocks, 4)
+    if qtype == "Q8_0":
+        b[..., 2:4] = rng.integers(0, 256, (n_rows, n_blocks, 2), dtype=np.uint8)    # quants
+    return b.reshape(n_rows, -1)
+
+
+def _gguf_dequant(raw: np.ndarray, qtype: str) -> np.ndarray:
+    """The gguf package's own dequantisation of rows of blocks -> float32 [rows, K]."""
+    import gguf
+
+    q = gguf.GGMLQuantizationType[qtype]
+    return np.asarray(gguf.quants.dequantize(raw, q), dtype=np.float32).reshape(raw.shape[0], -1)
+
+
+@pytest.mark.parametrize("qtype", ["Q4_1", "Q8_0"])
+def test_quantised_panels_decode_bit_for_bit_as_gguf(kernels, portable_kernels, qtype, smollm_gguf_path):
+    """Every weight decoded in registers (kernels/cpu/quant.h, through the matmul's own decode
+    function) has the bits of the `gguf` package's dequantisation: random blocks over float16's
+    whole range, and the shipped GGUF's own blocks. Both builds (F16C or AVX-512 conversion in
+    the native one, the scalar float16 conversion in the portable one)."""
+    from gguf import GGUFReader
+
+    raw = _random_blocks(qtype, 37, 3, seed=7)                   # N = 37: a short last panel
+    t = next(t for t in GGUFReader(str(smollm_gguf_path)).tensors if t.tensor_type.name == qtype)
+    real = np.asarray(t.data).view(np.uint8).reshape(int(t.shape[-1]), -1)[:50]
+    for k in (kernels, portable_kernels):
+        for r in (raw, real):
+            w = k.pack_quant(r, qtype, r.shape[1] // {"Q4_1": 20, "Q8_0": 34}[qtype] * 32)
+            got, want = k.unpack(w), _gguf_dequant(r, qtype)
+            assert got.shape == want.shape
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), k.flavour
+
+
+@pytest.mark.parametrize("qtype", ["Q4_1", "Q8_0"])
+def test_quantised_matmul_equals_float32_panels_bitwise(kernels, portable_kernels, qtype):
+    """The matmul on quantised panels multiplies the same float32 weights (previous test) in the
+    same order (one FMA chain over k per output) as on float32 panels of the dequantised matrix:
+    the derived bound between the two is 0. And within Higham's bound of float64."""
+    raw = _random_blocks(qtype, 45, 7, seed=11)                  # K = 224, N = 45
+    w = _gguf_dequant(raw, qtype)
+    rng = np.random.default_rng(5)
+    for k in (kernels, portable_kernels):
+        wq, wf = k.pack_quant(raw, qtype, w.shape[1]), k.pack(w)
+        for M in (1, 2, 3, 5, 8, 19, 70):
+            x = rng.standard_normal((M, w.shape[1])).astype(np.float32)
+            y0 = rng.standard_normal((M, w.shape[0])).astype(np.float32)
+            yq = k.matmul(x, wq, y0.copy(), accumulate=True)
+            yf = k.matmul(x, wf, y0.copy(), accumulate=True)
+            assert np.array_equal(yq, yf), (k.flavour, M)
+            exact = y0.astype(np.float64) + x.astype(np.float64) @ w.astype(np.float64).T
+            bound = _gamma(w.shape[1] + 1) * (np.abs(x).astype(np.float64) @
+                                              np.abs(w).astype(np.float64).T + np.abs(y0))
+            assert (np.abs(yq - exact) <= bound).all()
+    assert wq.nbytes * 32 == -(-45 // k.panel_width) * k.panel_width * 7 * 32 * \
+        {"Q4_1": 20, "Q8_0": 34}[qtype]              # the GGUF's bytes per weight, padded to panels
+
+
+@pytest.fixture(scope="module")
+def q4_engine(smollm, kernels):
+    from llamanb.engine import Engine
+
+    return Engine(smollm, "cpu", dtype="q4_1")
+
+
+def test_q4_1_engine_is_the_float32_engine_from_a_sixth_of_the_bytes(q4_engine, cpu_engine,
+                                                                      capital_ids):
+    """The shipped GGUF run on its own Q4_1 (and Q8_0 embedding) blocks: prefill logits and
+    three greedy decode steps bit-identical to the float32 engine on the dequantised cache (same
+    weights, same order: bound 0), reading the file's bytes per weight, not 4."""
+    b = q4_engine.backend
+    kinds = {lw[n].fmt for lw in b.layer_w for n in ("wqkv", "wo", "gate_up", "down")}
+    assert kinds == {"q4_1"} and b.lm_head.fmt == "q8_0"
+    assert "Q4_1" in b.description
+    n_mat = sum(a.n * a.k for lw in b.layer_w for a in lw.values() if hasattr(a, "fmt"))
+    assert b.weight_bytes < 0.2 * cpu_engine.backend.weight_bytes
+    assert b.weight_bytes >= n_mat * 20 / 32 + b.lm_head.n * b.lm_head.k * (34 / 32 - 20 / 32)
+    outs = []
+    for e in (q4_engine, cpu_engine):
+        cache = e.new_cache(64)
+        rows = [e.prefill(capital_ids, cache)]
+        for _ in range(3):
+            rows.append(e.decode(int(np.argmax(rows[-1])), cache))
+        outs.append(rows)
+    for a, c in zip(*outs):
+        assert np.array_equal(a, c)
+
+
+def test_verify_q4_1_passes_the_reference_gate(kernels, capsys):
+    """`verify --backend cpu --dtype q4_1`: every shared transformers case passes the top-5 gate."""
+    from llamanb.check.verify import reference_cli
+
+    assert reference_cli(None, None, backend="cpu", dtype="q4_1") == 0
+    out = capsys.readouterr().out
+    print(out)
+    assert "8 passed, 0 failed" in out and "Q4_1" in out
+
+
+def test_quantised_dtype_errors_are_one_line(smollm, kernels):
+    from dataclasses import replace
+
+    from llamanb.backends.cpu import check_dtype
+    from llamanb.engine import Engine
+
+    with pytest.raises(LlamanbError, match="--backend cpu") as e:
+        check_dtype("numpy", "q4_1")
+    assert "\n" not in str(e.value)
+    no_gguf = replace(smollm, weights=replace(smollm.weights, quantized=None))
+    with pytest.raises(LlamanbError, match="not loaded from a GGUF") as e:
+        Engine(no_gguf, "cpu", dtype="q4_1")
+    assert "\n" not in str(e.value)
+    assert Engine(no_gguf, "cpu", dtype="auto").backend.dtype == "float32"
+    with pytest.raises(LlamanbError, match="are not Q8_0") as e:       # the layers are Q4_1
+        Engine(smollm, "cpu", dtype="q8_0")
+    assert "\n" not in str(e.value)
+
+
+def test_smollm_cache_is_its_float32_weights_once(smollm, cpu_engine, q4_engine):
+    """Issue 29 item 4, on the embedded model after the float32 and q4_1 cpu engines (and the
+    numpy one) have loaded: the entry is the float32 weights once plus the tokenizer -- at most
+    the fp32 weights' 538 MB and the small files (before: 1.67 GB with three more layouts)."""
+    from llamanb.io.store import entry_bytes
+
+    files = {f.name: f.stat().st_size for f in smollm.cache_dir.iterdir()}
+    assert [f for f in files if f.endswith(".safetensors")] == ["model.safetensors"]
+    small = sum(v for f, v in files.items() if f != "model.safetensors")
+    assert small < 4e6                                    # tokenizer, config, llamanb.json
+    assert files["model.safetensors"] - smollm.weights.nbytes() < 64 * 1024     # its header
+    assert entry_bytes(smollm.cache_dir) <= smollm.weights.nbytes() + 64 * 1024 + small
+    print(f"cache entry {entry_bytes(smollm.cache_dir) / 1e6:.1f} MB, float32 weights "
+          f"{smollm.weights.nbytes() / 1e6:.1f} MB")

@@ -22,7 +22,8 @@ SOLUTIONS = {
     "ch01": "01_llama_math_numpy", "ch02": "02_rope_einsum_tables", "ch03": "03_masks_padding_proofs",
     "ch04": "04_kv_cache_growth", "ch05": "05_npu_kernels", "ch06": "06_elf_stitching",
     "ch07": "07_buffer_objects", "ch08": "08_tcp_mapping", "ch09": "09_galaxy_mesh",
-    "ch10": "10_continuous_batching", "ch12": "12_cuda_kernels", "ch13": "13_hardware_chat",
+    "ch10": "10_continuous_batching", "ch11": "11_cpu_kernels", "ch12": "12_cuda_kernels",
+    "ch13": "13_hardware_chat",
 }
 
 
@@ -299,6 +300,36 @@ def _turn_keeps_whole_cache(cached, rendered):     # trusts the cache without co
     return keep, list(rendered[keep:])
 
 
+def _bytes_untied_twice(cfg, fmt):                 # counts the embedding as well as the head
+    per = {"float32": 4.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_1": 20 / 32}[fmt]
+    layer = 2 * cfg.q_dim * cfg.hidden + 2 * cfg.kv_dim * cfg.hidden + 3 * cfg.ffn * cfg.hidden
+    return (cfg.n_layers * layer + 2 * cfg.vocab * cfg.hidden) * per
+
+
+def _bytes_no_block_scales(cfg, fmt):              # 4 bits, 8 bits: forgets the block's scales
+    per = {"float32": 4.0, "bf16": 2.0, "q8_0": 1.0, "q4_1": 0.5}[fmt]
+    layer = 2 * cfg.q_dim * cfg.hidden + 2 * cfg.kv_dim * cfg.hidden + 3 * cfg.ffn * cfg.hidden
+    return (cfg.n_layers * layer + cfg.vocab * cfg.hidden) * per
+
+
+def _registers_no_broadcast(mr, npan):
+    return 2 * mr * npan + 2 * npan
+
+
+def _q4_1_interleaved(block):                      # nibbles in the order llama.cpp's Q4_1 is NOT
+    b = np.asarray(block, np.uint8)
+    d, m = b[:4].view(np.float16).astype(np.float32)
+    q = np.stack([b[4:] & 0x0F, b[4:] >> 4], axis=1).reshape(32).astype(np.float32)
+    return d * q + m
+
+
+def _q4_1_fused_in_float16(block):                 # computes in float16 and converts at the end
+    b = np.asarray(block, np.uint8)
+    d, m = b[:4].view(np.float16)
+    q = np.concatenate([b[4:] & 0x0F, b[4:] >> 4]).astype(np.float16)
+    return (d * q + m).astype(np.float32)
+
+
 # ---- chapter 12 -------------------------------------------------------------------------------
 def _kt_untransposed(slot, head, c, j, n_kv, d, S):
     """V's layout [slots, N_kv, S, d] instead of the transposed K cache's."""
@@ -363,6 +394,11 @@ WRONG = [
     ("ch10", "preempt", _preempt_keeps_blocks, "expected [2], got [2, 1]"),
     ("ch10", "gather_keys", _gather_no_transpose, "values differ"),
     ("ch10", "gather_keys", _gather_ignores_table, "table [0, 2, 4], n=9"),
+    ("ch11", "weight_bytes", _bytes_untied_twice, "expected"),
+    ("ch11", "weight_bytes", _bytes_no_block_scales, "expected"),
+    ("ch11", "tile_registers", _registers_no_broadcast, "expected"),
+    ("ch11", "q4_1_decode", _q4_1_interleaved, "values differ"),
+    ("ch11", "q4_1_decode", _q4_1_fused_in_float16, "values differ"),
     ("ch12", "kt_offset", _kt_untransposed, "expected 13, got 21"),
     ("ch12", "fill_grid", _grid_first_segment, "segments [1, 40, 3]"),
     ("ch12", "fill_grid", _grid_no_heads, "expected ((4, 1, 3), (16, 16)), got ((4, 1, 1), (16, 16))"),

@@ -303,3 +303,32 @@ def test_gguf_without_merges_is_a_user_error(tmp_path, fresh_cache, tiny_hf):
         load_model(path)
     except LlamanbError:
         assert _cache_residue(fresh_cache) == []
+
+
+def test_tensor_index_matches_the_gguf_reader(smollm_gguf_path, tmp_path):
+    """llamanb.io.gguf.tensor_index (the header only, metadata skipped) finds every tensor where
+    the `gguf` package's reader does: type, dims, data offset and size; raw_rows maps those bytes
+    (q and k rows un-permuted as the float32 conversion does); a truncated file is one line."""
+    from gguf import GGUFReader
+
+    from llamanb.errors import LlamanbError
+    from llamanb.io.gguf import GGUFSource, hf_name, raw_rows, tensor_index
+    from llamanb.io.quants import dequantize
+
+    ix = tensor_index(smollm_gguf_path)
+    r = GGUFReader(str(smollm_gguf_path))
+    assert len(ix) == len(r.tensors)
+    for t in r.tensors:
+        assert ix[t.name] == (t.tensor_type.name, tuple(int(d) for d in t.shape),
+                              int(t.data_offset), int(t.n_bytes))
+    src = GGUFSource(smollm_gguf_path)
+    c = src.config
+    for name in ("blk.3.attn_q.weight", "blk.3.attn_k.weight", "blk.3.ffn_down.weight"):
+        qtype, rows = raw_rows(smollm_gguf_path, ix, name, c.n_heads, c.n_kv_heads)
+        w = dequantize(rows.reshape(-1), qtype, rows.shape[0] * int(ix[name][1][0]))
+        assert np.array_equal(w.reshape(rows.shape[0], -1), src.get(hf_name(name)))
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(smollm_gguf_path.read_bytes()[: 3 << 20])
+    with pytest.raises(LlamanbError, match="truncated") as e:
+        tensor_index(cut)
+    assert "\n" not in str(e.value)

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from llamanb.errors import LlamanbError
-from llamanb.npu import extern, hostbuild, peano
+from llamanb import cxx_build as hostbuild
+from llamanb.npu import extern, peano
 from llamanb.numerics import bf16_bits, from_bf16_bits, to_bf16
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ for host builds")

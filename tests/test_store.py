@@ -380,27 +380,84 @@ def test_safetensors_bf16_bits_round_trip(tmp_path):
     assert not (tmp_path / "u.safetensors").exists()
 
 
-def test_cpu_panels_are_packed_once_then_mapped(tiny_dir, fresh_cache):
-    """The cpu backend's packed weights go to the model cache once per dtype and layout, then
-    every load maps them (nothing rewritten); in-memory weights keep their bf16 bits."""
-    from llamanb.npu import hostbuild
+def test_cache_holds_one_copy_of_the_weights(tiny_dir, fresh_cache):
+    """Issue 29 item 4: whatever engines run (numpy, cpu float32, cpu bf16), the entry holds the
+    float32 checkpoint and the tokenizer only -- every other layout is derived in memory -- and
+    the copies an earlier version cached beside it are removed at the next load (nothing else)."""
+    from llamanb import cxx_build
+    from llamanb.io.store import entry_bytes
 
-    if hostbuild.compiler()[0] is None:
-        pytest.skip("no C++ compiler")
     model = load_model(tiny_dir)
     ids = [1, 5, 9, 2]
-    first = Engine(model, "cpu").prefill(ids, Engine(model, "cpu").new_cache(8))
-    files = sorted(n for n in os.listdir(model.cache_dir) if n.startswith("cpu-panels"))
-    assert len(files) == 1 and files[0].startswith("cpu-panels-f32-np")
-    stamp = os.stat(model.cache_dir / files[0]).st_mtime_ns
+    want = Engine(model).prefill(ids, Engine(model).new_cache(8))
+    files = set(os.listdir(model.cache_dir))
+    engines = ["numpy"] + (["cpu"] if cxx_build.compiler()[0] is not None else [])
+    for name in engines:
+        for dtype in ("float32", "bf16"):
+            e = Engine(model, name, dtype=dtype)
+            e.prefill(ids, e.new_cache(8))
+    assert set(os.listdir(model.cache_dir)) == files
+    assert {"config.json", "model.safetensors", "tokenizer.json", "llamanb.json"} <= files
+    assert not any(f.endswith(".safetensors") for f in files - {"model.safetensors"})
+    header = (model.cache_dir / "model.safetensors").stat().st_size - model.weights.nbytes()
+    assert 0 < header < 64 * 1024                    # the file is the weights once, and its header
+    small = sum((model.cache_dir / f).stat().st_size for f in files if f != "model.safetensors")
+    assert entry_bytes(model.cache_dir) == model.weights.nbytes() + header + small
+    # an earlier version's derived copies go; anything else stays
+    for name in ("cpu-panels-f32-np16-bf16u-v1.safetensors", "numpy-layout-v1.safetensors",
+                 "notes.txt"):
+        (model.cache_dir / name).write_bytes(b"\0" * 100)
+    again = load_model(tiny_dir)
+    assert set(os.listdir(model.cache_dir)) == files | {"notes.txt"}
+    assert np.array_equal(Engine(again).prefill(ids, Engine(again).new_cache(8)), want)
+
+
+def test_cpu_panels_in_memory_and_mapped_pages_handed_back(tiny_dir, fresh_cache):
+    """The cpu backend packs its panels in memory (its own arrays, not a cached file); the
+    weights they came from give their pages back and still read the same; a second engine gives
+    the first one's bits."""
+    from llamanb import cxx_build
+
+    if cxx_build.compiler()[0] is None:
+        pytest.skip("no C++ compiler")
+    model = load_model(tiny_dir)
+    before = {f: getattr(model.weights.layers[0], f).copy() for f in ("wqkv", "w_down")}
+    ids = [1, 5, 9, 2]
+    first = Engine(model, "cpu")
+    got = first.prefill(ids, first.new_cache(8))
+    b = first.backend
+    assert b.lm_head.data.flags.owndata and not _reaches_memmap(b.lm_head.data)
+    for f, a in before.items():
+        assert np.array_equal(getattr(model.weights.layers[0], f), a)
     again = Engine(load_model(tiny_dir), "cpu")
-    assert _reaches_memmap(again.backend.lm_head.data)
-    assert np.array_equal(again.prefill(ids, again.new_cache(8)), first)
-    assert os.stat(model.cache_dir / files[0]).st_mtime_ns == stamp          # mapped, not rewritten
-    Engine(model, "cpu", dtype="bf16")
-    assert len([n for n in os.listdir(model.cache_dir) if n.startswith("cpu-panels-bf16")]) == 1
+    assert np.array_equal(again.prefill(ids, again.new_cache(8)), got)
     from dataclasses import replace
 
     mem = replace(model.weights, store_dir=None, deriver=None)               # no store behind it
-    b = Engine(replace(model, weights=mem), "cpu", dtype="bf16").backend
-    assert b.lm_head.data.dtype == np.uint16 and b.lm_head.data.flags.owndata
+    bb = Engine(replace(model, weights=mem), "cpu", dtype="bf16").backend
+    assert bb.lm_head.data.dtype == np.uint16 and bb.lm_head.data.flags.owndata
+
+
+def _rss_kb() -> int:
+    return int(Path("/proc/self/status").read_text().split("VmRSS:")[1].split()[0])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise and /proc: Linux")
+def test_release_pages_drops_mapped_pages_only(tmp_path):
+    """release_pages on a file mapping: resident memory falls by about its size (MADV_DONTNEED)
+    and the values read back unchanged; on anonymous memory it does nothing (DONTNEED would
+    zero it)."""
+    from llamanb.backends.cpu import release_pages
+
+    n = 48 << 20
+    data = np.arange(n // 4, dtype=np.float32)
+    (tmp_path / "w.bin").write_bytes(data.tobytes())
+    m = np.memmap(tmp_path / "w.bin", dtype=np.float32, mode="r").view(np.ndarray)[1000:]
+    assert float(m.sum(dtype=np.float64)) > 0                     # every page touched
+    r0 = _rss_kb()
+    release_pages(m)
+    assert r0 - _rss_kb() > 0.8 * n / 1024
+    assert np.array_equal(m, data[1000:])
+    anon = data.copy()
+    release_pages(anon)
+    assert np.array_equal(anon, data)

@@ -15,7 +15,8 @@
 // The same kernels as the per-block path (llamanb.backends.cpu.CpuBackend.block), called in the
 // same order with the same arguments, so both give the same bits; this one only saves the
 // Python between them (about 10 calls and their arrays per layer). Weights are packed panels
-// (matmul.cc), float32 or bfloat16 bits; `rnd` rounds every op's output to bfloat16.
+// (matmul.cc), each matrix in its own format fmt[6 l + i] (0 float32, 1 bfloat16 bits, 2 Q4_1,
+// 3 Q8_0: quant.h); `rnd` rounds every op's output to bfloat16.
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -27,6 +28,10 @@ void llamanb_cpu_matmul_f32(const float* x, int M, int K, const float* P, int N,
                             int accumulate, int rnd);
 void llamanb_cpu_matmul_bf16(const float* x, int M, int K, const uint16_t* P, int N, float* y,
                              int accumulate, int rnd);
+void llamanb_cpu_matmul_q4_1(const float* x, int M, int K, const uint8_t* P, int N, float* y,
+                             int accumulate, int rnd);
+void llamanb_cpu_matmul_q8_0(const float* x, int M, int K, const uint8_t* P, int N, float* y,
+                             int accumulate, int rnd);
 void llamanb_cpu_rmsnorm(const float* x, const float* w, float* out, int M, int H, float eps,
                          int rnd);
 void llamanb_cpu_rope(float* x, int R, long ld, int n_heads, int d, const float* cos,
@@ -37,8 +42,9 @@ void llamanb_cpu_silu_mul(const float* gu, float* out, int M, int F, int rnd);
 namespace {
 
 struct Dims {
-    int32_t L, H, n_heads, n_kv, d, F, wbf16, rnd;
+    int32_t L, H, n_heads, n_kv, d, F, rnd;
     float eps, scale;
+    const int32_t* fmt;             // 6 L weight formats, as W
 };
 
 struct Seg {
@@ -56,11 +62,14 @@ struct Cache {
     int32_t block;
 };
 
-void mm(const Dims& D, const float* x, int M, int K, const void* P, int N, float* y, int acc) {
-    if (D.wbf16)
-        llamanb_cpu_matmul_bf16(x, M, K, static_cast<const uint16_t*>(P), N, y, acc, D.rnd);
-    else
-        llamanb_cpu_matmul_f32(x, M, K, static_cast<const float*>(P), N, y, acc, D.rnd);
+void mm(const Dims& D, int fmt, const float* x, int M, int K, const void* P, int N, float* y,
+        int acc) {
+    switch (fmt) {
+        case 1: llamanb_cpu_matmul_bf16(x, M, K, static_cast<const uint16_t*>(P), N, y, acc, D.rnd); break;
+        case 2: llamanb_cpu_matmul_q4_1(x, M, K, static_cast<const uint8_t*>(P), N, y, acc, D.rnd); break;
+        case 3: llamanb_cpu_matmul_q8_0(x, M, K, static_cast<const uint8_t*>(P), N, y, acc, D.rnd); break;
+        default: llamanb_cpu_matmul_f32(x, M, K, static_cast<const float*>(P), N, y, acc, D.rnd);
+    }
 }
 
 }  // namespace
@@ -76,8 +85,9 @@ extern "C" void llamanb_cpu_forward(const Dims* dims, const void* const* W, floa
     std::vector<llamanb_cpu::AttnSeg> as(n_seg);
     for (int l = 0; l < D.L; ++l) {
         const void* const* w = W + 6 * l;
+        const int32_t* f = D.fmt + 6 * l;
         llamanb_cpu_rmsnorm(x, static_cast<const float*>(w[0]), h.data(), R, H, D.eps, D.rnd);
-        mm(D, h.data(), R, H, w[1], Q, qkv.data(), 0);
+        mm(D, f[1], h.data(), R, H, w[1], Q, qkv.data(), 0);
         llamanb_cpu_rope(qkv.data(), R, Q, Nh + Nkv, d, cos, sin, D.rnd);
         float* kl = cache->k + l * cache->layer_stride;
         float* vl = cache->v + l * cache->layer_stride;
@@ -98,10 +108,10 @@ extern "C" void llamanb_cpu_forward(const Dims* dims, const void* const* W, floa
         }
         llamanb_cpu::attention(qkv.data(), Q, as.data(), n_seg, Nh, Nkv, d, att.data(), D.scale,
                                D.rnd);
-        mm(D, att.data(), R, Nh * d, w[2], H, x, 1);
+        mm(D, f[2], att.data(), R, Nh * d, w[2], H, x, 1);
         llamanb_cpu_rmsnorm(x, static_cast<const float*>(w[3]), h.data(), R, H, D.eps, D.rnd);
-        mm(D, h.data(), R, H, w[4], 2 * F, gu.data(), 0);
+        mm(D, f[4], h.data(), R, H, w[4], 2 * F, gu.data(), 0);
         llamanb_cpu_silu_mul(gu.data(), a.data(), R, F, D.rnd);
-        mm(D, a.data(), R, F, w[5], H, x, 1);
+        mm(D, f[5], a.data(), R, F, w[5], H, x, 1);
     }
 }

@@ -22,9 +22,15 @@
 // for prefill 6 x 1 (12 accumulators, fewer weight loads per FMA), then 4 x 1 and the rest.
 //
 // Threads (pool.h) take chunks of panels (x one block of rows when M is large) on demand.
+//
+// Quantised panels (quant.h: Q4_1, Q8_0) go through the same tiles: a block of 32 k at a time,
+// each row of weights decoded in registers (the block's scales loaded once per block) and then
+// multiplied exactly as a float32 row would be.
 #include <cstring>
+#include <type_traits>
 
 #include "pool.h"
+#include "quant.h"
 #include "vec.h"
 
 namespace {
@@ -33,36 +39,26 @@ constexpr int NP = 2 * VW;          // columns per panel
 constexpr int MB = 48;              // activation rows per block when M is large
 constexpr int PF = 64;              // weight rows (cache lines) prefetched ahead, per panel
 constexpr int DECODE_ROWS = 16;     // up to this many rows: one block, chunks of panels only
+constexpr int PFB = 8;              // quantised blocks prefetched ahead, per panel
 
-// Rows x[0..MR) (row stride ldx) against NPAN panels starting at P (panel stride ps), all of K.
-// `cols` = output columns that exist from this tile's first column (the last panel may be short).
-// `pf`: what to prefetch while reading weight row k, as an offset from it (elements): PF rows ahead
-// in the same panel, or, for a second pass over a panel already in cache, the next panel.
-template <int MR, int NPAN, typename WT>
-inline void micro(const float* x, long ldx, int K, const WT* P, long ps, float* y, long ldy,
-                  int cols, int accumulate, int rnd, long pf = (long)PF * NP) {
-    vf acc[MR][NPAN][2];
-    for (int i = 0; i < MR; ++i)
-        for (int p = 0; p < NPAN; ++p) acc[i][p][0] = acc[i][p][1] = vf{};
-    for (int k = 0; k < K; ++k) {
-        vf w[NPAN][2];
-        for (int p = 0; p < NPAN; ++p) {
-            __builtin_prefetch(P + p * ps + (long)k * NP + pf, 0, 3);
-            load_pair(P + p * ps + (long)k * NP, w[p][0], w[p][1]);
-#if defined(__AVX__)
-            // keep the weights in registers: left to itself GCC folds each load into every FMA
-            // that uses it (MR loads per vector per k), and the load ports, not the FMAs, bind
-            asm("" : "+x"(w[p][0]), "+x"(w[p][1]));
-#endif
-        }
-        for (int i = 0; i < MR; ++i) {
-            const vf xb = bcast(x[i * ldx + k]);
-            for (int p = 0; p < NPAN; ++p) {
-                acc[i][p][0] += xb * w[p][0];
-                acc[i][p][1] += xb * w[p][1];
-            }
-        }
-    }
+// One panel's size in WT units (bytes for quantised panels), and how far ahead the first row tile
+// prefetches within a panel.
+template <typename WT>
+constexpr long panel_stride(int K) {
+    if constexpr (Quant<WT>::is) return (long)(K / 32) * Quant<WT>::block;
+    else return (long)K * NP;
+}
+template <typename WT>
+constexpr long ahead() {
+    if constexpr (Quant<WT>::is) return PFB * Quant<WT>::block;
+    else return (long)PF * NP;
+}
+
+// Write a tile of accumulators to y (or add it): whole panels with vector stores, the short last
+// panel (and bfloat16 rounding) element by element.
+template <int MR, int NPAN>
+inline void store_tile(vf (&acc)[MR][NPAN][2], float* y, long ldy, int cols, int accumulate,
+                       int rnd) {
     for (int i = 0; i < MR; ++i) {
         float* yr = y + i * ldy;
         for (int p = 0; p < NPAN; ++p) {
@@ -85,11 +81,86 @@ inline void micro(const float* x, long ldx, int K, const WT* P, long ps, float* 
     }
 }
 
+// The quantised micro-kernel: as `micro`, a block of 32 k at a time; P, ps and pf in bytes.
+template <int MR, int NPAN, typename WT>
+inline void micro_quant(const float* x, long ldx, int K, const WT* P, long ps, float* y,
+                        long ldy, int cols, int accumulate, int rnd, long pf) {
+    using Q = Quant<WT>;
+    vf acc[MR][NPAN][2];
+    for (int i = 0; i < MR; ++i)
+        for (int p = 0; p < NPAN; ++p) acc[i][p][0] = acc[i][p][1] = vf{};
+    const uint8_t* base = reinterpret_cast<const uint8_t*>(P);
+    for (int b = 0; b < K / 32; ++b) {
+        vf s[NPAN][Q::n_scales];
+        const uint8_t* blk[NPAN];
+        for (int p = 0; p < NPAN; ++p) {
+            blk[p] = base + p * ps + b * Q::block;
+            for (long c = 0; c < Q::block; c += 64) __builtin_prefetch(blk[p] + pf + c, 0, 3);
+            Q::scales(blk[p], s[p]);
+        }
+        for (int kk = 0; kk < 32; ++kk) {
+            const int k = b * 32 + kk;
+            vf w[NPAN][2];
+            for (int p = 0; p < NPAN; ++p) Q::row(blk[p], kk, s[p], w[p][0], w[p][1]);
+            for (int i = 0; i < MR; ++i) {
+                const vf xb = bcast(x[i * ldx + k]);
+                for (int p = 0; p < NPAN; ++p) {
+                    acc[i][p][0] += xb * w[p][0];
+                    acc[i][p][1] += xb * w[p][1];
+                }
+            }
+        }
+    }
+    store_tile<MR, NPAN>(acc, y, ldy, cols, accumulate, rnd);
+}
+
+// Rows x[0..MR) (row stride ldx) against NPAN panels starting at P (panel stride ps), all of K.
+// `cols` = output columns that exist from this tile's first column (the last panel may be short).
+// `pf`: what to prefetch while reading weight row k, as an offset from it (elements): PF rows ahead
+// in the same panel, or, for a second pass over a panel already in cache, the next panel.
+template <int MR, int NPAN, typename WT>
+inline void micro_float(const float* x, long ldx, int K, const WT* P, long ps, float* y,
+                        long ldy, int cols, int accumulate, int rnd, long pf) {
+    vf acc[MR][NPAN][2];
+    for (int i = 0; i < MR; ++i)
+        for (int p = 0; p < NPAN; ++p) acc[i][p][0] = acc[i][p][1] = vf{};
+    for (int k = 0; k < K; ++k) {
+        vf w[NPAN][2];
+        for (int p = 0; p < NPAN; ++p) {
+            __builtin_prefetch(P + p * ps + (long)k * NP + pf, 0, 3);
+            load_pair(P + p * ps + (long)k * NP, w[p][0], w[p][1]);
+#if defined(__AVX__)
+            // keep the weights in registers: left to itself GCC folds each load into every FMA
+            // that uses it (MR loads per vector per k), and the load ports, not the FMAs, bind
+            asm("" : "+x"(w[p][0]), "+x"(w[p][1]));
+#endif
+        }
+        for (int i = 0; i < MR; ++i) {
+            const vf xb = bcast(x[i * ldx + k]);
+            for (int p = 0; p < NPAN; ++p) {
+                acc[i][p][0] += xb * w[p][0];
+                acc[i][p][1] += xb * w[p][1];
+            }
+        }
+    }
+    store_tile<MR, NPAN>(acc, y, ldy, cols, accumulate, rnd);
+}
+
+template <int MR, int NPAN, typename WT>
+inline void micro(const float* x, long ldx, int K, const WT* P, long ps, float* y, long ldy,
+                  int cols, int accumulate, int rnd, long pf = ahead<WT>()) {
+    if constexpr (Quant<WT>::is)
+        micro_quant<MR, NPAN>(x, ldx, K, P, ps, y, ldy, cols, accumulate, rnd, pf);
+    else
+        micro_float<MR, NPAN>(x, ldx, K, P, ps, y, ldy, cols, accumulate, rnd, pf);
+}
+
 template <int MR, typename WT>
 inline void tile_rows(const float* x, long ldx, int K, const WT* P, int p0, int p1, float* y,
                       int N, int accumulate, int rnd) {
-    constexpr int G = MR == 1 ? 4 : MR == 2 ? 2 : 1;      // panels per register tile
-    const long ps = (long)K * NP;
+    // panels per register tile (quantised: 2 for one row, the scales take registers too)
+    constexpr int G = MR == 1 ? (Quant<WT>::is ? 2 : 4) : MR == 2 ? 2 : 1;
+    const long ps = panel_stride<WT>(K);
     int p = p0;
     for (; p + G <= p1; p += G)
         micro<MR, G>(x, ldx, K, P + p * ps, ps, y + (long)p * NP, N, N - p * NP, accumulate, rnd);
@@ -123,9 +194,9 @@ inline void rows_panels(const float* x, int m0, int m1, int K, const WT* P, int 
 template <int MR, typename WT>
 inline void tile_panel(const float* x, int m, int K, const WT* P, int p, float* y, int N,
                        int accumulate, int rnd) {
-    const long ps = (long)K * NP;
+    const long ps = panel_stride<WT>(K);
     micro<MR, 1>(x + (long)m * K, K, K, P + p * ps, ps, y + (long)m * N + (long)p * NP, N,
-                 N - p * NP, accumulate, rnd, m == 0 ? (long)PF * NP : ps);
+                 N - p * NP, accumulate, rnd, m == 0 ? ahead<WT>() : ps);
 }
 
 template <typename WT>
@@ -159,9 +230,12 @@ void matmul(const float* x, int M, int K, const WT* P, int N, float* y, int accu
             const int p0 = c < small ? int(c) : small + int(c - small) * per;
             const int p1 = c < small ? p0 + 1 : p0 + per < panels ? p0 + per : panels;
             // the first PF rows of each panel: the kernel's own prefetch starts PF rows in
-            for (int p = p0; p < p1; ++p)
-                for (int k = 0; k < PF && k < K; ++k)
-                    __builtin_prefetch(P + (long)p * K * NP + (long)k * NP, 0, 2);
+            for (int p = p0; p < p1; ++p) {
+                const char* head = reinterpret_cast<const char*>(P + p * panel_stride<WT>(K));
+                const long bytes = ahead<WT>() * (long)sizeof(WT);
+                const long whole = panel_stride<WT>(K) * (long)sizeof(WT);
+                for (long c = 0; c < bytes && c < whole; c += 64) __builtin_prefetch(head + c, 0, 2);
+            }
             if (M <= 4) rows_panels(x, 0, M, K, P, p0, p1, y, N, accumulate, rnd);
             else decode_panels(x, M, K, P, p0, p1, y, N, accumulate, rnd);
         });
@@ -227,6 +301,70 @@ void llamanb_cpu_matmul_bf16(const float* x, int M, int K, const uint16_t* P, in
     matmul(x, M, K, P, N, y, accumulate, rnd);
 }
 
+void llamanb_cpu_matmul_q4_1(const float* x, int M, int K, const uint8_t* P, int N, float* y,
+                             int accumulate, int rnd) {
+    matmul(x, M, K, reinterpret_cast<const q4_1_t*>(P), N, y, accumulate, rnd);
+}
+
+void llamanb_cpu_matmul_q8_0(const float* x, int M, int K, const uint8_t* P, int N, float* y,
+                             int accumulate, int rnd) {
+    matmul(x, M, K, reinterpret_cast<const q8_0_t*>(P), N, y, accumulate, rnd);
+}
+
+// Quantised panels [ceil(N/NP), K/32, block] -> W [N, K] float32, through the decode the matmul
+// uses (quant.h): what each weight is, for the tests against the gguf package. fmt: 2 Q4_1, 3 Q8_0.
+void llamanb_cpu_unpack_quant(int fmt, const uint8_t* P, int N, int K, float* W) {
+    auto run = [&](auto tag) {
+        using Q = Quant<decltype(tag)>;
+        const long ps = (long)(K / 32) * Q::block;
+        for (int p = 0; p * NP < N; ++p)
+            for (int b = 0; b < K / 32; ++b) {
+                const uint8_t* blk = P + p * ps + b * Q::block;
+                vf s[Q::n_scales];
+                Q::scales(blk, s);
+                for (int kk = 0; kk < 32; ++kk) {
+                    vf w[2];
+                    Q::row(blk, kk, s, w[0], w[1]);
+                    for (int j = 0; j < NP && p * NP + j < N; ++j)
+                        W[(long)(p * NP + j) * K + b * 32 + kk] = w[j / VW][j % VW];
+                }
+            }
+    };
+    if (fmt == 2) run(q4_1_t{});
+    else if (fmt == 3) run(q8_0_t{});
+}
+
 int llamanb_cpu_vector_width() { return VW; }
+
+// Which instruction-set macros the compiler defined for this build, bit i for
+// llamanb.backends.cpu_kernels.ISA_MACROS[i]: what the kernels were compiled to use.
+int llamanb_cpu_isa() {
+    int bits = 0;
+#if defined(__SSE2__)
+    bits |= 1 << 0;
+#endif
+#if defined(__AVX__)
+    bits |= 1 << 1;
+#endif
+#if defined(__AVX2__)
+    bits |= 1 << 2;
+#endif
+#if defined(__FMA__)
+    bits |= 1 << 3;
+#endif
+#if defined(__F16C__)
+    bits |= 1 << 4;
+#endif
+#if defined(__AVX512F__)
+    bits |= 1 << 5;
+#endif
+#if defined(__AVX512BW__)
+    bits |= 1 << 6;
+#endif
+#if defined(__AVX512BF16__)
+    bits |= 1 << 7;
+#endif
+    return bits;
+}
 
 }

@@ -7,6 +7,11 @@ Every matrix product is one kernel (kernels/cpu/matmul.cc) over weights packed i
 of NP = 2 x vector-width output columns (gate and up packed as one [2 D_ff, H] matrix), once per
 model, dtype and panel width: the panels are written to the model cache and memory-mapped from
 then on. `dtype="bf16"` stores them as bfloat16 bits, halving the bytes a decode step reads.
+`dtype="q4_1"` (or "q8_0", or "auto": each matrix as the file stores it) runs a GGUF's own blocks:
+they are regrouped into panels (cpu_kernels.pack_quant) and decoded in registers inside the
+matmul (kernels/cpu/quant.h), never expanded in memory -- a Q4_1 model streams 0.625 bytes a
+weight instead of 4. Each decoded weight is exactly the float32 the cache's dequantised copy
+holds, so the q4_1 engine computes the float32 engine's bits from a sixth of its bytes.
 The kernel streams each panel once per step and multiplies every activation row against it, so
 a step of 8 decoding sequences reads the weights once, as one does.
 
@@ -27,38 +32,85 @@ import ctypes
 
 import numpy as np
 
+from ..errors import LlamanbError
 from ..kv.base import KVStore
 from ..kv.contiguous import KVCache
 from ..kv.paged import PagedKVCache
 from ..numerics import to_bf16
 from ..rope import cos_sin, rope_for
 from ..step import Step
-from ..weights import Weights
+from ..weights import Weights, layer_names
 from . import cpu_kernels
 from .base import Backend
+
+
+QUANT_DTYPES = ("q4_1", "q8_0", "auto")
+
+
+def release_pages(a: np.ndarray) -> None:
+    """Hand a file-mapped array's pages back (madvise MADV_DONTNEED, Linux): they stay in the
+    page cache and come back on the next touch, but stop counting in this process's resident
+    memory. Anything not mapped from a file is left alone (DONTNEED would zero anonymous
+    memory)."""
+    import mmap
+    import sys
+
+    base = a
+    while base is not None and not isinstance(base, mmap.mmap):
+        base = getattr(base, "base", None)
+    if base is None or not sys.platform.startswith("linux") or a.nbytes == 0:
+        return
+    page = mmap.PAGESIZE
+    start = a.__array_interface__["data"][0]
+    lo, hi = start // page * page, -(-(start + a.nbytes) // page) * page
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), ctypes.c_int(4))   # DONTNEED
+
+
+def check_dtype(backend: str, dtype: str) -> None:
+    """One line for a --dtype that only the cpu backend runs, asked of another backend."""
+    if dtype in QUANT_DTYPES and backend != "cpu":
+        raise LlamanbError(f"--dtype {dtype} runs on --backend cpu (the numpy engine computes the "
+                           "same dequantised weights with --dtype float32)")
 
 
 class CpuBackend(Backend):
     name = "cpu"
 
+    DTYPES = ("float32", "bf16", "q4_1", "q8_0", "auto")
+
     def __init__(self, weights: Weights, dtype: str = "float32"):
-        if dtype not in ("float32", "bf16"):
-            raise ValueError(f"dtype must be float32 or bf16, got {dtype!r}")
+        if dtype not in self.DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(self.DTYPES)}, got {dtype!r}")
         self.k = cpu_kernels.load()                  # LlamanbError (one line) without a compiler
         super().__init__(weights)
-        self.dtype, self.bf16 = dtype, dtype == "bf16"
         c = self.config
-        isa = "-march=native" if self.k.native else "portable flags"
-        self.description = (f"compiled C++ kernels on the host CPU ({dtype} weights, "
+        mats = {f"{i}.{n}": m for i, w in enumerate(weights.layers) for n, m in
+                (("wqkv", w.wqkv), ("wo", w.wo), ("gate_up", w.w_gate_up), ("down", w.w_down))}
+        mats["lm_head"] = weights.lm_head                                # [V, H]
+        quant = self._quantised(weights, dtype, c)                       # name -> (qtype, rows)
+        if dtype in ("q4_1", "q8_0", "auto"):
+            dtype = "float32" if not quant else dtype
+        self.dtype, self.bf16 = dtype, dtype == "bf16"
+        isa = {"native": "-march=native", "portable": "portable flags"}.get(
+            self.k.flavour, f"-march={self.k.flavour}")
+        if quant:
+            kinds = sorted({q for q, _ in quant.values()})
+            what = " + ".join(f"{sum(q == k for q, _ in quant.values())} {k}" for k in kinds) + \
+                " matrices as stored in the GGUF" + \
+                (f", {len(mats) - len(quant)} float32" if len(quant) < len(mats) else "")
+        else:
+            what = f"{dtype} weights"
+        self.description = (f"compiled C++ kernels on the host CPU ({what}, "
                             f"{self.k.vector_width}-lane vectors, {isa}, {self.k.threads} threads)")
         self.freqs = rope_for(c)
         self.scale = float(c.head_dim ** -0.5)
         self._rope_key, self._rope = None, None
-        mats = {f"{i}.{n}": m for i, w in enumerate(weights.layers) for n, m in
-                (("wqkv", w.wqkv), ("wo", w.wo), ("gate_up", w.w_gate_up), ("down", w.w_down))}
-        mats["lm_head"] = weights.lm_head                                # [V, H]
-        panels = self._panels(weights, mats)
-        mat = {n: cpu_kernels.Packed(*mats[n].shape, panels[n]) for n in mats}
+        panels = self._panels(weights, {n: m for n, m in mats.items() if n not in quant})
+        mat = {n: cpu_kernels.Packed(*mats[n].shape, panels[n]) for n in panels}
+        for n, (q, raw) in quant.items():
+            mat[n] = self.k.pack_quant(raw, q, mats[n].shape[1])
+            release_pages(raw)
         vec = to_bf16 if self.bf16 else (lambda a: np.ascontiguousarray(a, np.float32))
         self.layer_w = [dict(attn_norm=vec(w.attn_norm), wqkv=mat[f"{i}.wqkv"], wo=mat[f"{i}.wo"],
                              ffn_norm=vec(w.ffn_norm), gate_up=mat[f"{i}.gate_up"],
@@ -67,22 +119,67 @@ class CpuBackend(Backend):
         self.lm_head = mat["lm_head"]                                   # [V, H] packed
         self.weight_bytes = sum(a.nbytes for lw in self.layer_w for a in lw.values()) + \
             self.lm_head.nbytes + self.final_norm.nbytes
-        # forward.cc's arguments that never change: the sizes, and 6 weight pointers per layer
-        self._dims = cpu_kernels.Dims(c.n_layers, c.hidden, c.n_heads, c.n_kv_heads, c.head_dim,
-                                      c.ffn, int(self.bf16), int(self.bf16), c.rms_eps, self.scale)
+        # forward.cc's arguments that never change: the sizes, 6 weight pointers per layer and
+        # each one's panel format (norm vectors: float32, ignored)
         ptrs = [(a.data if isinstance(a, cpu_kernels.Packed) else a).ctypes.data
                 for lw in self.layer_w for a in lw.values()]
+        fmts = [cpu_kernels.FORMATS[a.fmt] if isinstance(a, cpu_kernels.Packed) else 0
+                for lw in self.layer_w for a in lw.values()]
         self._wptrs = (ctypes.c_void_p * len(ptrs))(*ptrs)
+        self._fmts = (ctypes.c_int32 * len(fmts))(*fmts)
+        self._dims = cpu_kernels.Dims(c.n_layers, c.hidden, c.n_heads, c.n_kv_heads, c.head_dim,
+                                      c.ffn, int(self.bf16), c.rms_eps, self.scale,
+                                      ctypes.cast(self._fmts, ctypes.c_void_p))
+
+    @staticmethod
+    def _quantised(weights: Weights, dtype: str, c) -> dict:
+        """The matrices to run on the GGUF's own blocks: name -> (GGUF type, uint8 rows [N, ...]),
+        the parts of a fused matrix (q|k|v, gate|up) stacked. Empty for float32 and bf16, and for
+        "auto" on weights with no quantised source; "q4_1" / "q8_0" ask that every layer matrix
+        be stored in that format (one line if not)."""
+        if dtype in ("float32", "bf16"):
+            return {}
+        if weights.quantized is None:
+            if dtype == "auto":
+                return {}
+            raise LlamanbError(f"--dtype {dtype} runs a GGUF file's own {dtype.upper()} blocks, but "
+                               f"{c.name} was not loaded from a GGUF file (use --dtype float32)")
+        parts = {f"{i}.{n}": [names[p] for p in ps] for i in range(c.n_layers)
+                 for names in [layer_names(i)]
+                 for n, ps in (("wqkv", ("q", "k", "v")), ("wo", ("o",)),
+                               ("gate_up", ("gate", "up")), ("down", ("down",)))}
+        parts["lm_head"] = ["model.embed_tokens.weight" if c.tie_embeddings else "lm_head.weight"]
+        out, other = {}, {}
+        for name, hf in parts.items():
+            got = [weights.quantized(n) for n in hf]
+            kinds = {q for q, _ in got}
+            if len(kinds) == 1 and next(iter(kinds)) in cpu_kernels.QUANT_FORMATS:
+                out[name] = (got[0][0], np.concatenate([r for _, r in got]) if len(got) > 1
+                             else got[0][1])
+            else:
+                other[name] = "/".join(sorted(kinds))
+        if dtype != "auto":
+            want = dtype.upper()
+            wrong = {n: (out[n][0] if n in out else other[n]) for n in parts
+                     if n != "lm_head" and (out[n][0] if n in out else other[n]) != want}
+            if wrong:
+                n, q = next(iter(wrong.items()))
+                raise LlamanbError(f"--dtype {dtype} runs a GGUF file's own {want} blocks, but "
+                                   f"{len(wrong)} of its layer matrices are not {want} (layer "
+                                   f"matrix {n} is {q}); use --dtype auto to run each as stored")
+        return out
 
     def _panels(self, weights: Weights, mats: dict) -> dict:
-        """Every matrix packed into panels (kernels/cpu/matmul.cc), once: with weights from the
-        model cache the panels are written beside them (one safetensors file per dtype and panel
-        width, temp file + rename) and memory-mapped on every later load."""
-        NP, bf16 = self.k.panel_width, self.bf16
-        producers = {n: ((-(-m.shape[0] // NP), m.shape[1], NP),
-                         lambda m=m: self.k.pack(m, bf16=bf16).data) + (("BF16",) if bf16 else ())
-                     for n, m in mats.items()}
-        return weights.derived(f"cpu-panels-{'bf16' if bf16 else 'f32'}-{self.k.layout}-v1", producers)
+        """Every matrix packed into panels (kernels/cpu/matmul.cc), in memory, at load: the
+        model cache keeps one copy of the weights (float32, HF layout), and the panels at any
+        precision are derived from it (about one pass over the weights). The pages of a
+        memory-mapped matrix are handed back once it is packed, so the process holds the panels,
+        not the panels and the weights they were made from."""
+        out = {}
+        for n, m in mats.items():
+            out[n] = self.k.pack(m, bf16=self.bf16).data
+            release_pages(m)
+        return out
 
     def embed(self, ids: np.ndarray) -> np.ndarray:
         x = super().embed(ids)

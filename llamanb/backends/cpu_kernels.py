@@ -1,13 +1,26 @@
 """The cpu backend's C++ kernels (kernels/cpu/*.cc): built once into the cache, bound with ctypes.
 
-    kernels/cpu/*.cc, *.h --g++ -O3 -march=native -pthread--> $LLAMANB_CACHE/cpu/cpu-kernels-<key>.so
+    kernels/cpu/*.cc, *.h --g++ -O3 -march=<flavour> -pthread--> $LLAMANB_CACHE/cpu/cpu-kernels-<key>.so
 
-The build machinery is the NPU host build's (llamanb.npu.hostbuild): the key hashes the sources,
-the flags and `g++ --version`, and the library is written to a temporary file and renamed into
-place. `-march=native` targets this CPU (AVX2 / AVX-512 where it has them); the flags carry a
-digest of the CPU's model and feature list, so a cache shared between machines never hands one
-CPU another's build. A compiler that refuses `-march=native` gets the portable flags (same code,
-the compiler's default instruction set). `-ffp-contract=fast` lets multiply-adds fuse.
+The build machinery is llamanb.cxx_build's (shared with the NPU host build): the key hashes the
+sources, the flags and `g++ --version`, and the library is written to a temporary file and renamed
+into place. Which instructions the kernels use is decided at build time, from what the compiler
+targets (`__AVX2__`, `__AVX512F__`, ... in kernels/cpu/vec.h), and the target is the build's
+flavour:
+
+    LLAMANB_CPU_MARCH=native     (default) -march=native: this CPU's own instruction set (AVX2 or
+                                 AVX-512 where it has them); the flags carry a digest of the CPU's
+                                 model and feature list, so a cache shared between machines never
+                                 hands one CPU another's build. A compiler that refuses
+                                 -march=native gets the portable flags.
+    LLAMANB_CPU_MARCH=portable   no -march: the compiler's default target (x86-64: SSE2), the
+                                 same source through its generic vector code
+    LLAMANB_CPU_MARCH=<name>     -march=<name>, e.g. x86-64-v3 to force the AVX2 kernels on an
+                                 AVX-512 machine (a target this CPU lacks builds, but dies with
+                                 SIGILL when run)
+
+The flavour is part of the flags, hence of the key: each flavour is its own cached library.
+`-ffp-contract=fast` lets multiply-adds fuse.
 
     LLAMANB_CXX   the compiler (default g++); "none" turns builds off
 
@@ -19,13 +32,15 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
+import re
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import LlamanbError
-from ..npu import hostbuild
+from .. import cxx_build
 
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels" / "cpu"
 BASE_FLAGS = ("-std=c++20", "-O3", "-ffp-contract=fast", "-pthread", "-shared", "-fPIC",
@@ -43,6 +58,10 @@ def _cpu_digest() -> str:
     return hashlib.sha256("\n".join(sorted(set(keep))).encode()).hexdigest()[:12]
 
 
+MARCH_VAR = "LLAMANB_CPU_MARCH"
+_MARCH_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,40}$")
+
+
 def native_flags() -> tuple[str, ...]:
     return BASE_FLAGS + ("-march=native", f"-DLLAMANB_CPU_HOST={_cpu_digest()}")
 
@@ -51,16 +70,39 @@ def portable_flags() -> tuple[str, ...]:
     return BASE_FLAGS
 
 
+def flavour() -> str:
+    """The build flavour $LLAMANB_CPU_MARCH asks for: "native" (default), "portable", or a
+    -march name; anything else is a one-line LlamanbError."""
+    value = os.environ.get(MARCH_VAR, "").strip() or "native"
+    if not _MARCH_NAME.match(value):
+        raise LlamanbError(f"{MARCH_VAR}={value!r} is not native, portable or a -march name "
+                           "(such as x86-64-v3)")
+    return value
+
+
+def flavour_flags(name: str) -> tuple[str, ...]:
+    """The compiler flags of a build flavour (see the module doc)."""
+    if name == "native":
+        return native_flags()
+    if name == "portable":
+        return portable_flags()
+    return BASE_FLAGS + (f"-march={name}",)
+
+
 def cache_dir() -> Path:
     from ..paths import cache_root
 
     return cache_root() / "cpu"
 
 
+# bit i of llamanb_cpu_isa(): the compiler defined this macro for the build (kernels/cpu/vec.h)
+ISA_MACROS = ("SSE2", "AVX", "AVX2", "FMA", "F16C", "AVX512F", "AVX512BW", "AVX512BF16")
+
+
 class Dims(ctypes.Structure):
     """kernels/cpu/forward.cc's Dims: the model's sizes and the step's numerics."""
-    _fields_ = [(n, ctypes.c_int32) for n in ("L", "H", "n_heads", "n_kv", "d", "F", "wbf16", "rnd")] + \
-        [("eps", ctypes.c_float), ("scale", ctypes.c_float)]
+    _fields_ = [(n, ctypes.c_int32) for n in ("L", "H", "n_heads", "n_kv", "d", "F", "rnd")] + \
+        [("eps", ctypes.c_float), ("scale", ctypes.c_float), ("fmt", ctypes.c_void_p)]
 
 
 class Seg(ctypes.Structure):
@@ -78,13 +120,54 @@ class CacheDesc(ctypes.Structure):
                 ("block", ctypes.c_int32)]
 
 
+# a panel format's code in kernels/cpu (forward.cc's fmt, llamanb_cpu_unpack_quant)
+FORMATS = {"f32": 0, "bf16": 1, "q4_1": 2, "q8_0": 3}
+# GGUF block formats the kernels decode in registers: name -> (GGUF bytes per block of 32, panel
+# block bytes per output column) -- kernels/cpu/quant.h
+QUANT_FORMATS = {"Q4_1": ("q4_1", 20, 20), "Q8_0": ("q8_0", 34, 34)}
+
+
+def pack_quant(raw: np.ndarray, qtype: str, np_width: int) -> np.ndarray:
+    """GGUF rows of blocks -> the kernels' quantised panels (kernels/cpu/quant.h).
+
+    raw: uint8 [N, K/32 * bytes per block], row n = output column n (HF order). Returns uint8
+    [ceil(N / NP), K/32, block bytes]: per panel and block of 32 k, the NP columns' float16
+    scales (Q4_1: then their minimums) and their 32 rows of quants, NP per row (Q4_1: two
+    columns j, j + NP/2 per byte). Columns past N are zero blocks (weight 0)."""
+    name, gb, _ = QUANT_FORMATS[qtype]
+    raw = np.ascontiguousarray(raw, dtype=np.uint8)
+    N = raw.shape[0]
+    nb = raw.shape[1] // gb
+    NP, VW = np_width, np_width // 2
+    P = -(-N // NP)
+    blocks = np.zeros((P * NP, nb, gb), np.uint8)
+    blocks[:N] = raw.reshape(N, nb, gb)
+    blocks = blocks.reshape(P, NP, nb, gb).transpose(0, 2, 1, 3)          # [P, nb, NP, gb]
+
+    def cols(a):                                    # [P, nb, NP, c] -> [P, nb, NP * c] bytes
+        return np.ascontiguousarray(a).reshape(P, nb, -1)
+
+    if qtype == "Q4_1":
+        qs = blocks[..., 4:]                                             # [P, nb, NP, 16]
+        q = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)                # weight kk of the block
+        q = q.transpose(0, 1, 3, 2)                                      # [P, nb, 32, NP]
+        packed = q[..., :VW] | (q[..., VW:] << 4)                        # [P, nb, 32, VW]
+        parts = [cols(blocks[..., 0:2]), cols(blocks[..., 2:4]), cols(packed)]
+    else:
+        q = blocks[..., 2:].transpose(0, 1, 3, 2)                        # [P, nb, 32, NP] int8
+        parts = [cols(blocks[..., 0:2]), cols(q)]
+    return np.concatenate(parts, axis=-1)
+
+
 class Packed:
     """A weight W [n, k] packed for the matmul kernel: `data` [ceil(n / NP), k, NP] float32 or
-    uint16 (bfloat16 bits)."""
+    uint16 (bfloat16 bits), or quantised panels [ceil(n / NP), k / 32, block bytes] (fmt "q4_1",
+    "q8_0": see pack_quant)."""
 
-    def __init__(self, n: int, k: int, data: np.ndarray):
+    def __init__(self, n: int, k: int, data: np.ndarray, fmt: str | None = None):
         self.n, self.k, self.data = n, k, data
-        self.bf16 = data.dtype == np.uint16
+        self.fmt = fmt or ("bf16" if data.dtype == np.uint16 else "f32")
+        self.bf16 = self.fmt == "bf16"
 
     @property
     def nbytes(self) -> int:
@@ -99,8 +182,9 @@ class Kernels:
     """The loaded library with typed entry points; arrays must be C-contiguous float32 (uint16
     for bf16 weights) unless a stride is passed."""
 
-    def __init__(self, lib: ctypes.CDLL, built: hostbuild.HostBuild, native: bool):
-        self.lib, self.built, self.native = lib, built, native
+    def __init__(self, lib: ctypes.CDLL, built: cxx_build.HostBuild, flavour: str):
+        self.lib, self.built, self.flavour = lib, built, flavour
+        self.native = flavour == "native"
         P, I, L, F = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
         sig = {"llamanb_cpu_matmul_f32": (P, I, I, P, I, P, I, I),
                "llamanb_cpu_pack_f32": (P, I, I, P),
@@ -109,22 +193,29 @@ class Kernels:
                "llamanb_cpu_panel_width": (),
                "llamanb_cpu_bf16_unpack_order": (),
                "llamanb_cpu_matmul_bf16": (P, I, I, P, I, P, I, I),
+               "llamanb_cpu_matmul_q4_1": (P, I, I, P, I, P, I, I),
+               "llamanb_cpu_matmul_q8_0": (P, I, I, P, I, P, I, I),
+               "llamanb_cpu_unpack_quant": (I, P, I, I, P),
                "llamanb_cpu_rmsnorm": (P, P, P, I, I, F, I),
                "llamanb_cpu_rope": (P, I, L, I, I, P, P, I),
                "llamanb_cpu_silu_mul": (P, P, I, I, I),
                "llamanb_cpu_attention": (P, L, I, I, I, I, I, P, P, L, P, F, I),
                "llamanb_cpu_read_sum": (P, L),
                "llamanb_cpu_vector_width": (),
+               "llamanb_cpu_isa": (),
                "llamanb_cpu_threads": ()}
         for name, args in sig.items():
             fn = getattr(lib, name)
-            fn.argtypes, fn.restype = list(args), (ctypes.c_int if name.endswith(("width", "threads", "order")) else
+            fn.argtypes, fn.restype = list(args), (ctypes.c_int if name.endswith(("width", "threads", "order", "isa")) else
                                                    ctypes.c_double if name.endswith("_sum") else None)
         self.vector_width = lib.llamanb_cpu_vector_width()
         self.panel_width = lib.llamanb_cpu_panel_width()
         # how this build lays out packed weights (a cached copy must have been packed alike)
         self.layout = f"np{self.panel_width}" + ("-bf16u" if lib.llamanb_cpu_bf16_unpack_order() else "")
         self.threads = lib.llamanb_cpu_threads()
+        bits = lib.llamanb_cpu_isa()
+        # the instruction-set macros the compiler defined for this build (kernels/cpu/vec.h)
+        self.isa = tuple(n for i, n in enumerate(ISA_MACROS) if bits >> i & 1)
 
     def pack(self, w: np.ndarray, bf16: bool = False) -> Packed:
         """W [N, K] -> panels [ceil(N / NP), K, NP] (kernels/cpu/matmul.cc), float32 or bfloat16
@@ -143,9 +234,21 @@ class Kernels:
         M, K = x.shape
         N = w.n
         assert w.k == K and y.shape == (M, N) and x.flags.c_contiguous and y.flags.c_contiguous
-        fn = self.lib.llamanb_cpu_matmul_bf16 if w.bf16 else self.lib.llamanb_cpu_matmul_f32
+        fn = getattr(self.lib, f"llamanb_cpu_matmul_{w.fmt}")
         fn(x.ctypes.data, M, K, w.data.ctypes.data, N, y.ctypes.data, int(accumulate), int(rnd))
         return y
+
+    def pack_quant(self, raw: np.ndarray, qtype: str, k: int) -> Packed:
+        """GGUF blocks (uint8 [N, K/32 * block bytes]) -> quantised panels of this build's width."""
+        data = pack_quant(raw, qtype, self.panel_width)
+        return Packed(raw.shape[0], k, data, QUANT_FORMATS[qtype][0])
+
+    def unpack(self, w: Packed) -> np.ndarray:
+        """Quantised panels -> W [N, K] float32, each weight decoded as the matmul decodes it."""
+        out = np.empty((w.n, w.k), np.float32)
+        self.lib.llamanb_cpu_unpack_quant(FORMATS[w.fmt], w.data.ctypes.data, w.n, w.k,
+                                          out.ctypes.data)
+        return out
 
     def read_sum(self, a: np.ndarray) -> float:
         """The float64 sum of a float32 array, read by every pool thread (a bandwidth probe)."""
@@ -160,22 +263,26 @@ class Kernels:
 
 
 @lru_cache(maxsize=None)
-def _load(kernels_dir: Path, cache: Path) -> Kernels | str:
-    for flags, native in ((native_flags(), True), (portable_flags(), False)):
-        built = hostbuild.build(kernels_dir, cache, flags, "cpu-kernels")
+def _load(kernels_dir: Path, cache: Path, wanted: str) -> Kernels | str:
+    # native falls back to portable (a compiler without -march=native); a named flavour does not
+    tries = ("native", "portable") if wanted == "native" else (wanted,)
+    for name in tries:
+        built = cxx_build.build(kernels_dir, cache, flavour_flags(name), "cpu-kernels")
         if built is not None:
-            return Kernels(ctypes.CDLL(str(built.path)), built, native)
-    return hostbuild.reason(kernels_dir, portable_flags()) or "the build failed"
+            return Kernels(ctypes.CDLL(str(built.path)), built, name)
+    why = cxx_build.reason(kernels_dir, flavour_flags(tries[-1])) or "the build failed"
+    return why if wanted == "native" else f"{MARCH_VAR}={wanted}: {why}"
 
 
-def load(kernels_dir: Path = KERNELS_DIR) -> Kernels:
-    """The kernels, built at first use; a LlamanbError (one line, naming the numpy backend)
-    when they cannot be built here."""
-    cxx, why = hostbuild.compiler()
+def load(kernels_dir: Path = KERNELS_DIR, flavour_name: str | None = None) -> Kernels:
+    """The kernels of one build flavour (default: $LLAMANB_CPU_MARCH, else native), built at
+    first use; a LlamanbError (one line, naming the numpy backend) when they cannot be built."""
+    wanted = flavour_name or flavour()
+    cxx, why = cxx_build.compiler()
     if cxx is None:
         raise LlamanbError(f"backend 'cpu' compiles C++ at first use, but {why} "
                            "(set LLAMANB_CXX, or use --backend numpy)")
-    got = _load(Path(kernels_dir), cache_dir())
+    got = _load(Path(kernels_dir), cache_dir(), wanted)
     if isinstance(got, str):
         raise LlamanbError(f"backend 'cpu': {got} (use --backend numpy)")
     return got

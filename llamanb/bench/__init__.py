@@ -26,7 +26,11 @@ torch with torch.set_num_threads(os.cpu_count())). The order rotates every round
 C A B, ...) so that no engine is always first. Round 0 is the warm-up, rounds 1 .. --runs are
 timed, and the table shows each engine's medians. A shared host's speed drifts (10-20 % over a
 minute); interleaving spreads that drift over all engines alike, where running them one after
-another charged it to whichever ran in the slow minute.
+another charged it to whichever ran in the slow minute. A ratio between two engines (the cpu
+backend against llama.cpp, say) is therefore taken round by round -- each round's two rates met
+the same machine -- and reported as the median of those paired samples with their min and
+quartiles; a target counts as met only when the lower quartile clears it, over at least 7 rounds
+(`--runs 7`; fewer rounds print UNDECIDED). See report.MIN_ROUNDS.
 
 Parent and child speak over a multiprocessing Pipe, one request and one reply at a time: the
 child answers ("ready", info) once loaded, ("round", (tok/s, greedy tokens)) to "round" and

@@ -115,6 +115,9 @@ def reference_cli(model_spec, reference, backend: str = "numpy", dtype: str = "f
     model = load_model(model_spec)
     if dtype != "float32" and backend not in ("numpy", "cpu"):
         raise LlamanbError(f"--dtype applies to the numpy and cpu backends, not {backend!r}")
+    from ..backends.cpu import check_dtype
+
+    check_dtype(backend, dtype)
     engine = Engine(model, backend, **({"dtype": dtype} if dtype != "float32" else {}))
     what = (f"numpy engine, {dtype}" if backend == "numpy" else
             engine.backend.description)

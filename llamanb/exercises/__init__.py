@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import importlib
 
-CHAPTERS = ("ch01", "ch02", "ch03", "ch04", "ch05", "ch06", "ch07", "ch08", "ch09", "ch10", "ch12", "ch13")
+CHAPTERS = ("ch01", "ch02", "ch03", "ch04", "ch05", "ch06", "ch07", "ch08", "ch09", "ch10", "ch11", "ch12",
+            "ch13")
 
 
 def chapter(name: str):

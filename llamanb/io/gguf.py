@@ -49,6 +49,116 @@ def permute_qk(w: np.ndarray, n_heads: int) -> np.ndarray:
     return w.reshape(n_heads, d, cols)[:, half_split_to_interleaved(d)].reshape(out, cols)
 
 
+def hf_name(gguf_name: str) -> str | None:
+    """The HF name of a GGUF tensor name (None for a tensor llamanb does not use)."""
+    if gguf_name in _TOP_MAP:
+        return _TOP_MAP[gguf_name]
+    parts = gguf_name.split(".")
+    if len(parts) == 4 and parts[0] == "blk" and parts[3] == "weight" and parts[2] in _LAYER_MAP:
+        return _LAYER_MAP[parts[2]].format(i=int(parts[1]))
+    return None
+
+
+# GGUF metadata value types (gguf-py's GGUFValueType): fixed sizes in bytes; 8 string, 9 array
+_KV_SIZE = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+
+def tensor_index(path: str | Path) -> dict[str, tuple[str, tuple[int, ...], int, int]]:
+    """name -> (GGML type name, GGUF dims fastest-first, absolute byte offset, byte count) for
+    every tensor of a GGUF file, read from its header alone: the metadata is skipped, not
+    decoded (the `gguf` package's reader decodes every tokenizer string, seconds for a 49k
+    vocabulary). A file too short for what its header promises is a one-line LlamanbError."""
+    import mmap
+    import struct
+
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    path = Path(path)
+    with open(path, "rb") as f:
+        try:
+            buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)    # only the header is read
+        except ValueError:                                             # an empty file
+            buf = b""
+    pos = 0
+
+    def take(fmt: str):
+        nonlocal pos
+        v = struct.unpack_from("<" + fmt, buf, pos)
+        pos += struct.calcsize("<" + fmt)
+        return v[0] if len(v) == 1 else v
+
+    def string() -> str:
+        nonlocal pos
+        n = take("Q")
+        pos += n
+        return bytes(buf[pos - n:pos]).decode("utf-8", "replace")
+
+    def skip(vtype: int) -> None:
+        nonlocal pos
+        if vtype in _KV_SIZE:
+            pos += _KV_SIZE[vtype]
+        elif vtype == 8:
+            pos += 8 + take("Q")
+        elif vtype == 9:
+            etype, n = take("IQ")
+            if etype in _KV_SIZE:
+                pos += n * _KV_SIZE[etype]
+            else:
+                for _ in range(n):
+                    skip(etype)
+        else:
+            raise ValueError(f"unknown metadata type {vtype}")
+
+    try:
+        if bytes(buf[:4]) != b"GGUF":
+            raise ValueError("not a GGUF file")
+        pos = 4
+        _version, n_tensors, n_kv = take("IQQ")
+        align = 32
+        for _ in range(n_kv):
+            key, vtype = string(), take("I")
+            if key == "general.alignment" and vtype == 4:
+                align = take("I")
+            else:
+                skip(vtype)
+        infos = []
+        for _ in range(n_tensors):
+            name = string()
+            dims = tuple(take("Q") for _ in range(take("I")))
+            infos.append((name, dims, take("I"), take("Q")))
+        start = -(-pos // align) * align
+        out = {}
+        for name, dims, ttype, off in infos:
+            qt = GGMLQuantizationType(ttype)
+            per, nbytes = GGML_QUANT_SIZES[qt]
+            n = int(np.prod(dims, dtype=np.int64))
+            out[name] = (qt.name, dims, start + off, n // per * nbytes)
+            if start + off + n // per * nbytes > len(buf):
+                raise ValueError(f"tensor {name} ends past the end of the file")
+    except (struct.error, ValueError, UnicodeDecodeError, IndexError) as e:
+        raise LlamanbError(f"{path.name}: truncated or malformed GGUF header ({e})") from None
+    finally:
+        if isinstance(buf, mmap.mmap):
+            buf.close()
+    return out
+
+
+def raw_rows(path: str | Path, index: dict, gguf_name: str, n_heads: int, n_kv_heads: int
+             ) -> tuple[str, np.ndarray]:
+    """(GGML type name, the tensor's stored bytes, memory-mapped, as uint8 [rows, bytes per row])
+    in HF row order: q and k rows un-permuted as GGUFSource.get does (a row is whole blocks, so
+    moving rows moves blocks intact)."""
+    qtype, dims, off, nbytes = index[gguf_name]
+    data = np.memmap(path, dtype=np.uint8, mode="r", offset=off, shape=(nbytes,))
+    rows = np.asarray(data).reshape(int(np.prod(dims[1:], dtype=np.int64)), -1)
+    name = hf_name(gguf_name) or ""
+    if name.endswith("q_proj.weight"):
+        rows = unpermute_qk(rows, n_heads)
+    elif name.endswith("k_proj.weight"):
+        rows = unpermute_qk(rows, n_kv_heads)
+    return qtype, rows
+
+
 class GGUFSource:
     """A GGUF file opened for conversion."""
 
@@ -111,12 +221,7 @@ class GGUFSource:
             raise LlamanbError(f"{self.path.name}: malformed GGUF metadata ({e})") from None
 
     def hf_name(self, gguf_name: str) -> str | None:
-        if gguf_name in _TOP_MAP:
-            return _TOP_MAP[gguf_name]
-        parts = gguf_name.split(".")
-        if len(parts) == 4 and parts[0] == "blk" and parts[3] == "weight" and parts[2] in _LAYER_MAP:
-            return _LAYER_MAP[parts[2]].format(i=int(parts[1]))
-        return None
+        return hf_name(gguf_name)
 
     def _check_tensors(self) -> None:
         from ..weights import check_shapes

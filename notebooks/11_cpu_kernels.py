@@ -1,0 +1,475 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 11 · The CPU you have: kernels for decode and prefill
+#
+# **What you will build.** Every reader owns one accelerator: the CPU this notebook runs on. The
+# `cpu` backend (`llamanb/backends/cpu.py`, C++ in `kernels/cpu/`) runs the same Llama block as
+# the numpy engine, in a few hundred lines of C++ that the course compiles for this machine at
+# first use. This chapter takes it apart: why a decode step is bound by memory bandwidth, not by
+# arithmetic (and how to measure the bound); how weights are packed into *panels* so that one
+# pass streams them; what a *register tile* is and what the compiler makes of it; how bfloat16
+# weights are widened in registers, and what CPUs with native bf16 dot products do instead; how a
+# GGUF's own 4-bit blocks are decoded inside the matrix product, never expanded in memory; and how
+# the threads share a step without waiting on each other. Each step is derived in numpy or shown
+# in the C++, then checked against the kernels; timings are this machine's and sit in cells of
+# their own.
+
+# %% [markdown]
+# ## 0. Setup
+#
+# `cpu_kernels.load()` builds `kernels/cpu/*.cc` once with `g++ -O3 -march=native` (cached by a
+# hash of the sources, the flags and the compiler). `LLAMANB_CPU_MARCH=portable` builds the same
+# source for the compiler's default target instead, and `LLAMANB_CPU_MARCH=x86-64-v3` forces the
+# AVX2 kernels on an AVX-512 machine: which instructions the kernels use is decided at build time
+# from what the compiler targets (`__AVX2__`, `__AVX512F__` in `kernels/cpu/vec.h`).
+
+# %%
+import warnings
+
+warnings.filterwarnings("ignore")
+
+import hashlib
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from llamanb import Engine, load_model
+from llamanb.backends import cpu_kernels
+
+model = load_model()
+cfg, W = model.config, model.weights
+k = cpu_kernels.load()
+print(f"{cfg.name}: {cfg.n_layers} layers, hidden {cfg.hidden}, FFN {cfg.ffn}, vocab {cfg.vocab}")
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"this build: flavour {k.flavour}, instruction sets {', '.join(k.isa)}; "
+      f"{k.vector_width} float32 lanes a vector, panels of {k.panel_width} columns, "
+      f"{k.threads} threads")
+
+# %% [markdown]
+# ## 1. Decode is a memory-bandwidth problem
+#
+# A decode step multiplies one activation row by every weight matrix: each weight is read once
+# and used for one multiply-add, 2 FLOPs. So the step's *arithmetic intensity* is 2 FLOPs per
+# weight, 0.5 FLOP per byte in float32 -- while a CPU core does tens of FLOPs in the time memory
+# delivers a byte. The step's time is the time to read its bytes, and the format the weights are
+# stored in is the speed limit:
+#
+# $$ \text{tokens/s} \;\le\; \frac{\text{memory bandwidth (bytes/s)}}{\text{bytes read per token}} $$
+#
+# The bytes per token, counted from the model (the LM head is the tied embedding, read whole; the
+# embedding lookup reads one row):
+
+# %%
+mats = [m for lw in W.layers for m in (lw.wqkv, lw.wo, lw.w_gate_up, lw.w_down)] + [W.lm_head]
+n_weights = sum(m.size for m in mats)
+per_weight = {"float32": 4, "bf16": 2, "q8_0": 34 / 32, "q4_1": 20 / 32}
+per_token = {f: n_weights * b for f, b in per_weight.items()}
+print(f"matrix weights read per decode step: {n_weights / 1e6:.2f} M")
+for f, b in per_token.items():
+    print(f"  {f:<8} {per_weight[f]:.4f} bytes a weight -> {b / 1e6:6.1f} MB a token")
+
+# %% [markdown]
+# The shipped file is Q4_1 for every layer matrix and Q8_0 for the embedding: llama.cpp runs it
+# as it is, reading what the file holds. Counted from the file's own header:
+
+# %%
+from llamanb.io.gguf import hf_name, tensor_index
+from llamanb.io.store import default_model_path
+
+index = tensor_index(default_model_path())
+stored = {n: (q, nbytes) for n, (q, dims, off, nbytes) in index.items() if len(dims) == 2}
+kinds = sorted({q for q, _ in stored.values()})
+print("matrix formats in the GGUF:", ", ".join(f"{sum(q == t for q, _ in stored.values())} x {t}"
+                                               for t in kinds))
+gguf_bytes = sum(b for _, b in stored.values())
+print(f"bytes a token in the file's own formats: {gguf_bytes / 1e6:.1f} MB "
+      f"({per_token['float32'] / gguf_bytes:.2f}x fewer than float32)")
+
+# %% [markdown]
+# The bandwidth is measured, not looked up: `read_sum` streams an array much larger than the
+# caches through every thread of the kernels' pool (four independent sums a thread, so the reads,
+# not the additions, set the pace). The best of a few passes over 256 MB:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+probe = np.ones(64 << 20, np.float32)                        # 256 MB, every page written
+best = 0.0
+for _ in range(4):
+    t0 = time.perf_counter()
+    k.read_sum(probe)
+    best = max(best, probe.nbytes / (time.perf_counter() - t0))
+del probe
+print(f"streaming read bandwidth here: {best / 1e9:.1f} GB/s")
+for f, b in per_token.items():
+    print(f"  roofline for {f:<8}: {best / b:7.1f} tokens/s")
+
+# %% [markdown]
+# ## 2. Panels: one pass over the weights
+#
+# `x @ W.T` with `W [N, K]` stored row by row would have each output's dot product run along a
+# row and end in a horizontal sum across vector lanes. The kernels instead pack `W` once, at load,
+# into **panels** of `NP = 2 x (vector width)` output columns, stored *k-major*:
+#
+# $$ P[p, k, j] = W[p\,NP + j,\; k] \qquad (\text{zeros past } N) $$
+#
+# Row `k` of a panel is two vector loads; the activation `x[i, k]` is broadcast to every lane and
+# multiplied into one accumulator lane per output column. Each output is then one chain of
+# fused multiply-adds over `k = 0, 1, ..., K-1` in one lane -- an order fixed by `K` alone, so a
+# row's result never depends on how many rows share the step (the batching chapter relies on
+# that). In numpy the packing is a pad, a reshape and a transpose:
+
+# %%
+def panels(w: np.ndarray, NP: int) -> np.ndarray:
+    N, K = w.shape
+    P = -(-N // NP)
+    padded = np.zeros((P * NP, K), w.dtype)
+    padded[:N] = w
+    return padded.reshape(P, NP, K).transpose(0, 2, 1)          # [P, K, NP]
+
+
+w_small = np.random.default_rng(0).standard_normal((45, 24)).astype(np.float32)
+ours = panels(w_small, k.panel_width)
+print("numpy's panels equal the kernels' packing, bit for bit:",
+      np.array_equal(ours, k.pack(w_small).data))
+
+# %% [markdown]
+# The order the kernel reads one matrix's weights, drawn for panels of 4 columns (the real ones
+# are 16 or 32 wide): memory addresses run down each panel, `k` by `k`, one short row at a time.
+
+# %%
+N_demo, K_demo, NP_demo = 10, 6, 4
+order = np.zeros((N_demo, K_demo), int)
+for p in range(-(-N_demo // NP_demo)):
+    for kk in range(K_demo):
+        for j in range(NP_demo):
+            if p * NP_demo + j < N_demo:
+                order[p * NP_demo + j, kk] = p * K_demo * NP_demo + kk * NP_demo + j
+fig, ax = plt.subplots(figsize=(5.2, 3.6), dpi=110)
+ax.imshow(order, cmap="viridis")
+for (r, c), v in np.ndenumerate(order):
+    ax.text(c, r, v, ha="center", va="center", fontsize=7, color="w" if v < 45 else "k")
+for b in range(1, -(-N_demo // NP_demo)):
+    ax.axhline(b * NP_demo - 0.5, color="w", lw=2)
+ax.set_xlabel("k (input)")
+ax.set_ylabel("output column n")
+ax.set_title("address of W[n, k] in the packed panels (NP = 4)", fontsize=9)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## 3. Register tiles, and what the compiler does with them
+#
+# The micro-kernel computes a tile of `MR` rows x `NPAN` panels: `2 MR NPAN` accumulator vectors
+# live in registers for the whole of `K`, and each `k` step loads the panels' `k`-th rows (two
+# vectors a panel) and broadcasts one `x[i, k]` per row. The source is portable C++ with GCC's
+# vector types; here is its inner loop:
+
+# %%
+src = Path(cpu_kernels.KERNELS_DIR / "matmul.cc").read_text().splitlines()
+start = next(i for i, s in enumerate(src) if s.startswith("inline void micro_float"))
+body = src[start:]
+loop = next(i for i, s in enumerate(body) if s.strip().startswith("for (int k = 0; k < K; ++k)"))
+print("\n".join(body[loop:loop + 19]))
+
+# %% [markdown]
+# Two register files decide the tile shapes. AVX2 has 16 vector registers and two FMA units with
+# a latency of about 4 cycles, so about 8 independent FMA chains keep both busy; AVX-512 has 32.
+# The count a tile needs during one `k` step (accumulators, one row of weights per panel, the
+# broadcast) is exercise 11.2; the tiles the kernels use:
+
+# %%
+def regs(mr, npan):
+    return 2 * mr * npan + 2 * npan + 1
+
+
+print(f"{'tile':<14}{'accumulators':>13}{'registers':>11}   use")
+for (mr, npan), use in (((1, 4), "decode, 1 row"), ((2, 2), "decode, 2 rows"),
+                        ((4, 1), "decode, 4 rows"), ((6, 1), "prefill (blocks of 48 rows)")):
+    print(f"{mr} x {npan} panels  {2 * mr * npan:>10}{regs(mr, npan):>11}   {use}")
+
+# %% [markdown]
+# The one-row tile counts 17, one more than AVX2 has, if the compiler kept a whole `k` step of
+# weights live; with one row each weight vector feeds one FMA and is dead, so it need not. What the
+# compiler made of the source is in the library itself; `objdump` shows it (the instruction names
+# depend on the target: `ymm` registers are AVX2's 256-bit ones, `zmm` AVX-512's):
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+try:
+    dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(k.built.path)],
+                         capture_output=True, text=True, timeout=60).stdout
+    ops = [ln.split("\t")[-1].split()[0] for ln in dis.splitlines() if ln.count("\t") >= 1
+           and ln.strip() and ":" in ln.split("\t")[0]]
+    fma = sum(o.startswith("vfmadd") for o in ops)
+    print(f"{len(ops)} instructions; {fma} fused multiply-adds; ymm in "
+          f"{sum('ymm' in ln for ln in dis.splitlines())} lines, zmm in "
+          f"{sum('zmm' in ln for ln in dis.splitlines())}")
+except (OSError, subprocess.SubprocessError) as e:
+    print("objdump not available:", e)
+
+# %% [markdown]
+# ## 4. bfloat16: widening in registers, or native dot products
+#
+# A bfloat16 is the top half of a float32. Widening it is exact: put the 16 bits in the high half
+# and zeros below (`vec.h` does it with one unpack against a zero register). The packed bf16
+# panels therefore read half the bytes and multiply *exactly the rounded weights* in float32:
+
+# %%
+import ml_dtypes
+
+w32 = np.random.default_rng(1).standard_normal(1000).astype(np.float32)
+bits = w32.astype(ml_dtypes.bfloat16).view(np.uint16)            # round to nearest even
+widened = (bits.astype(np.uint32) << 16).view(np.float32)
+print("widened bits == ml_dtypes' bfloat16 -> float32:",
+      np.array_equal(widened, bits.view(ml_dtypes.bfloat16).astype(np.float32)))
+
+# %% [markdown]
+# CPUs with AVX512-BF16 have `vdpbf16ps`: each float32 lane adds the products of a *pair* of
+# bfloat16s, `acc + a[2i+1] b[2i+1] + a[2i] b[2i]`, without widening first (and flushing
+# subnormals). It needs the activations in bfloat16 too -- the `--dtype bf16` engine rounds them
+# anyway -- and it changes the summation order from `k = 0, 1, ...` to pairs. Both orders obey the
+# same float32 error bound ($\gamma_K \sum |x_k w_k|$, $\gamma_K = K u / (1 - K u)$), emulated here
+# on float64-exact products:
+
+# %%
+rng = np.random.default_rng(2)
+K_ = 576
+x_bf = rng.standard_normal(K_).astype(ml_dtypes.bfloat16).astype(np.float32)
+w_bf = rng.standard_normal(K_).astype(ml_dtypes.bfloat16).astype(np.float32)
+exact = float(np.dot(x_bf.astype(np.float64), w_bf.astype(np.float64)))
+chain = np.float32(0)
+for i in range(K_):                                    # widened: one FMA chain in k order
+    chain = np.float32(float(chain) + float(x_bf[i]) * float(w_bf[i]))
+pairs = np.float32(0)
+for i in range(0, K_, 2):                              # vdpbf16ps: odd product, then even
+    pairs = np.float32(float(pairs) + float(x_bf[i + 1]) * float(w_bf[i + 1]))
+    pairs = np.float32(float(pairs) + float(x_bf[i]) * float(w_bf[i]))
+u = 2.0 ** -24
+bound = K_ * u / (1 - K_ * u) * float(np.abs(x_bf.astype(np.float64) * w_bf).sum())
+print(f"both within the float32 bound: k order {abs(chain - exact) <= bound}, "
+      f"pairs {abs(pairs - exact) <= bound}")
+
+# %% [markdown]
+# The course's kernels widen: one summation order for every build, so the bf16 engine gives the
+# same bits on AVX2 and AVX-512 machines. Whether `vdpbf16ps` pays on a machine that has it is a
+# measurement for `bench` (section 7), not an argument. This CPU:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+print({f: f in flags.split() for f in ("avx2", "fma", "f16c", "avx512f", "avx512_bf16", "amx_bf16")})
+
+# %% [markdown]
+# ## 5. A quantised block, decoded in registers
+#
+# A Q4_1 block holds 32 weights in 20 bytes: a float16 scale `d`, a float16 minimum `m`, and 16
+# bytes of 4-bit quants `q` (byte `j`: weight `j` in the low nibble, weight `j + 16` in the high
+# one); `w = d q + m`. One block of the shipped file, decoded by hand:
+
+# %%
+import gguf
+
+qtype, dims, offset, _ = index["blk.0.attn_q.weight"]
+with open(default_model_path(), "rb") as f:
+    f.seek(offset)
+    block = np.frombuffer(f.read(20), np.uint8)
+d, m = block[:4].view(np.float16).astype(np.float32)
+q = np.concatenate([block[4:] & 0x0F, block[4:] >> 4]).astype(np.float32)
+mine = d * q + m
+theirs = gguf.quants.dequantize(block.reshape(1, 20), gguf.GGMLQuantizationType.Q4_1).reshape(32)
+print(f"{qtype}: d = {float(d):.6g}, m = {float(m):.6g}, first quants {q[:6].astype(int).tolist()}")
+print("by hand == the gguf package's dequantisation, bit for bit:",
+      np.array_equal(mine.view(np.uint32), np.asarray(theirs, np.float32).view(np.uint32)))
+
+# %% [markdown]
+# Why decoding can be *exact*: `d` has 11 significant bits and `q < 16` needs 4, so `d q` fits
+# in float32's 24 bits with no rounding; `d q + m` then rounds once, whether or not the compiler
+# fuses it into an FMA. The kernels regroup the blocks so that a panel's `NP` columns share each
+# block of 32 `k` (`cpu_kernels.pack_quant`, `kernels/cpu/quant.h`): per `k` one load of `NP / 2`
+# bytes, two nibble masks, two int-to-float conversions and two FMAs rebuild the two weight
+# vectors the float32 kernel would have loaded -- and the rest of the micro-kernel is unchanged.
+# Every weight of a whole matrix, decoded by the kernels' own code:
+
+# %%
+from llamanb.io.gguf import raw_rows
+
+name = "blk.5.ffn_down.weight"
+qt, rows = raw_rows(default_model_path(), index, name, cfg.n_heads, cfg.n_kv_heads)
+packed = k.pack_quant(rows, qt, rows.shape[1] // 20 * 32)
+ref = np.asarray(gguf.quants.dequantize(np.asarray(rows), gguf.GGMLQuantizationType[qt]),
+                 np.float32).reshape(packed.n, packed.k)
+print(f"{name} [{packed.n}, {packed.k}] {qt}: {packed.nbytes / packed.n / packed.k:.3f} bytes a "
+      f"weight; every decoded weight equals gguf's: {np.array_equal(k.unpack(packed), ref)}")
+
+# %% [markdown]
+# Same weights, same order of multiply-adds: so the engine running the file's own blocks gives the
+# float32 engine's logits *bit for bit* (a derived bound of 0), from about a sixth of the bytes.
+
+# %%
+ids = model.tokenizer.encode_prompt("What is the capital of France?", chat=True)
+engines = {dt: Engine(model, "cpu", dtype=dt) for dt in ("float32", "bf16", "q4_1")}
+logits = {dt: e.prefill(ids, e.new_cache(len(ids) + 16)) for dt, e in engines.items()}
+print("q4_1 logits == float32 logits, bit for bit:",
+      np.array_equal(logits["q4_1"], logits["float32"]))
+for dt, e in engines.items():
+    print(f"  {dt:<8} weights in memory {e.backend.weight_bytes / 1e6:6.1f} MB, next token "
+          f"{model.tokenizer.decode([int(np.argmax(logits[dt]))])!r}")
+
+# %% [markdown]
+# ## 6. Threads and their hand-offs
+#
+# `kernels/cpu/pool.h` keeps one thread per core. A parallel loop publishes a count of chunks;
+# every thread, the caller included, claims the next chunk from a shared counter until none is
+# left, and the caller waits only for chunks already claimed. A helper the OS has not scheduled
+# yet simply finds no work: on a busy machine the step slows down instead of stalling at a
+# barrier. A decode matmul's chunks are whole panels -- 4, 2 or 1 at a time so that each thread
+# gets at least 8 chunks, the last `2T` single panels so the threads finish together (the rule in
+# `matmul.cc`, for this model's matrices):
+
+# %%
+def chunking(panels, T):
+    per = 4 if panels >= 32 * T else 2 if panels >= 16 * T else 1
+    small = 2 * T if per > 1 and panels > 2 * T else 0
+    return per, small + -(-(panels - small) // per)
+
+
+shapes = {"wqkv": W.layers[0].wqkv.shape[0], "wo": W.layers[0].wo.shape[0],
+          "gate_up": W.layers[0].w_gate_up.shape[0], "down": W.layers[0].w_down.shape[0],
+          "lm_head": W.lm_head.shape[0]}
+print("panels of 16 columns (AVX2's width):")
+print(f"{'matrix':<9}{'panels':>13}" + "".join(f"{f'T={T}':>15}" for T in (2, 8, 16)))
+for n, N in shapes.items():
+    P = -(-N // 16)
+    print(f"{n:<9}{P:>13}" + "".join(f"{'%d x %d' % chunking(P, T)[::-1]:>15}" for T in (2, 8, 16)))
+print("(chunks x panels per chunk)")
+
+# %% [markdown]
+# Each output element belongs to exactly one chunk and is one FMA chain in one lane, so the thread
+# count can never change a result. Checked: the same product in a process with one thread
+# (`LLAMANB_THREADS=1`) and in this one.
+
+# %%
+code = ("import hashlib, numpy as np; from llamanb.backends import cpu_kernels as c; "
+        "k = c.load(); r = np.random.default_rng(3); "
+        "w = r.standard_normal((1000, 576)).astype(np.float32); "
+        "x = r.standard_normal((3, 576)).astype(np.float32); "
+        "print(hashlib.sha256(k.matmul(x, k.pack(w), np.empty((3, 1000), np.float32))"
+        ".tobytes()).hexdigest())")
+here = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+one = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                     env={**__import__("os").environ, "LLAMANB_THREADS": "1"})
+print("1 thread and all threads give the same bits:",
+      here.stdout.strip() == one.stdout.strip() != "")
+
+# %% [markdown]
+# ## 7. Measured: decode against its roofline, and the bench against llama.cpp
+#
+# Sixteen greedy decode steps of each engine here, beside the roofline of section 1 (measured
+# bandwidth / the bytes each engine reads a token). This machine's numbers, in a cell of their
+# own; on a shared machine they only show a direction.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+rates = {}
+for dt, e in engines.items():
+    cache = e.new_cache(len(ids) + 20)
+    tok = int(np.argmax(e.prefill(ids, cache)))
+    t0 = time.perf_counter()
+    for _ in range(16):
+        tok = int(np.argmax(e.decode(tok, cache)))
+    rates[dt] = 16 / (time.perf_counter() - t0)
+    roof = best / e.backend.weight_bytes
+    print(f"{dt:<8} {rates[dt]:6.1f} tokens/s, roofline {roof:6.1f}: {rates[dt] / roof:4.0%}")
+fig, ax = plt.subplots(figsize=(6, 2.8), dpi=110)
+xs = np.arange(len(rates))
+ax.bar(xs - 0.2, [best / engines[d].backend.weight_bytes for d in rates], 0.4, label="roofline",
+       color="#cccccc")
+ax.bar(xs + 0.2, list(rates.values()), 0.4, label="measured", color="#4477aa")
+ax.set_xticks(xs, list(rates))
+ax.set_ylabel("decode tokens/s")
+ax.legend(fontsize=8)
+ax.set_title("decode on this machine vs bandwidth / bytes a token", fontsize=9)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The comparison with llama.cpp is the benchmark's job, not this notebook's: `python -m llamanb
+# bench --backend cpu` runs the numpy engine, the `cpu` backend at float32 and bf16 and llama.cpp
+# (llama-cpp-python built for this CPU, in its own venv: `--peer-python`, see the README) on GGUFs
+# of the same weights at the same precisions, and prints prefill and decode rates, peak memory and the ratios, each against its
+# target. Run it on a quiet machine; build with `LLAMANB_CPU_MARCH=x86-64-v3` on an AVX-512 CPU to
+# measure the AVX2 kernels there too. Its table is the measurement; nothing here is.
+
+# %% [markdown]
+# ## Exercises
+#
+# Three functions to write; each is checked against the package or the `gguf` package. Replace
+# `raise NotImplementedError` with your code and run the cell, then run the check below it; it
+# prints one line (`passed`, the first case that differs with a hint, or `not attempted yet`).
+# Solutions: `solutions/11_cpu_kernels.py`.
+
+# %%
+from llamanb.exercises import ch11
+
+# %% [markdown]
+# ### 11.1 Bytes a token
+#
+# Write `weight_bytes(cfg, fmt)`: the bytes of matrix weights one decode step reads, for `fmt` in
+# `"float32"`, `"bf16"`, `"q8_0"`, `"q4_1"`, for any `LlamaConfig` (checked on every preset).
+# *Hint:* section 1 -- which matrices, and what a block's scales cost.
+
+# %%
+def weight_bytes(cfg, fmt: str) -> float:
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch11.weight_bytes(weight_bytes)
+
+# %% [markdown]
+# ### 11.2 A tile's registers
+#
+# Write `tile_registers(mr, npan)`: the vector registers a tile of `mr` rows x `npan` panels holds
+# during one `k` step of the micro-kernel of section 3. *Hint:* a panel is two vectors wide.
+
+# %%
+def tile_registers(mr: int, npan: int) -> int:
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch11.tile_registers(tile_registers)
+
+# %% [markdown]
+# ### 11.3 One Q4_1 block
+#
+# Write `q4_1_decode(block)`: 20 bytes (uint8) -> the 32 float32 weights, bit for bit as the
+# `gguf` package dequantises them (checked on the shipped file's blocks and random ones).
+# *Hint:* section 5.
+
+# %%
+def q4_1_decode(block: np.ndarray) -> np.ndarray:
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch11.q4_1_decode(q4_1_decode)
