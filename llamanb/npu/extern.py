@@ -18,7 +18,7 @@ as writing them into a bf16 buffer would. The models build on the package's shar
     own blocks; the float32 sums differ in the last bits, so results agree to one bfloat16 ulp.
 
 `model(symbol)` returns the numpy function, `host_kernel(symbol)` the same function running the
-C++ built for this machine (llamanb.npu.hostbuild), or None without a compiler; `kernel(symbol)`
+C++ built for this machine (llamanb.cxx_build), or None without a compiler; `kernel(symbol)`
 picks the host build when there is one and says which it picked.
 """
 from __future__ import annotations
