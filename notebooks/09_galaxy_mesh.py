@@ -575,21 +575,23 @@ for name, opts in setups.items():
     e = Engine(model, backend="galaxy-emulated", mesh=MeshConfig((1, 1)), **opts)
     gate[name] = run_reference(model, reference, e, out=quiet)
 for name, res in gate.items():
-    same = sum(r.diverged_at is None for r in res)
     drift = max(r.max_logit_diff for r in res)
-    print(f"{name:<32} gate {sum(r.passed for r in res)}/3 passed, {same}/3 identical, "
-          f"max |d logit| under {10 ** np.ceil(np.log10(drift)):g}")
+    print(f"{name:<32} max |d logit| under {10 ** np.ceil(np.log10(drift)):g}")
 assert all(r.passed for r in gate["bfloat8_b KV"])
+print("bfloat8_b KV: the gate passes on all 3 prompts")
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-for name, res in gate.items():
-    print(f"{name:<32} max |d logit| {max(r.max_logit_diff for r in res):.3f}")
+for name, res in gate.items():       # counts of identical tokens move with the float32 sum order
+    print(f"{name:<32} gate {sum(r.passed for r in res)}/3, identical "
+          f"{sum(r.diverged_at is None for r in res)}/3, max |d logit| {max(r.max_logit_diff for r in res):.3f}")
 
 # %% [markdown]
-# A bfloat8_b cache keeps every greedy token of these prompts and moves reference logits by about
-# half a unit. bfloat4_b W1/W3 is a different matter for a model this small: the logits move by
-# several units and one prompt fails the gate. (The demo uses bfloat4_b W1/W3 for a 70B model;
+# A bfloat8_b cache passes the gate and moves reference logits by under one unit. Whether a
+# prompt keeps *every* greedy token is not a stable fact: a bfloat8_b rounding that a float32
+# reordering flips (another CPU's BLAS kernel) can change a near-tie token, which is why the
+# counts above are printed as this machine's. bfloat4_b W1/W3 is a different matter for a model
+# this small: the logits move by several units, and prompts fail the gate. (The demo uses bfloat4_b W1/W3 for a 70B model;
 # the measurement here says nothing about that model, only that the format is not free.)
 #
 # ## 7. Llama 3 70B on the 8×4 Galaxy
