@@ -137,3 +137,18 @@ def test_tile_traffic_from_the_trace_equals_the_programs_counts(layer_run):
         assert got == want, name
         assert want["w"] * 32 * 32 == K * N * P * Q                     # each weight tile once
         assert mesh.run.launches[name] == P * Q                           # one launch per chip
+
+
+def test_the_exercise_catches_a_program_that_drops_the_accumulation():
+    """Chapter 09's exercise 09.3: the solution passes (tests/test_exercises.py); the same program
+    storing only the last K block's product instead of the running sum fails, naming the chip."""
+    from pathlib import Path
+
+    from llamanb.exercises import ch09
+
+    src = (Path(__file__).parents[1] / "solutions" / "09_galaxy_mesh.py").read_text()
+    assert "acc.store(prev + xb @ wb)" in src
+    ns = {}
+    exec(compile(src.replace("acc.store(prev + xb @ wb)", "acc.store(xb @ wb + 0 * prev)"), "wrong", "exec"), ns)
+    v = ch09.matmul_program.verdict(ns["matmul_program"])
+    assert not v.passed and "chip (0, 0)" in v.message
