@@ -461,3 +461,38 @@ def test_ttnn_refuses_a_paged_cache(smollm):
     eng = Engine(smollm, backend=TtnnMeshBackend(smollm.weights, MeshConfig((1, 1)), ttnn=fake_ttnn()))
     with pytest.raises(LlamanbError, match="contiguous KV cache"):
         eng.prefill([1, 2, 3], eng.new_cache(64, block=16, n_blocks=4))
+
+
+def test_the_ttnn_path_on_tenstorrents_simulated_ttnn(smollm):
+    """TtnnMeshBackend's QKV, WO and MLP calls on tt-lang-sim's ttnnsim (llamanb.mesh.ttnnsim_mesh:
+    its mesh device, from_torch/to_torch with ShardTensor2dMesh, matmul, add, multiply, all_reduce
+    and all_gather with cluster_axis; reduce_scatter composed from its all_reduce). Each result
+    within the derived float32 bound of float64 on the same weights (gamma_K |x||W|, and its
+    propagation through SwiGLU with the measured error of torch's sigmoid)."""
+    pytest.importorskip("ttl.sim")
+    import torch
+
+    from llamanb.mesh.ttnnsim_mesh import simulated_ttnn
+
+    t = simulated_ttnn()
+    cfg, c = MeshConfig((3, 2)), smollm.config
+    tt = TtnnMeshBackend(smollm.weights, cfg, ttnn=t, weight_dtypes=FORMATS_OFF)
+    rng = np.random.default_rng(2)
+    h = rng.standard_normal((5, c.hidden)).astype(np.float32)
+    got = tt.to_host(tt.mlp(7, tt.to_device(h, {1: 1})), {1: 1})
+    lw = smollm.weights.layers[7]
+    w1, w3, w2 = lw.w_gate_up[:c.ffn].T, lw.w_gate_up[c.ffn:].T, lw.w_down.T
+    g, u = (h @ w1)[:, :64], (h @ w3)[:, :64]
+    silu_torch = lambda a, b: (torch.from_numpy(a) * torch.sigmoid(torch.from_numpy(a)) * torch.from_numpy(b)).numpy()  # noqa: E731
+    y, dy = swiglu_bound(h, w1, w3, w2, 2 * eval_error(silu_torch, lambda a, b: silu64(a) * b, g, u))
+    assert np.all(np.abs(got - y) <= dy)
+    assert [c_[0] for c_ in t.calls if c_[0] != "from_torch"] == [
+        "matmul", "reduce_scatter", "matmul", "reduce_scatter", "multiply", "all_gather", "matmul", "all_reduce"]
+    q = tt.to_host(tt.qkv(3, tt.to_device(h, {1: 1})), {0: 1})        # the P head groups side by side
+    w = tt.to_host(tt.attn_weights(3)["wqkv"], {0: 1, 1: 0})          # [H, P group columns]
+    assert np.all(np.abs(q - h.astype(np.float64) @ w.astype(np.float64)) <= matmul_bound(h, w))
+    attn = rng.standard_normal((5, c.q_dim)).astype(np.float32)
+    o = tt.to_host(tt.wo(3, tt.to_device(attn, {0: 1})), {1: 1})
+    wo = smollm.weights.layers[3].wo.T
+    assert np.all(np.abs(o - attn.astype(np.float64) @ wo.astype(np.float64)) <= matmul_bound(attn, wo))
+    assert [c_[1] for c_ in t.calls if c_[0] == "all_reduce"][-2:] == [1, 0]

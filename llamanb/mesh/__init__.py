@@ -9,4 +9,5 @@ Llama layers, and the accounting that scales them up to Llama 3 70B on 8x4.
     cost.py     per-device bytes and a latency model for Llama 3 70B on a Galaxy
     bounds.py   derived float32 error bounds (gamma_K |A||B|) for comparing two evaluations
     ttlang.py   the decode layer's matmuls as TT-Lang kernels on tt-lang-sim, collectives via ttnnsim
+    ttnnsim_mesh.py  a ttnn module on tt-lang-sim's simulated ttnn, for TtnnMeshBackend
 """
