@@ -139,16 +139,17 @@ def test_tile_traffic_from_the_trace_equals_the_programs_counts(layer_run):
         assert mesh.run.launches[name] == P * Q                           # one launch per chip
 
 
-def test_the_exercise_catches_a_program_that_drops_the_accumulation():
+def test_the_exercise_catches_a_program_that_reads_the_wrong_k_tile():
     """Chapter 09's exercise 09.3: the solution passes (tests/test_exercises.py); the same program
-    storing only the last K block's product instead of the running sum fails, naming the chip."""
+    reading x's first K tile at every K step fails where a chip holds more than one K tile
+    (the third case), naming the chip and the value."""
     from pathlib import Path
 
     from llamanb.exercises import ch09
 
     src = (Path(__file__).parents[1] / "solutions" / "09_galaxy_mesh.py").read_text()
-    assert "acc.store(prev + xb @ wb)" in src
+    assert "ttl.copy(x[0:Mt, k:k + 1], xb)" in src
     ns = {}
-    exec(compile(src.replace("acc.store(prev + xb @ wb)", "acc.store(xb @ wb + 0 * prev)"), "wrong", "exec"), ns)
+    exec(compile(src.replace("ttl.copy(x[0:Mt, k:k + 1], xb)", "ttl.copy(x[0:Mt, 0:1], xb)"), "wrong", "exec"), ns)
     v = ch09.matmul_program.verdict(ns["matmul_program"])
-    assert not v.passed and "chip (0, 0)" in v.message
+    assert not v.passed and "case 3/3" in v.message and "chip (0, 0)" in v.message, v.message

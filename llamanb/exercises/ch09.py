@@ -106,7 +106,9 @@ def _run_program(want, make):
     try:
         got = k_split_matmul(mesh, x, w)
     except Exception as e:                              # noqa: BLE001 -- the simulator's verdict
-        return f"tt-lang-sim stopped the program: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        while isinstance(e, FileNotFoundError) and e.__context__ is not None:
+            e = e.__context__                           # tt-lang-sim 1.1.6 lacks its diagnostics printer
+        return f"tt-lang-sim stopped the program: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
     exact, bound = x.astype(np.float64) @ w.astype(np.float64), matmul_bound(x, w)
     for r, row in enumerate(got):
         for c, y in enumerate(row):
