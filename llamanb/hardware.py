@@ -150,8 +150,16 @@ def ttnn_missing(module=has_module, devices=tenstorrent_devices,
             f"; its wheels are for CPython 3.10/3.12, this is {python[0]}.{python[1]}")
         missing.append(f"python module ttnn{hint}")
     if not devices():
-        missing.append("a /dev/tenstorrent/* device node (a card and its driver)")
+        missing.append("a /dev/tenstorrent/* device node (a card and its driver); without a card, "
+                       "tenstorrent/ttsim (TT_METAL_SIMULATOR) plus the SFPI kernel compiler, which "
+                       "the ttnn wheel lacks (a GitHub release download: tt-lang's ttl/_setup/sfpi.py)")
     return tuple(missing)
+
+
+def ttlang_sim_missing(module=has_module) -> tuple[str, ...]:
+    """TT-Lang kernels on Tenstorrent's functional simulator need only the tt-lang-sim wheel."""
+    return () if module("ttl") and module("sim_stats") else (
+        "python package tt-lang-sim (pip install tt-lang-sim; the ttlang extra)",)
 
 
 def cpu_compiler_missing() -> tuple[str, ...]:
@@ -198,6 +206,8 @@ def readiness(module=has_module, npu_devices=amd_npu_devices,
         Readiness("galaxy-emulated", "emulated", note="a Tenstorrent mesh of numpy devices"),
         Readiness("galaxy-ttnn", "device", ttnn_missing(module, tt_devices),
                   "every op a ttnn call on a Tenstorrent device"),
+        Readiness("galaxy-ttlang-sim", "emulated", ttlang_sim_missing(module),
+                  "the mesh's matmuls as TT-Lang kernels on tt-lang-sim (simulated)"),
     ]
     if "cuda" in {**BACKENDS, **LAZY}:
         rows += [Readiness("cuda-simulated", "emulated",

@@ -64,27 +64,35 @@ def test_greedy_tokens_equal_single_device(smollm, reference_data, one_device_to
 
 def test_tiny_llama_on_the_full_galaxy_mesh(tmp_path, make_tiny):
     """8 K/V heads split over 8 devices, hidden 96 over 4: every weight is split on both axes.
-    Reference: transformers' own logits for the same random checkpoint."""
+    Reference: transformers' own logits for the same random checkpoint, through the float64
+    forward: E = the one-device engine's distance to float64 on this machine; the mesh must be
+    within 2 E of float64 (an empirical margin for "only the sum order differs", as in chapter
+    09), hence within 2 E + E_hf of transformers (E_hf: transformers' own distance)."""
     import llamanb
+    from llamanb.check.float64 import forward
 
     hf = make_tiny(tmp_path / "tiny", n_heads=8, n_kv_heads=8, tie=False)
     model = llamanb.load_model(tmp_path / "tiny")
     ids = [5, 17, 99, 3, 250, 41, 7, 8, 9, 10, 11]
+    f64, want = forward(model.weights, ids), hf_logits(hf, ids)
+    E = np.abs(Engine(model).logits_all(ids) - f64).max()
+    E_hf = np.abs(want - f64).max()
     for cfg in (GALAXY, GALAXY_4U):                    # ring (6U) and line (4U)
         eng = Engine(model, backend="galaxy-emulated", mesh=cfg)
         got = eng.logits_all(ids)
-        assert np.abs(got - hf_logits(hf, ids)).max() < 1e-4
+        assert np.abs(got - f64).max() <= 2 * E and np.abs(got - want).max() <= 2 * E + E_hf
         ops = {(t.op, t.label) for t in eng.backend.mesh.ledger}
         assert {("all_reduce", "QKV"), ("all_reduce", "WO"), ("reduce_scatter", "FF1"),
                 ("reduce_scatter", "FF3"), ("all_gather", "FF2 in"), ("all_reduce", "FF2")} <= ops
 
 
-def test_chunked_prefill_and_paged_cache(smollm, exact):
-    ids, _ = exact
+def test_chunked_prefill_and_paged_cache(smollm, smollm_engine, exact):
+    ids, ref = exact
+    E = np.abs(smollm_engine.prefill(ids, smollm_engine.new_cache(64)) - ref).max()
     eng = Engine(smollm, backend="galaxy-emulated", mesh=MeshConfig((3, 4)))
     whole = eng.prefill(ids, eng.new_cache(64))
     chunked = eng.prefill(ids, eng.new_cache(64), chunk=3)          # chunks read earlier chunks
-    assert np.abs(chunked - whole).max() < 1e-4 and np.argmax(chunked) == np.argmax(whole)
+    assert np.abs(chunked - whole).max() <= 3 * E and np.argmax(chunked) == np.argmax(whole)
     flat, paged = eng.new_cache(64), eng.new_cache(64, block=64, n_blocks=2)
     a, b = eng.prefill(ids, flat, chunk=4), eng.prefill(ids, paged, chunk=4)
     assert np.array_equal(a, b)                                     # same sums, other storage

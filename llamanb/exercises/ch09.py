@@ -3,6 +3,9 @@
     collective_traffic(op, topology, n, nbytes) -> (steps, busiest_link_bytes)
         counted by llamanb.mesh.ccl on an emulated 1 x n mesh (float32 values)
     bfloat8_block(v [16] float32) -> [16] float32     against llamanb.numerics.bfloat8_b
+    matmul_program(ttl, grid) -> a TT-Lang operation (x, w, y): y = x @ w, run by tt-lang-sim on
+        every chip of a mesh whose chips each hold a slice of K, then all-reduced by ttnnsim;
+        checked against float64 within gamma_K |x||w| (llamanb.mesh.bounds)
 """
 from __future__ import annotations
 
@@ -78,4 +81,59 @@ bfloat8_block = Exercise(
     hint="shared exponent e = the largest float32 exponent in the block; step 2^(e - 6); "
          "magnitude = round(|v| / step) with ties to even (np.round), at most 127 (saturation)")
 
-EXERCISES = (collective_traffic, bfloat8_block)
+def _program_cases() -> list[Case]:
+    rng = np.random.default_rng(9)
+    cases = []
+    for shape, grid, rows, K, N in (((1, 2), (1, 1), 1, 64, 64), ((1, 3), (1, 2), 5, 96, 128),
+                                    ((2, 2), (2, 2), 32, 128, 192)):
+        x = rng.standard_normal((rows, K)).astype(np.float32)
+        w = rng.standard_normal((K, N)).astype(np.float32)
+        cases.append(Case(f"x [{rows}, {K}] @ w [{K}, {N}], K over the {shape[1]} chips of each row of a "
+                          f"{shape[0]}x{shape[1]} mesh, core grid {grid}", ("ttl", grid), (shape, grid, x, w)))
+    return cases
+
+
+def _run_program(want, make):
+    """Run the reader's program on the case's mesh; None if every chip's all-reduced result is
+    within gamma_K |x||w| of the float64 product, else what is wrong."""
+    from ..mesh.bounds import matmul_bound
+    from ..mesh.ttlang import TTLangMesh, k_split_matmul
+
+    shape, grid, x, w = want
+    if not callable(make):
+        return f"expected a TT-Lang operation (a function of x, w, y), got {type(make).__name__}"
+    mesh = TTLangMesh(shape, grid, trace=False, program=lambda ttl, g: make)
+    try:
+        got = k_split_matmul(mesh, x, w)
+    except Exception as e:                              # noqa: BLE001 -- the simulator's verdict
+        while isinstance(e, FileNotFoundError) and e.__context__ is not None:
+            e = e.__context__                           # tt-lang-sim 1.1.6 lacks its diagnostics printer
+        return f"tt-lang-sim stopped the program: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
+    exact, bound = x.astype(np.float64) @ w.astype(np.float64), matmul_bound(x, w)
+    for r, row in enumerate(got):
+        for c, y in enumerate(row):
+            bad = np.abs(y - exact) > bound
+            if bad.any():
+                i = tuple(int(j) for j in np.argwhere(bad)[0])
+                return (f"chip ({r}, {c}) at {list(i)}: expected {exact[i]:.6g} (+-{bound[i]:.2g}), "
+                        f"got {float(y[i]):.6g}")
+    return None
+
+
+class _ProgramExercise(Exercise):
+    """Cases hand the reader's factory the simulator's ttl namespace, loaded when first run."""
+
+    def verdict(self, fn):
+        from ..mesh.ttlang import load_ttlang
+
+        ttl = load_ttlang()[0]
+        return super().verdict(lambda name, grid: fn(ttl, grid) if name == "ttl" else fn(name, grid))
+
+
+matmul_program = _ProgramExercise(
+    "09.3", "matmul_program", _program_cases, compare=_run_program,
+    hint="three kernels: read copies x[0:Mt, k-block] and w[k-block, n-block] into two dataflow "
+         "buffers; compute fills an accumulator with 0, then for each k-block stores acc + x @ w "
+         "into it, then moves it to the output buffer; write copies it to y[0:Mt, n-block]")
+
+EXERCISES = (collective_traffic, bfloat8_block, matmul_program)
