@@ -23,21 +23,10 @@ from __future__ import annotations
 
 import numpy as np
 
-U32 = 2.0 ** -24                     # unit roundoff of float32 (round to nearest)
+from ..numerics import U_FLOAT32 as U32, gamma, matmul_bound   # noqa: F401  (one definition)
+
 SILU_SLOPE = 1.0999                  # max |d silu(x) / dx| (1.09984 at x = 2.3994), so silu is
                                      # Lipschitz with this constant
-
-
-def gamma(k: int, u: float = U32) -> float:
-    if k * u >= 1:
-        raise ValueError(f"gamma_{k} undefined: K u >= 1")
-    return k * u / (1 - k * u)
-
-
-def matmul_bound(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Elementwise bound on |fl(a @ b) - a @ b| for float32 a [.., K], b [K, N]."""
-    a64, b64 = np.abs(np.asarray(a, np.float64)), np.abs(np.asarray(b, np.float64))
-    return gamma(a.shape[-1]) * (a64 @ b64)
 
 
 def eval_error(f, exact, *inputs: np.ndarray) -> float:
