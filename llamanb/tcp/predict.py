@@ -1,0 +1,137 @@
+"""Furiosa's published RNGD throughput, predicted from the compiler's own cycle counts.
+
+Nothing is fitted: every op's time is furiosa-tcc's estimate (data/tcp/cycles.json, converted at
+the compiler's 1 GHz), plus the data movement those kernels do not contain, each term sourced or
+marked ASSUMED. What Furiosa did not publish (the batch; for 70B how a stage hands its activations
+to the next card) is not chosen: every equally plausible reading is computed, and the prediction
+is the range they span.
+
+Sources, assumptions (each used once below):
+  * weights FP8 with FP8 activations and a bf16 KV cache: the published figures say FP8; Furiosa's
+    own Llama 3.1 8B FP8 kernels are "per-token dynamic W8A8, KV cache bf16"
+    (furiosa-kernels 2026.4.0, furiosa/kernels/llama/entry_function/llama3_1_8b_w8fa8fdkv16.py).
+    The course's fp8 kernels contract fp8 x fp8 into bf16 (no scale multiply: ASSUMED negligible).
+  * sampling on the card (furiosa-kernels ships `argmax_lm_head` and `common/sampling`): per decode
+    step only token ids cross PCIe. PCIe DMA: 30 B/cycle = 30 GB/s host <-> HBM (furiosa-ai/
+    furiosa-opt, docs/src/moving-tensors/dma-engine.md, "Memory Bandwidth" table).
+  * not in the compiled kernels, charged at HBM's 1.5 TB/s (same file; RNGD specification table):
+    the embedding rows read per token and the new K and V rows written per token and layer.
+  * 70B on 8 cards: pipeline parallel across cards (each card 10 layers on its 8 PEs), the layout
+    Furiosa-LLM's model-parallelism page allows (TP over a card's PEs, PP across cards); which
+    layout the published run used is not stated. Tensor parallel across cards is not priced: no
+    Furiosa source gives a card-to-card rate.
+  * the stage-to-stage hand-off ([tokens, D] bf16): no published rate, so two readings: free
+    (overlapped with compute), or copied through the host over PCIe at 30 GB/s each way.
+  * batch: the largest whose bf16 KV cache fits in HBM beside the weights, at each sequence's
+    final length ("full") or at its mean length n_in + n_out / 2 ("paged", Furiosa-LLM keeps the
+    cache in paged blocks). Two readings.
+  * kernels run one after another, each as the compiler scheduled it alone (ASSUMED: no overlap
+    between kernels, no launch cost between them); a decode step is priced at the mean context.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from .cost import PUBLISHED, RNGD, max_batch
+from .table import load, step_cycles
+
+CLOCK_HZ = 1.0e9          # llamanb.tcp.compiler.CLOCK_SOURCE
+PCIE_BW = 30e9            # host <-> HBM, dma-engine.md
+HBM_BW = RNGD.hbm_bw      # 1.5 TB/s
+TARGET = "renegade-8pe"
+BATCH_RULES = ("full", "paged")
+HANDOFF = ("free", "via host PCIe")
+
+
+def _pub(model: str) -> dict:
+    return next(p for p in PUBLISHED if p["model"] == model)
+
+
+def batch(p: dict, rule: str) -> int:
+    """The batch a reading gives a published run; a multiple of the pipeline stages."""
+    tokens = p["n_in"] + (p["n_out"] if rule == "full" else p["n_out"] // 2)
+    B = max_batch(p["cfg"], tokens, RNGD, "fp8", "bf16", p["cards"], "pipeline")
+    return max(B - B % p["cards"], p["cards"])
+
+
+def mean_context(p: dict) -> int:
+    return p["n_in"] + p["n_out"] // 2
+
+
+def SHAPES() -> list[tuple]:
+    """(model, phase, B, s) the prediction reads from the stored table (fp8, renegade-8pe)."""
+    out = []
+    for p in PUBLISHED:
+        name = p["cfg"].name
+        out.append((name, "prefill", 1, p["n_in"]))
+        for rule in BATCH_RULES:
+            out.append((name, "decode", batch(p, rule) // p["cards"], mean_context(p)))
+    return out
+
+
+@dataclass(frozen=True)
+class Prediction:
+    model: str
+    reading: str
+    B: int
+    prefill_s: float       # all B prompts
+    round_s: float         # one decode round: every sequence one token further
+    uncounted_s: float     # of which: data movement outside the compiled kernels (whole run)
+    tok_s: float
+    published: float
+
+    @property
+    def ratio(self) -> float:
+        return self.tok_s / self.published
+
+
+def predict(p: dict, rule: str, handoff: str = "free", doc: dict | None = None) -> Prediction:
+    cfg, P = p["cfg"], p["cards"]
+    doc = doc or load()
+    B, s = batch(p, rule), mean_context(p)
+    m = B // P                                    # sequences per micro-batch (per stage in flight)
+    layers = cfg.n_layers // P                    # one stage's layers (all of them on one card)
+    kv_row = 2 * cfg.n_kv_heads * cfg.head_dim * 2          # new K and V of one token, one layer, bf16
+
+    def moved(tokens: int, last: bool) -> float:
+        """Seconds of one stage's data movement outside the kernels, for `tokens` tokens."""
+        t = tokens * layers * kv_row / HBM_BW                    # KV rows written
+        if P == 1 or last:
+            t += tokens * 4 / PCIE_BW                            # token ids in
+        if P == 1:
+            t += tokens * cfg.hidden * 1 / HBM_BW                # embedding rows (fp8)
+        if P > 1 and handoff == "via host PCIe":
+            t += 2 * tokens * cfg.hidden * 2 / PCIE_BW           # card -> host -> next card
+        return t
+
+    # prefill: prompts one at a time through the pipeline ((B + P - 1) stage times)
+    pre = step_cycles(cfg, "prefill", 1, p["n_in"], "fp8", TARGET, doc, layers=layers) / CLOCK_HZ
+    pre_move = moved(p["n_in"], True)
+    prefill_s = (B + P - 1) * (pre + pre_move)
+    # decode: P micro-batches of m in flight; the busiest stage (with the LM head) sets the pace
+    stage = step_cycles(cfg, "decode", m, s, "fp8", TARGET, doc, layers=layers) / CLOCK_HZ
+    dec_move = moved(m, True) + m * 4 / PCIE_BW                   # + the sampled ids out
+    round_s = P * (stage + dec_move)
+    total = prefill_s + (p["n_out"] - 1) * round_s
+    uncounted = (B + P - 1) * pre_move + (p["n_out"] - 1) * P * dec_move
+    reading = f"batch {rule}" + (f", hand-off {handoff}" if P > 1 else "")
+    return Prediction(p["model"], reading, B, prefill_s, round_s, uncounted, B * p["n_out"] / total, p["tok_s"])
+
+
+def readings(p: dict, doc: dict | None = None) -> list[Prediction]:
+    doc = doc or load()
+    hand = HANDOFF if p["cards"] > 1 else ("free",)
+    return [predict(p, r, h, doc) for r, h in itertools.product(BATCH_RULES, hand)]
+
+
+def ranges(doc: dict | None = None) -> list[dict]:
+    """Per published figure: the predicted range over the readings and whether the figure is in it."""
+    doc = doc or load()
+    out = []
+    for p in PUBLISHED:
+        rs = readings(p, doc)
+        lo, hi = min(r.tok_s for r in rs), max(r.tok_s for r in rs)
+        out.append(dict(model=p["model"], cards=p["cards"], n_in=p["n_in"], n_out=p["n_out"], published=p["tok_s"],
+                        low=lo, high=hi, inside=lo <= p["tok_s"] <= hi, readings=rs))
+    return out
