@@ -112,6 +112,30 @@ def evaluate(source: str, target: str, timeout: float = TIMEOUT_S) -> int:
     raise LlamanbError("furiosa-tcc --evaluate-tcl printed no cycle count")
 
 
+def schedule(source: str, target: str, timeout: float = TIMEOUT_S) -> tuple[int, list[dict]]:
+    """The cycles and the schedule behind them (`--tcl-plot`): one entry per instruction with its
+    engine context (DmaEngine: a Tensor DMA transfer HBM <-> DM; MainContext/SubContext: the Tensor
+    Unit), its name and its [begin, end) cycles. It shows what the estimate contains."""
+    import json
+
+    with tempfile.TemporaryDirectory() as d:
+        plot = Path(d) / "plot.json"
+        r = _run(["--target-npu", check_target(target), "--evaluate-tcl", "--stdin", "--tcl-plot", str(plot)],
+                 source, timeout)
+        if r.returncode != 0 or not plot.exists():
+            raise _fail(r, "--tcl-plot")
+        doc = json.loads(plot.read_text())
+    steps = []
+    for ins in doc["instructions"]:
+        if ins["lifetime"]["end"] > ins["lifetime"]["begin"]:
+            name = next((ln.split(":", 1)[1].strip() for ln in ins["description"].splitlines()
+                         if ln.startswith("name:")), "")
+            steps.append(dict(context="+".join(ins["contexts"]), name=name, begin=ins["lifetime"]["begin"],
+                              end=ins["lifetime"]["end"]))
+    cycles = int([ln for ln in r.stdout.splitlines() if ln.strip().isdigit()][-1])
+    return cycles, steps
+
+
 @dataclass(frozen=True)
 class Edf:
     path: Path
@@ -227,8 +251,10 @@ def kernels(cfg: LlamaConfig, phase: str, B: int, s: int, weights: str = "bf16")
 
 def cycle_table(cfg: LlamaConfig, phase: str, B: int, s: int, targets=("renegade", "renegade-8pe"),
                 weights: str = "bf16", log=None) -> list[dict]:
-    """Compile every op of one step on each target: one row per op and target. Kernels that are the
-    same TCL (k/v, gate/up, the norms, the residuals) are evaluated once."""
+    """Compile every op of one step on each target: one row per op and target, with the compiler's
+    cycles, or cycles None and `refused` (its one-line message) where it found no way to compile
+    the kernel. Kernels that are the same TCL (k/v, gate/up, norms, residuals) are evaluated once;
+    `seconds` is the wall time of that evaluation (a timing on the machine that built the table)."""
     rows, seen = [], {}
     for k in kernels(cfg, phase, B, s, weights):
         src = None
@@ -237,11 +263,17 @@ def cycle_table(cfg: LlamaConfig, phase: str, B: int, s: int, targets=("renegade
             if key not in seen:
                 src = src or k.tcl()
                 t0 = time.perf_counter()
-                seen[key] = (evaluate(src, t), time.perf_counter() - t0)
+                try:
+                    seen[key] = (evaluate(src, t), time.perf_counter() - t0, None)
+                except LlamanbError as e:                   # the compiler refused this shape: say so
+                    seen[key] = (None, time.perf_counter() - t0, str(e))
                 if log:
-                    log(f"{cfg.name} {phase} B={B} s={s} {weights} {k.op:<13} {t:<18} {seen[key][0]:>10} cycles "
-                        f"({seen[key][1]:.1f} s)")
-            rows.append(dict(model=cfg.name, phase=phase, B=B, s=s, weights=weights, op=k.op, function=k.function,
-                             bindings=dict(k.bindings), times=k.times, target=t, cycles=seen[key][0],
-                             source=k.source))
+                    log(f"{cfg.name} {phase} B={B} s={s} {weights} {k.op:<13} {t:<18} "
+                        f"{seen[key][0] if seen[key][2] is None else 'refused':>10} cycles ({seen[key][1]:.1f} s)")
+            row = dict(model=cfg.name, phase=phase, B=B, s=s, weights=weights, op=k.op, function=k.function,
+                       bindings=dict(k.bindings), times=k.times, target=t, cycles=seen[key][0], source=k.source,
+                       seconds=round(seen[key][1], 1))
+            if seen[key][2]:
+                row["refused"] = seen[key][2]
+            rows.append(row)
     return rows

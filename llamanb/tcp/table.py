@@ -87,6 +87,9 @@ def step_cycles(cfg, phase, B, s, weights="bf16", target="renegade-8pe", doc=Non
     one pipeline stage's share). Ops run one after another: the compiler saw each kernel alone."""
     total = 0
     for r in rows(cfg, phase, B, s, weights, target, doc):
+        if r["cycles"] is None:
+            raise LlamanbError(f"{r['model']} {phase} B={B} s={s}: furiosa-tcc refused {r['op']} on {target} "
+                               f"({r['refused']})")
         n = r["times"] if (layers is None or r["times"] == 1) else layers
         total += r["cycles"] * n
     return total
