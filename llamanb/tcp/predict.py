@@ -11,9 +11,11 @@ Sources, assumptions (each used once below):
     own Llama 3.1 8B FP8 kernels are "per-token dynamic W8A8, KV cache bf16"
     (furiosa-kernels 2026.4.0, furiosa/kernels/llama/entry_function/llama3_1_8b_w8fa8fdkv16.py).
     The course's fp8 kernels contract fp8 x fp8 into bf16 (no scale multiply: ASSUMED negligible).
-  * sampling on the card (furiosa-kernels ships `argmax_lm_head` and `common/sampling`): per decode
-    step only token ids cross PCIe. PCIe DMA: 30 B/cycle = 30 GB/s host <-> HBM (furiosa-ai/
-    furiosa-opt, docs/src/moving-tensors/dma-engine.md, "Memory Bandwidth" table).
+  * where sampling runs, two readings: on the card (furiosa-kernels ships `argmax_lm_head` and
+    `common/sampling`), so only token ids cross PCIe; or on the host, as the book's transformer
+    page says (kernel-examples/transformer.md, "5. Sampling"), so B x V bf16 logits cross PCIe
+    every step. PCIe DMA: 30 B/cycle = 30 GB/s host <-> HBM (furiosa-ai/furiosa-opt,
+    docs/src/moving-tensors/dma-engine.md, "Memory Bandwidth" table).
   * not in the compiled kernels, charged at HBM's 1.5 TB/s (same file; RNGD specification table):
     the embedding rows read per token and the new K and V rows written per token and layer.
   * 70B on 8 cards: pipeline parallel across cards (each card 10 layers on its 8 PEs), the layout
@@ -42,6 +44,7 @@ HBM_BW = RNGD.hbm_bw      # 1.5 TB/s
 TARGET = "renegade-8pe"
 BATCH_RULES = ("full", "paged")
 HANDOFF = ("free", "via host PCIe")
+SAMPLING = ("on card", "on host")
 
 
 def _pub(model: str) -> dict:
@@ -86,7 +89,8 @@ class Prediction:
         return self.tok_s / self.published
 
 
-def predict(p: dict, rule: str, handoff: str = "free", doc: dict | None = None) -> Prediction:
+def predict(p: dict, rule: str, handoff: str = "free", sampling: str = "on card",
+            doc: dict | None = None) -> Prediction:
     cfg, P = p["cfg"], p["cards"]
     doc = doc or load()
     B, s = batch(p, rule), mean_context(p)
@@ -111,18 +115,19 @@ def predict(p: dict, rule: str, handoff: str = "free", doc: dict | None = None) 
     prefill_s = (B + P - 1) * (pre + pre_move)
     # decode: P micro-batches of m in flight; the busiest stage (with the LM head) sets the pace
     stage = step_cycles(cfg, "decode", m, s, "fp8", TARGET, doc, layers=layers) / CLOCK_HZ
-    dec_move = moved(m, True) + m * 4 / PCIE_BW                   # + the sampled ids out
+    out = 4 if sampling == "on card" else cfg.vocab * 2          # per sequence: an id, or its logits
+    dec_move = moved(m, True) + m * out / PCIE_BW
     round_s = P * (stage + dec_move)
     total = prefill_s + (p["n_out"] - 1) * round_s
     uncounted = (B + P - 1) * pre_move + (p["n_out"] - 1) * P * dec_move
-    reading = f"batch {rule}" + (f", hand-off {handoff}" if P > 1 else "")
+    reading = f"batch {rule}, sampling {sampling}" + (f", hand-off {handoff}" if P > 1 else "")
     return Prediction(p["model"], reading, B, prefill_s, round_s, uncounted, B * p["n_out"] / total, p["tok_s"])
 
 
 def readings(p: dict, doc: dict | None = None) -> list[Prediction]:
     doc = doc or load()
     hand = HANDOFF if p["cards"] > 1 else ("free",)
-    return [predict(p, r, h, doc) for r, h in itertools.product(BATCH_RULES, hand)]
+    return [predict(p, r, h, smp, doc) for r, h, smp in itertools.product(BATCH_RULES, hand, SAMPLING)]
 
 
 def ranges(doc: dict | None = None) -> list[dict]:
