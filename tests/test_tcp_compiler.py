@@ -129,9 +129,9 @@ def test_batch_readings_follow_the_memory_accounting():
         for rule, tokens in (("full", p["n_in"] + p["n_out"]), ("paged", p["n_in"] + p["n_out"] // 2)):
             kv = cfg.kv_bytes(tokens, "bf16") / P
             B = predict.batch(p, rule)
-            assert B % P == 0
+            assert B % (8 * P) == 0
             # pipeline stages hold whole layers; the embedding sits on one card, so allow its size
-            slack = cfg.vocab * cfg.hidden / kv + P
+            slack = cfg.vocab * cfg.hidden / kv + 8 * P
             assert abs(B - (48e9 - per_card_weights) // kv) <= slack, (p["model"], rule)
 
 
@@ -140,7 +140,7 @@ def test_the_prediction_is_a_range_over_every_reading():
     assert [r["model"] for r in rs] == [p["model"] for p in predict.PUBLISHED]
     for r in rs:
         n = len(r["readings"])
-        assert n == (8 if r["cards"] > 1 else 4)
+        assert n == (16 if r["cards"] > 1 else 8)
         assert r["low"] == min(x.tok_s for x in r["readings"]) <= r["high"]
         assert r["inside"] == (r["low"] <= r["published"] <= r["high"])
         for x in r["readings"]:
@@ -161,7 +161,7 @@ def test_single_card_reading_by_hand():
     move = lambda t: t * kv_row / 1.5e12 + t * cfg.hidden / 1.5e12 + t * 4 / 30e9          # noqa: E731
     total = B * (step("prefill", 1, p["n_in"]) + move(p["n_in"])) + (p["n_out"] - 1) * (
         step("decode", B, s) + move(B) + B * 4 / 30e9)
-    got = predict.predict(p, "paged", "free", "on card", doc=doc)
+    got = predict.predict(p, "paged", "free", "on card", predict.ATTENTION[0], doc=doc)
     assert got.tok_s == pytest.approx(B * p["n_out"] / total, rel=1e-12)
 
 

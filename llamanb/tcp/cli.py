@@ -6,7 +6,7 @@
         estimated cycles per target (and microseconds at its 1 GHz); with --edf, each distinct
         kernel also compiled to an RNGD binary DIR/<op>.edf (its size), or one line saying what
         is missing for that stage.
-    tcp store [--out PATH]
+    tcp store [--out PATH] [--reuse]
         recompile the grid of data/tcp/cycles.json (llamanb.tcp.table) and write it.
 """
 from __future__ import annotations
@@ -35,6 +35,8 @@ def add_parser(sub, model_arg, positive_int) -> None:
     c.add_argument("--edf", default=None, help="also compile each distinct kernel to DIR/<op>.edf")
     s = tsub.add_parser("store", help="recompile the stored cycle table (a few minutes)")
     s.add_argument("--out", default=None, help="where to write (default: data/tcp/cycles.json)")
+    s.add_argument("--reuse", action="store_true", help="keep rows the stored table holds for this same "
+                   "compiler version; compile only the rest")
 
 
 def _config(a):
@@ -58,7 +60,7 @@ def main(a) -> int:
         from .table import TABLE, build
 
         compiler.require()
-        path = build(Path(a.out) if a.out else TABLE, log=lambda s: print(s, flush=True))
+        path = build(Path(a.out) if a.out else TABLE, log=lambda s: print(s, flush=True), reuse=a.reuse)
         print(f"wrote {path}")
         return 0
     cfg = _config(a)

@@ -250,12 +250,12 @@ def kernels(cfg: LlamaConfig, phase: str, B: int, s: int, weights: str = "bf16")
 
 
 def cycle_table(cfg: LlamaConfig, phase: str, B: int, s: int, targets=("renegade", "renegade-8pe"),
-                weights: str = "bf16", log=None) -> list[dict]:
+                weights: str = "bf16", log=None, seen: dict | None = None) -> list[dict]:
     """Compile every op of one step on each target: one row per op and target, with the compiler's
     cycles, or cycles None and `refused` (its one-line message) where it found no way to compile
     the kernel. Kernels that are the same TCL (k/v, gate/up, norms, residuals) are evaluated once;
     `seconds` is the wall time of that evaluation (a timing on the machine that built the table)."""
-    rows, seen = [], {}
+    rows, seen = [], ({} if seen is None else seen)      # seen: results shared across calls
     for k in kernels(cfg, phase, B, s, weights):
         src = None
         for t in targets:

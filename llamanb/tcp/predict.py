@@ -26,7 +26,11 @@ Sources, assumptions (each used once below):
     (overlapped with compute), or copied through the host over PCIe at 30 GB/s each way.
   * batch: the largest whose bf16 KV cache fits in HBM beside the weights, at each sequence's
     final length ("full") or at its mean length n_in + n_out / 2 ("paged", Furiosa-LLM keeps the
-    cache in paged blocks). Two readings.
+    cache in paged blocks). Two readings, each rounded down to 8 sequences per card (ASSUMED).
+  * the keys a decode step attends to, two readings: the mean context as compiled, or the
+    attention kernels compiled at 2048 keys and scaled linearly to the mean context (furiosa-tcc
+    schedules our value einsum up to 20x slower at 2112 keys than at 2048; a blockwise kernel,
+    as in furiosa.kernels.common.attention, sees power-of-two blocks).
   * kernels run one after another, each as the compiler scheduled it alone (ASSUMED: no overlap
     between kernels, no launch cost between them); a decode step is priced at the mean context.
 """
@@ -36,7 +40,7 @@ import itertools
 from dataclasses import dataclass
 
 from .cost import PUBLISHED, RNGD, max_batch
-from .table import load, step_cycles
+from .table import load, rows, step_cycles
 
 CLOCK_HZ = 1.0e9          # llamanb.tcp.compiler.CLOCK_SOURCE
 PCIE_BW = 30e9            # host <-> HBM, dma-engine.md
@@ -45,6 +49,10 @@ TARGET = "renegade-8pe"
 BATCH_RULES = ("full", "paged")
 HANDOFF = ("free", "via host PCIe")
 SAMPLING = ("on card", "on host")
+ROUND = 8
+ATTENTION = ("at the mean context", "at 2048 keys, scaled")
+KEYS_POW2 = 2048
+ATTN_OPS = ("attn_scores", "softmax", "attn_values")
 
 
 def _pub(model: str) -> dict:
@@ -52,10 +60,13 @@ def _pub(model: str) -> dict:
 
 
 def batch(p: dict, rule: str) -> int:
-    """The batch a reading gives a published run; a multiple of the pipeline stages."""
+    """The batch a reading gives a published run, rounded down to a multiple of ROUND sequences
+    per pipeline stage (ASSUMED: furiosa-tcc searches minutes for odd row counts -- 124 s for a
+    52-row 70B projection against 2 s for 48 -- so the table holds multiples of 8)."""
     tokens = p["n_in"] + (p["n_out"] if rule == "full" else p["n_out"] // 2)
     B = max_batch(p["cfg"], tokens, RNGD, "fp8", "bf16", p["cards"], "pipeline")
-    return max(B - B % p["cards"], p["cards"])
+    step = ROUND * p["cards"]
+    return max(B - B % step, step)
 
 
 def mean_context(p: dict) -> int:
@@ -69,7 +80,8 @@ def SHAPES() -> list[tuple]:
         name = p["cfg"].name
         out.append((name, "prefill", 1, p["n_in"]))
         for rule in BATCH_RULES:
-            out.append((name, "decode", batch(p, rule) // p["cards"], mean_context(p)))
+            for keys in (mean_context(p), KEYS_POW2):
+                out.append((name, "decode", batch(p, rule) // p["cards"], keys))
     return out
 
 
@@ -90,7 +102,7 @@ class Prediction:
 
 
 def predict(p: dict, rule: str, handoff: str = "free", sampling: str = "on card",
-            doc: dict | None = None) -> Prediction:
+            attention: str = ATTENTION[0], doc: dict | None = None) -> Prediction:
     cfg, P = p["cfg"], p["cards"]
     doc = doc or load()
     B, s = batch(p, rule), mean_context(p)
@@ -115,19 +127,25 @@ def predict(p: dict, rule: str, handoff: str = "free", sampling: str = "on card"
     prefill_s = (B + P - 1) * (pre + pre_move)
     # decode: P micro-batches of m in flight; the busiest stage (with the LM head) sets the pace
     stage = step_cycles(cfg, "decode", m, s, "fp8", TARGET, doc, layers=layers) / CLOCK_HZ
+    if attention != ATTENTION[0]:       # the attention ops compiled at 2048 keys, scaled to s keys
+        at = {r["op"]: r["cycles"] for r in rows(cfg, "decode", m, s, "fp8", TARGET, doc)}
+        at2 = {r["op"]: r["cycles"] for r in rows(cfg, "decode", m, KEYS_POW2, "fp8", TARGET, doc)}
+        stage += layers * sum(at2[o] * s / KEYS_POW2 - at[o] for o in ATTN_OPS) / CLOCK_HZ
     out = 4 if sampling == "on card" else cfg.vocab * 2          # per sequence: an id, or its logits
     dec_move = moved(m, True) + m * out / PCIE_BW
     round_s = P * (stage + dec_move)
     total = prefill_s + (p["n_out"] - 1) * round_s
     uncounted = (B + P - 1) * pre_move + (p["n_out"] - 1) * P * dec_move
-    reading = f"batch {rule}, sampling {sampling}" + (f", hand-off {handoff}" if P > 1 else "")
+    reading = (f"batch {rule}, sampling {sampling}, attention {attention}"
+               + (f", hand-off {handoff}" if P > 1 else ""))
     return Prediction(p["model"], reading, B, prefill_s, round_s, uncounted, B * p["n_out"] / total, p["tok_s"])
 
 
 def readings(p: dict, doc: dict | None = None) -> list[Prediction]:
     doc = doc or load()
     hand = HANDOFF if p["cards"] > 1 else ("free",)
-    return [predict(p, r, h, smp, doc) for r, h, smp in itertools.product(BATCH_RULES, hand, SAMPLING)]
+    return [predict(p, r, h, smp, att, doc)
+            for r, h, smp, att in itertools.product(BATCH_RULES, hand, SAMPLING, ATTENTION)]
 
 
 def ranges(doc: dict | None = None) -> list[dict]:

@@ -44,13 +44,21 @@ def _grid() -> list[tuple]:
     return out
 
 
-def build(path: Path = TABLE, log=print) -> Path:
+def build(path: Path = TABLE, log=print, reuse: bool = False) -> Path:
+    """Compile the grid and write the table. reuse=True keeps the cycles of kernels the stored
+    table already holds for the same compiler version (same TCL: same answer) and compiles the rest."""
     from .compiler import CLOCK_HZ, CLOCK_SOURCE, cycle_table, version
 
-    rows = []
+    rows, seen, ver = [], {}, version()
+    if reuse and Path(path).exists():              # rows the same compiler already evaluated
+        old = load(path)
+        if old["compiler"] == ver:
+            for r in old["rows"]:
+                key = (r["function"], tuple(sorted(r["bindings"].items())), r["target"])
+                seen[key] = (r["cycles"], r.get("seconds", 0.0), r.get("refused"))
     for cfg, phase, B, s, w, targets in _grid():
-        rows += cycle_table(cfg, phase, B, s, targets, w, log=log)
-    doc = dict(compiler=version(), command=REGENERATE, clock_hz=CLOCK_HZ, clock_source=CLOCK_SOURCE,
+        rows += cycle_table(cfg, phase, B, s, targets, w, log=log, seen=seen)
+    doc = dict(compiler=ver, command=REGENERATE, clock_hz=CLOCK_HZ, clock_source=CLOCK_SOURCE,
                note="furiosa-tcc --evaluate-tcl estimates (cycles), one kernel per op, compiled on its own; "
                     "not measured on an RNGD", rows=rows)
     path = Path(path)
@@ -58,6 +66,7 @@ def build(path: Path = TABLE, log=print) -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".json", dir=path.parent)
     with os.fdopen(fd, "w") as f:
         json.dump(doc, f, indent=0)
+    os.chmod(tmp, 0o644)
     os.replace(tmp, path)
     return path
 
