@@ -328,7 +328,7 @@ print("clock:", compiler.CLOCK_SOURCE)
 # read both operands, `dpe.exec` contracts `D` on the Contraction Engine, write the result.
 
 # %%
-q = next(k for k in compiler.kernels(cfg, "decode", 1, 2048) if k.op == "q_proj")
+q = next(k for k in compiler.kernels(SMOLLM2_135M, "decode", 1, 2048) if k.op == "q_proj")
 print("kernel:", q.function, "| axis sizes:", dict(q.bindings), "| body from", q.source, "\n")
 print(q.tcl())
 
@@ -340,8 +340,8 @@ print(q.tcl())
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-stored = {r["target"]: r["cycles"] for r in table.rows(cfg, "decode", 1, 2048, target="renegade")
-          + table.rows(cfg, "decode", 1, 2048, target="renegade-8pe") if r["op"] == "q_proj"}
+stored = {r["target"]: r["cycles"] for t in table.BOTH for r in table.rows(SMOLLM2_135M, "decode", 1, 2048, target=t)
+          if r["op"] == "q_proj"}
 print(compiler.version())
 cycles, steps = compiler.schedule(q.tcl(), "renegade")
 for st in steps:
@@ -392,16 +392,16 @@ def per_op(c, phase, B, s, weights="bf16"):
 for c in (SMOLLM2_135M, LLAMA31_8B):
     print(f"\n{c.name}, decode B=1 s=2048: cycles per run (1 PE | 8 PE), runs per step")
     for op, n, one, eight in per_op(c, "decode", 1, 2048):
-        print(f"  {op:<14} x{n:<3} {one if one is not None else 'refused':>9} | {eight:>8}")
+        print(f"  {op:<14} x{n:<3} {one if one is not None else 'refused':>9} | {eight if eight is not None else 'refused':>8}")
 print(f"\nper step (cycles x runs, ops one after another)\n{'model':<22} {'phase':<8} {'s':>5} {'1 PE ms':>9} {'8 PE ms':>9} {'8PE speed-up':>12}  largest op (8 PE)")
 for c in (SMOLLM2_135M, LLAMA31_8B, LLAMA3_70B):
     for phase in ("prefill", "decode"):
         s = 128 if (c is SMOLLM2_135M and phase == "prefill") else 2048
         rows = per_op(c, phase, 1, s)
-        one = sum(n * x for _, n, x, _ in rows if x is not None)
-        eight = sum(n * y for _, n, _, y in rows)
-        top = max(rows, key=lambda r: r[1] * r[3])[0]
-        gap = "" if all(x is not None for _, _, x, _ in rows) else " (1 PE: refused ops left out)"
+        one = sum(n * (x or 0) for _, n, x, _ in rows)
+        eight = sum(n * (y or 0) for _, n, _, y in rows)
+        top = max(rows, key=lambda r: r[1] * (r[3] or 0))[0]
+        gap = "" if all(None not in r for r in rows) else " (refused ops left out)"
         print(f"{c.name:<22} {phase:<8} {s:>5} {one / 1e6:>9.2f} {eight / 1e6:>9.2f} {one / eight:>11.1f}x  {top}{gap}")
 
 # %% [markdown]
