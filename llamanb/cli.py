@@ -1,4 +1,4 @@
-"""python -m llamanb generate | chat | verify | bench | info | batch
+"""python -m llamanb generate | chat | verify | bench | info | batch | npu | tcp
 
 Every user mistake ends as one line on stderr and exit code 2; no traceback.
 """
@@ -160,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_batch_parser(sub, _model_arg, _positive_int)
     from .npu.cli import add_parser as add_npu_parser
     add_npu_parser(sub, _model_arg, _positive_int)
+    from .tcp.cli import add_parser as add_tcp_parser
+    add_tcp_parser(sub, _model_arg, _positive_int)
     return ap
 
 
@@ -289,11 +291,18 @@ def cmd_npu(a) -> int:
     return npu(a)
 
 
+def cmd_tcp(a) -> int:
+    from .tcp.cli import main as tcp
+
+    return tcp(a)
+
+
 def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
     try:
         return {"generate": cmd_generate, "chat": cmd_chat, "verify": cmd_verify,
-                "bench": cmd_bench, "info": cmd_info, "batch": cmd_batch, "npu": cmd_npu}[a.cmd](a)
+                "bench": cmd_bench, "info": cmd_info, "batch": cmd_batch, "npu": cmd_npu,
+                "tcp": cmd_tcp}[a.cmd](a)
     except LlamanbError as e:
         print(f"llamanb: error: {e}", file=sys.stderr)
         return 2

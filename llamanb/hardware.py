@@ -97,7 +97,7 @@ class Readiness:
 
     def line(self) -> str:
         state = "ready" if self.ready else "not ready, missing: " + "; ".join(self.missing)
-        return f"{self.name:<16} {self.runs_on:<9} {state}" + (f" -- {self.note}" if self.ready and self.note else "")
+        return f"{self.name:<18} {self.runs_on:<9} {state}" + (f" -- {self.note}" if self.ready and self.note else "")
 
 
 def peano_found() -> bool:
@@ -189,8 +189,34 @@ def cuda_missing(module=has_module, driver=None) -> tuple[str, ...]:
     return tuple(missing)
 
 
+def furiosa_tool(name: str) -> bool:
+    """A furiosa-tcc-style executable: beside this Python (a venv's bin/) or on PATH."""
+    import os
+    import shutil
+    import sys
+
+    here = Path(sys.executable).parent / name
+    return (here.is_file() and os.access(here, os.X_OK)) or shutil.which(name) is not None
+
+
+def tcp_compiler_missing(module=has_module, tool=furiosa_tool) -> tuple[str, ...]:
+    """Furiosa's compiler on the block (llamanb.tcp.compiler): furiosa-tcc and furiosa-kernels."""
+    missing = []
+    if not tool("furiosa-tcc"):
+        missing.append("furiosa-tcc (pip install furiosa-tcc)")
+    if not module("furiosa.tcl"):
+        missing.append("python module furiosa.tcl (pip install furiosa-kernels)")
+    return tuple(missing)
+
+
+def tcp_compiler_note(tool=furiosa_tool) -> str:
+    edf = ("EDF binaries too (aarch64-linux-gnu-gcc present)" if tool("aarch64-linux-gnu-gcc") else
+           "no EDF binaries: aarch64-linux-gnu-gcc missing (apt-get install gcc-aarch64-linux-gnu)")
+    return "furiosa-tcc cycle estimates for the block's TCL kernels; " + edf
+
+
 def readiness(module=has_module, npu_devices=amd_npu_devices,
-              tt_devices=tenstorrent_devices) -> list[Readiness]:
+              tt_devices=tenstorrent_devices, tool=furiosa_tool) -> list[Readiness]:
     """Every registered backend, in the order the course introduces them, with what it lacks.
     The probes are arguments so that tests can stand in for modules and device nodes."""
     from .backends import BACKENDS, LAZY
@@ -203,6 +229,7 @@ def readiness(module=has_module, npu_devices=amd_npu_devices,
         Readiness("npu2-emulated", "emulated", note="the stitched MLIR-AIR groups, run on the host"),
         Readiness("npu2", "device", npu2_missing(module, npu_devices), "AMD NPU2 through XRT"),
         Readiness("tcp", "emulated", note="Furiosa's TCP einsum program, interpreted on the host"),
+        Readiness("tcp-compiler", "host CPU", tcp_compiler_missing(module, tool), tcp_compiler_note(tool)),
         Readiness("galaxy-emulated", "emulated", note="a Tenstorrent mesh of numpy devices"),
         Readiness("galaxy-ttnn", "device", ttnn_missing(module, tt_devices),
                   "every op a ttnn call on a Tenstorrent device"),

@@ -70,8 +70,8 @@ def test_the_backend_and_info_agree_on_this_machine(llamanb_cache):
     assert ok == row.ready and why == "; ".join(row.missing)
     r = run_cli(["info", "--preset", "smollm2-135m"], cache=llamanb_cache)
     assert r.returncode == 0, r.stderr
-    listed = [line.split()[0] for line in r.stdout.splitlines()[1:8] if line.startswith("  ")]
+    listed = [line.split()[0] for line in r.stdout.splitlines()[1:9] if line.startswith("  ")]
     assert listed[0] == "numpy"
-    for name in ("npu2-emulated", "npu2", "tcp", "galaxy-emulated", "galaxy-ttnn"):
+    for name in ("npu2-emulated", "npu2", "tcp", "tcp-compiler", "galaxy-emulated", "galaxy-ttnn"):
         assert name in listed
     assert "npu2-emulated    emulated  ready" in r.stdout

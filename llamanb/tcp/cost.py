@@ -23,9 +23,10 @@ The model (what it assumes, stated once):
   * Peak FLOP/s follows the weight format (bf16 256 T, fp8 512 T); the KV cache and activations
     are bf16 unless told otherwise.
   * More than one card: "tensor" splits heads, F and V over the cards (Megatron) with two
-    all-reduces of [B, s_in, D] per layer over the PCIe link; "pipeline" gives each card L / cards
-    layers and passes [B, s_in, D] to the next card once per step (Furiosa-LLM's documented
-    layout: tensor parallelism over a card's 8 PEs, pipeline parallelism across cards).
+    all-reduces of [B, s_in, D] per layer over a card-to-card link (its rate ASSUMED); "pipeline" gives each card L / cards
+    layers and passes [B, s_in, D] to the next card once per step (a layout Furiosa-LLM's page allows:
+    tensor parallelism over a card's 8 PEs, pipeline parallelism across cards; which one
+    Furiosa's published runs used is not stated).
 What it cannot see: how Furiosa's compiler tiles and schedules each op, overlap between ops,
 continuous batching's mix of prefill and decode, host overhead, power capping, and the batch,
 KV-cache format and scheduler settings Furiosa used (none is published).
@@ -61,10 +62,11 @@ class Spec:
     lanes: int                 # Contraction Engine lanes per slice
     packet_bytes: int          # Contraction Engine packet per lane per cycle
     pes: int                   # processing elements per card (Furiosa-LLM's unit of parallelism)
-    link_bw: float             # B/s between cards
+    link_bw: float             # B/s between cards (ASSUMED: no Furiosa source gives one)
     link_latency_s: float      # per transfer (ASSUMED)
     op_overhead_s: float       # fixed start-up of one DMA command
     tdp_w: float
+    ve_elems_s: float          # Vector Engine elements per second, all slices (float path)
     sources: dict
 
     @property
@@ -81,7 +83,8 @@ class Spec:
 RNGD = Spec(
     name="Furiosa RNGD (TCP)", peak={"bf16": 256e12, "fp8": 512e12}, hbm_bw=1.5e12, hbm_bytes=48e9,
     sram_bytes=256 * 2 ** 20, dm_bw=2e12, clock_hz=1.0e9, slices=512, lanes=8, packet_bytes=64, pes=8,
-    link_bw=30e9, link_latency_s=10e-6, op_overhead_s=500 / 1.0e9, tdp_w=150.0,
+    link_bw=30e9, link_latency_s=10e-6, op_overhead_s=500 / 1.0e9, tdp_w=180.0,
+    ve_elems_s=512 * 4 * 1.0e9,
     sources={
         "peak": f"{OVERVIEW}: BF16 256 TFLOPS, FP8 512 TFLOPS, 1.0 GHz",
         "hbm": f"{OVERVIEW}: HBM3 48 GB, 1.5 TB/s; {BOOK}moving-tensors/memory-performance.md: "
@@ -93,10 +96,14 @@ RNGD = Spec(
                     "Lane <= 8, Packet <= 64 B",
         "pes": "developer.furiosa.ai, Furiosa-LLM > Model Parallelism: 8 PEs per card; tensor parallel "
                "size 4 or 8, pipeline parallel size <= cards (2024.2 release)",
-        "link": f"{BOOK}moving-tensors/dma-engine.md: PCIe DMA 30 B/cycle (30 GB/s at 1 GHz); "
-                "10 us per transfer ASSUMED",
+        "link": "ASSUMED 30 GB/s and 10 us per transfer between cards: no Furiosa source gives a "
+                f"card-to-card rate. {BOOK}moving-tensors/dma-engine.md: PCIe DMA (30 B/cycle) moves host <-> "
+                "HBM only; chip-to-chip transfers are Tensor DMA's, at no stated rate",
         "overhead": f"{BOOK}moving-tensors/dma-engine.md: about 500 cycles of start-up per DMA command",
-        "tdp": f"{OVERVIEW}: 150 W (Furiosa's product page has also shown 180 W)",
+        "tdp": "180 W: Furiosa's RNGD product page as summarised in 2025 (b-lab.team, 2025-04-20); "
+               "earlier Furiosa material gave 150 W",
+        "ve": f"{BOOK}computing-tensors/vector-engine/intra-slice-chain.md: one chain per slice, 8 elements "
+              "per cycle, 4 on the float path: 512 slices x 4 x 1 GHz",
     })
 
 
@@ -230,7 +237,9 @@ def op_costs(cfg: LlamaConfig, phase: str, B: int, s_in: int, s: int | None = No
             else:
                 dm += times * res
         t = {"compute": flops / peak, "HBM": hbm / hbm_bw,
-             "DM": dm / dm_bw if op.kind == "vector" else 0.0}
+             "DM": dm / ab / 2 / (spec.ve_elems_s * eta) if op.kind == "vector" else 0.0}
+        # a vector op streams each input element through its slice's chain once (dm counts bytes in
+        # and out, hence / 2); it does not pass through the 2 TB/s DMN network
         bound = max(t, key=t.get) if any(t.values()) else "none"     # views, the host's sampling
         time_s = t.get(bound, 0.0)
         if mapping.overhead and time_s:
