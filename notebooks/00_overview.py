@@ -55,10 +55,11 @@ CHAPTERS = [
     ("05", "npu_kernels", "MLIR-AIR kernels for AMD NPU2, compiled per kernel", "npu.builders, npu.emulator"),
     ("06", "elf_stitching", "several launches stitched into one ELF", "npu.stitch, npu.groups"),
     ("07", "buffer_objects", "buffer objects, KernelCache, the emulated NPU2", "npu.runtime, npu.backend"),
-    ("08", "tcp_mapping", "Furiosa TCP engines: mapping and cost model", "tcp"),
-    ("09", "galaxy_mesh", "Tenstorrent Galaxy: mesh, CCLs, paged cache, block floats", "mesh, numerics"),
+    ("08", "tcp_mapping", "Furiosa TCP: the mapping, compiled by furiosa-tcc", "tcp"),
+    ("09", "galaxy_mesh", "Tenstorrent Galaxy: mesh, CCLs, TT-Lang, block floats", "mesh, numerics"),
     ("10", "continuous_batching", "serving many requests at once", "serve, kv.paged"),
     ("11", "cpu_kernels", "the CPU: roofline, panels, register tiles, bf16, Q4_1", "backends.cpu"),
+    ("12", "cuda_kernels", "min_llm_inference's CUDA kernels, simulated and compiled", "cuda"),
     ("13", "hardware_chat", "the whole model through the NPU2 runtime; profile; a chat", "hardware, chat, npu.profile"),
 ]
 print(f"{'#':<3} {'notebook':<22} {'what it builds':<56} llamanb")
@@ -337,7 +338,7 @@ print(f"max |llamanb - transformers|  {d_both:.3e}   derived bound (the sum): {d
 # %% [markdown]
 # ## Exercises
 #
-# Chapters 01–11 end with exercises: two or three small functions to write in the notebook
+# Chapters 01–13 end with exercises: two or three small functions to write in the notebook
 # (a block's parameter count, a RoPE table, a causal mask, a GEMV tile plan, a scheduler's
 # preemption, ...), each with its shapes and a hint. Replace `raise NotImplementedError` with your
 # code and run the cell below it: a checker from `llamanb.exercises` runs your function on fixed
