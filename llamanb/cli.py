@@ -57,10 +57,20 @@ def _model_arg(p):
                         "the embedded SmolLM2-135M-Instruct)")
 
 
-def _backend_arg(p) -> None:
-    p.add_argument("--backend", default="numpy", help="numpy (default), cpu (compiled C++ "
-                   "kernels), npu2-emulated, npu2, ... (an NPU2 backend runs bf16; --dtype applies "
-                   "to numpy and cpu)")
+def _backend_arg(p, default: str | None = None) -> None:
+    """--backend; generate and chat default to `auto` (or $LLAMANB_BACKEND), verify to numpy."""
+    from .backends import BACKENDS, LAZY
+
+    names = ", ".join({**BACKENDS, **LAZY})
+    if default is None:
+        p.add_argument("--backend", default=os.environ.get("LLAMANB_BACKEND") or AUTO, metavar="NAME",
+                       help=f"{AUTO} (default, or $LLAMANB_BACKEND): cpu where a C++ compiler is "
+                            f"found (built once), else numpy, the reference. Any of: {names}. "
+                            "npu2* and galaxy-* run bf16; --dtype applies to numpy and cpu")
+    else:
+        p.add_argument("--backend", default=default, metavar="NAME",
+                       help=f"one of: {names} (npu2* and galaxy-* run bf16; --dtype applies to "
+                            "numpy and cpu)")
 
 
 def _sampling_args(p) -> None:
@@ -80,10 +90,37 @@ def _sampling_args(p) -> None:
                    help="bf16 rounds weights and every op's output to bfloat16")
 
 
+AUTO = "auto"
+
+
+def _note(line: str) -> None:
+    print(f"llamanb: {line}", file=sys.stderr, flush=True)
+
+
 def _engine(model, backend: str, dtype: str = "float32"):
+    """The engine for --backend; `auto` is the fastest ready one: cpu where a compiler is found
+    (its kernels compiled once into the cache, said on one line), else numpy (one line says why).
+    Greedy tokens are the same either way (tests/test_cpu_backend.py, tests/test_cli.py)."""
     from .engine import Engine
 
-    return Engine(model, backend, **({"dtype": dtype} if backend in ("numpy", "cpu") else {}))
+    if backend != AUTO:
+        return Engine(model, backend, **({"dtype": dtype} if backend in ("numpy", "cpu") else {}))
+    from .hardware import cpu_compiler_missing
+
+    missing = cpu_compiler_missing()
+    if missing:
+        _note(f"engine numpy: the faster cpu backend needs {missing[0]}")
+        return Engine(model, "numpy", dtype=dtype)
+    from .backends import cpu_kernels
+
+    if not cpu_kernels.built():
+        _note(f"engine cpu: compiling its C++ kernels for this CPU, once (about 30 s; kept in "
+              f"{cpu_kernels.cache_dir()}); --backend numpy skips this")
+    try:
+        return Engine(model, "cpu", dtype=dtype)
+    except LlamanbError as e:
+        _note(f"engine numpy: the cpu backend could not start ({e})")
+        return Engine(model, "numpy", dtype=dtype)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--dtype", choices=["float32", "bf16"], default="float32",
                    help="numpy and cpu backends: run in bfloat16 against the float32 reference "
                         "(the gate's top-5 rule judges where bf16 rounding changes a token)")
-    _backend_arg(v)
+    _backend_arg(v, default="numpy")
 
     b = sub.add_parser("bench", help="llamanb vs transformers on this machine")
     _model_arg(b)
@@ -185,7 +222,7 @@ def cmd_generate(a) -> int:
     if a.no_stream:
         print((prompt if a.raw else "") + r.text, end="")
     print()
-    dtype = a.dtype if a.backend in ("numpy", "cpu") else "bf16"
+    dtype = a.dtype if engine.backend.name in ("numpy", "cpu") else "bf16"
     print(f"[{engine.backend.description}, {dtype}] load {model.load_s:.2f} s | "
           f"prefill {len(ids)} tok in {r.prefill_s:.3f} s ({r.prefill_tok_s:.1f} tok/s) | "
           f"decode {r.decode_steps} tok in {r.decode_s:.3f} s ({r.decode_tok_s:.1f} tok/s) | "

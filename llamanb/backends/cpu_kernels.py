@@ -168,6 +168,15 @@ def _load(kernels_dir: Path, cache: Path) -> Kernels | str:
     return hostbuild.reason(kernels_dir, portable_flags()) or "the build failed"
 
 
+def built(kernels_dir: Path = KERNELS_DIR) -> bool:
+    """Whether load() finds its library in the cache already (False: it will compile first)."""
+    cxx, _ = hostbuild.compiler()
+    if cxx is None:
+        return False
+    return any((cache_dir() / f"cpu-kernels-{hostbuild.build_key(cxx, Path(kernels_dir), f)[:24]}.so")
+               .is_file() for f in (native_flags(), portable_flags()))
+
+
 def load(kernels_dir: Path = KERNELS_DIR) -> Kernels:
     """The kernels, built at first use; a LlamanbError (one line, naming the numpy backend)
     when they cannot be built here."""
