@@ -30,6 +30,9 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message):                        # one line, exit 2 (argparse prints two)
+        if "required: cmd" in message:               # `python -m llamanb` alone
+            subs = next(a for a in self._actions if isinstance(a, argparse._SubParsersAction))
+            message = f"name a command: {' | '.join(subs.choices)}"
         print(f"llamanb: error: {message} (see --help)", file=sys.stderr)
         sys.exit(2)
 
@@ -181,8 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="which backends this machine can run (ready, or what is "
                        "missing); config, parameter and memory accounting")
     _model_arg(i)
-    i.add_argument("--preset", default=None, help="smollm2-135m | llama3.2-1b | llama3-70b "
-                   "(no weights needed)")
+    from .config import PRESETS
+
+    i.add_argument("--preset", default=None, help=f"{' | '.join(PRESETS)} (no weights needed)")
     i.add_argument("--seq", type=_positive_int, default=None, help="KV cache length to price")
 
     from .serve.cli import add_parser as add_batch_parser
@@ -257,6 +261,12 @@ def _read_prompt(a) -> str:
 def cmd_verify(a) -> int:
     from .check import verify
 
+    if a.save is not None:
+        if not a.live:
+            raise LlamanbError("--save writes the references that --live computes: add --live")
+        from .paths import check_output_file
+
+        check_output_file(a.save, "--save")
     if a.diagnose:
         return verify.diagnose_cli(a.model, a.prompt)
     if a.live:
@@ -280,9 +290,7 @@ def cmd_info(a) -> int:
     from .hardware import readiness_report
     from .info import describe
 
-    print("backends on this machine:")
-    print("\n".join("  " + line for line in readiness_report().splitlines()))
-    if a.preset:
+    if a.preset:                               # arguments first, then the model, then output
         from .config import PRESETS
 
         if a.preset not in PRESETS:
@@ -292,7 +300,10 @@ def cmd_info(a) -> int:
         from .io.store import load_model
 
         cfg = load_model(a.model).config
-    print(describe(cfg, a.seq))
+    text = describe(cfg, a.seq)
+    print("backends on this machine:")
+    print("\n".join("  " + line for line in readiness_report().splitlines()))
+    print(text)
     return 0
 
 
@@ -308,6 +319,20 @@ def cmd_npu(a) -> int:
     return npu(a)
 
 
+def _os_error_line(e: OSError) -> str:
+    from pathlib import Path
+
+    from .paths import cache_fault, cache_root, os_problem
+
+    name = e.filename
+    if name is not None:
+        p = Path(os.fsdecode(name)).absolute()
+        if p == cache_root().absolute() or cache_root().absolute() in p.parents:
+            return str(cache_fault(p, os_problem(e)))
+        return f"{p}: {os_problem(e)}"
+    return f"{type(e).__name__}: {e}"
+
+
 def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
     try:
@@ -321,3 +346,6 @@ def main(argv=None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as e:                 # a fault no check foresaw: still one line, naming the file
+        print(f"llamanb: error: {_os_error_line(e)}", file=sys.stderr)
+        return 2
