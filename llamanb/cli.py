@@ -121,7 +121,7 @@ def _engine(model, backend: str, dtype: str = "float32"):
               f"{cpu_kernels.cache_dir()}); --backend numpy skips this")
     try:
         return Engine(model, "cpu", dtype=dtype)
-    except LlamanbError as e:
+    except (LlamanbError, OSError) as e:
         _note(f"engine numpy: the cpu backend could not start ({e})")
         return Engine(model, "numpy", dtype=dtype)
 
