@@ -76,16 +76,36 @@ def _backend_arg(p, default: str | None = None) -> None:
                             "numpy and cpu)")
 
 
-def _sampling_args(p) -> None:
-    """The options generate and chat share: system message, length, sampling, dtype."""
+def _sampling_args(p, chat: bool = False) -> None:
+    """The options generate and chat share: system message, length, sampling, dtype (chat's
+    sampling defaults to what the model recommends)."""
+    from .chat import CHAT_DEFAULT
+
     p.add_argument("--system", default=None, help="system message for the chat template")
     p.add_argument("--max-new-tokens", type=_positive_int, default=256,
                    help="stop after this many new tokens (or at end of turn)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=None, help="sample from the k most likely tokens "
-                   "(default: all)")
-    p.add_argument("--top-p", type=float, default=1.0,
-                   help="sample from the smallest set of tokens whose probability reaches p (1 = off)")
+    if chat:                       # the model's recommendation (llamanb.chat.recommended_sampling)
+        rec = "(default: the model's recommendation, else {})"
+        p.add_argument("--temperature", type=float, default=None,
+                       help="0 = greedy " + rec.format(CHAT_DEFAULT["temperature"]))
+        p.add_argument("--top-k", type=int, default=None, help="sample from the k most likely "
+                       "tokens " + rec.format(CHAT_DEFAULT["top_k"]))
+        p.add_argument("--top-p", type=float, default=None, help="sample from the smallest set of "
+                       "tokens whose probability reaches p (1 = off) " + rec.format(CHAT_DEFAULT["top_p"]))
+        p.add_argument("--repeat-penalty", type=float, default=None, help="llama.cpp's repeat "
+                       "penalty: a token among the last --repeat-last-n has its logit divided by it "
+                       "(multiplied if negative); 1 = off " + rec.format(CHAT_DEFAULT["repeat_penalty"]))
+        p.add_argument("--repeat-last-n", type=_positive_int, default=None,
+                       help="tokens the repeat penalty looks back over "
+                            + rec.format(CHAT_DEFAULT["repeat_last_n"]))
+        p.add_argument("--greedy", action="store_true", help="the reproducible run: always the "
+                       "most likely token, no repeat penalty")
+    else:
+        p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+        p.add_argument("--top-k", type=int, default=None, help="sample from the k most likely "
+                       "tokens (default: all)")
+        p.add_argument("--top-p", type=float, default=1.0, help="sample from the smallest set of "
+                       "tokens whose probability reaches p (1 = off)")
     p.add_argument("--seed", type=_seed, default=None,
                    help="random seed for sampling (default: a fresh one, printed on the status "
                         "line so that --seed N repeats the run)")
@@ -143,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("chat", help="talk to the model in the terminal (multi-turn, KV cache kept)")
     _model_arg(c)
-    _sampling_args(c)
+    _sampling_args(c, chat=True)
     c.add_argument("--context", type=_positive_int, default=4096,
                    help="KV-cache positions for the whole conversation (capped at the model's "
                         "context)")

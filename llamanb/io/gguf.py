@@ -61,17 +61,25 @@ def _truncated(path: Path, size: int, need: int) -> str:
 
 
 def needed_size(path: Path) -> int | None:
-    """The size a GGUF file must have, from its header and tensor table alone (GGUF v2/v3: magic,
-    version, tensor and key counts, the key/value pairs, the tensor infos, then the data aligned
-    to general.alignment); HEADER_CUT where the file ends inside them; None where they are not
-    a GGUF header. Used to tell a file cut
-    short from a corrupt one when the gguf package's reader gives up."""
+    """The size a GGUF file must have, from its header and tensor table alone; HEADER_CUT where
+    the file ends inside them; None where they are not a GGUF header (see read_header)."""
+    return read_header(path)[1]
+
+
+def read_header(path: Path, keys: tuple[str, ...] = ()) -> tuple[dict, int | None]:
+    """({key: value} for the scalar and string metadata `keys` asked for, the size the file must
+    have), read from the header and tensor table alone, without the gguf package (GGUF v2/v3:
+    magic, version, tensor and key counts, the key/value pairs, the tensor infos, then the data
+    aligned to general.alignment). The size is HEADER_CUT where the file ends inside them, None
+    where they are not a GGUF header. Used to tell a file cut short from a corrupt one when the
+    gguf package's reader gives up, and to read a few keys cheaply."""
     import struct
 
     import gguf
 
     scalar = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
               12: "d"}
+    found: dict = {}
     try:
         with open(path, "rb") as f:
             def read(fmt):
@@ -98,11 +106,13 @@ def needed_size(path: Path) -> int | None:
                     if et in scalar:                  # skip a numeric array without reading it
                         f.seek(n * struct.calcsize("<" + scalar[et]), 1)
                         return None
-                    return [value(et) for _ in range(n)]
+                    for _ in range(n):
+                        value(et)
+                    return None
                 return read(scalar[t])
 
             if f.read(4) != b"GGUF" or read("I") not in (2, 3):
-                return None
+                return found, None
             n_tensors, n_kv = read("Q"), read("Q")
             alignment = gguf.GGUF_DEFAULT_ALIGNMENT
             for _ in range(n_kv):
@@ -110,6 +120,8 @@ def needed_size(path: Path) -> int | None:
                 v = value(read("I"))
                 if key == "general.alignment" and isinstance(v, int) and v > 0:
                     alignment = v
+                if key in keys:
+                    found[key] = v
             ends = []
             for _ in range(n_tensors):
                 string()
@@ -118,11 +130,11 @@ def needed_size(path: Path) -> int | None:
                 block, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(qtype)]
                 ends.append(offset + int(np.prod(dims, dtype=np.int64)) // block * nbytes)
             start = -(-f.tell() // alignment) * alignment
-            return start + max(ends, default=0)
+            return found, start + max(ends, default=0)
     except EOFError:                                  # the header itself is cut short
-        return HEADER_CUT
+        return found, HEADER_CUT
     except (OSError, ValueError, KeyError, struct.error, OverflowError, MemoryError):
-        return None
+        return found, None
 
 
 class GGUFSource:
