@@ -53,16 +53,20 @@ def ensure_cache_root(need_bytes: int | None = None) -> Path:
 
 
 def check_room(path: Path, need_bytes: int) -> None:
-    """A one-line LlamanbError, before any work, when the filesystem of `path` has less free space
-    than need_bytes."""
+    """A one-line LlamanbError, before any work, when the filesystem of `path` is read-only or has
+    less free space than need_bytes."""
     import shutil
 
     try:
+        st = os.statvfs(path)
+        if st.f_flag & os.ST_RDONLY:
+            raise cache_fault(path, "Read-only file system", need_bytes)
         free = shutil.disk_usage(path).free
-    except OSError:
+    except (OSError, AttributeError):
         return                                    # cannot tell: the write itself will say
     if free < need_bytes:
-        raise cache_fault(path, f"No space left: {megabytes(free)} free", need_bytes)
+        raise cache_fault(path, f"No space left on device: only {megabytes(free)} free",
+                          need_bytes)
 
 
 # Outputs of independent systems (HF transformers' greedy tokens and top-5 logits, ttnn's
