@@ -149,11 +149,6 @@ def _sampling(a, model):
     from .generate import SamplingParams
 
     if a.greedy:
-        given = [f for f, v in (("--temperature", a.temperature), ("--top-k", a.top_k),
-                                ("--top-p", a.top_p), ("--repeat-penalty", a.repeat_penalty))
-                 if v is not None]
-        if given:
-            raise LlamanbError(f"--greedy takes the most likely token: drop {', '.join(given)}")
         return SamplingParams(), 1.0, 64, "greedy, no repeat penalty (--greedy)"
     rec, where = recommended_sampling(model.source)
     pick = {k: (getattr(a, k) if getattr(a, k) is not None else v) for k, v in rec.items()}
@@ -180,6 +175,12 @@ def main(a) -> int:
     from .tokenizer import as_text
 
     system = None if a.system is None else as_text(a.system, "--system")
+    if a.greedy:                                  # the arguments, before any work
+        given = [f for f, v in (("--temperature", a.temperature), ("--top-k", a.top_k),
+                                ("--top-p", a.top_p), ("--repeat-penalty", a.repeat_penalty))
+                 if v is not None]
+        if given:
+            raise LlamanbError(f"--greedy takes the most likely token: drop {', '.join(given)}")
     if a.temperature is not None or a.top_k is not None or a.top_p is not None:
         from .generate import SamplingParams     # the values themselves, before any work
 

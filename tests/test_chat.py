@@ -329,3 +329,17 @@ def test_make_chat_exits_0_on_ctrl_c(tmp_path, smollm, when):
     p.expect(pexpect.EOF)
     p.close()
     assert "Interrupt" not in p.before and p.exitstatus == 0, (p.exitstatus, p.before)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--greedy", "--temperature", "0.5"], "--greedy takes the most likely token: drop --temperature"),
+    (["--repeat-penalty", "0.5"], "--repeat-penalty must be >= 1"),
+    (["--top-p", "2"], "top_p must be a number in (0, 1]"),
+])
+def test_chat_sampling_options_checked_before_any_work(tmp_path, args, words):
+    from conftest import run_cli
+
+    r = run_cli(["chat", *args], cache=tmp_path / "cache")
+    assert r.returncode == 2 and r.stderr.strip() == f"llamanb: error: {r.stderr.strip()[16:]}"
+    assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "cache").exists()                 # nothing loaded or converted
