@@ -193,8 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tokens generated in each decode measurement")
     b.add_argument("--no-transformers", action="store_true", help="measure llamanb only")
     b.add_argument("--no-bf16", action="store_true", help="skip transformers bf16")
-    b.add_argument("--backend", default="numpy", help="also measure this llamanb backend (e.g. "
-                   "npu2-emulated) beside the numpy engine, as a ratio in the same run")
+    from .backends import BACKENDS, LAZY
+
+    b.add_argument("--backend", default="numpy", help="also measure this llamanb backend beside "
+                   "the numpy engine, as a ratio in the same run; one of: "
+                   + ", ".join({**BACKENDS, **LAZY}))
     b.add_argument("--peer-python", default=None, help="with --backend cpu: a Python that has "
                    "llama-cpp-python, to measure llama.cpp F32/BF16 beside it (default: "
                    "$LLAMANB_PEER_PYTHON, or this Python if it can import llama_cpp)")
