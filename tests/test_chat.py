@@ -50,7 +50,10 @@ def test_context_full_changes_nothing_and_reset_empties(smollm_engine):
     chat.send("Hi")
     before = (list(chat.ids), list(chat.messages), int(chat.cache.lengths[0]))
     with pytest.raises(ContextFull, match="/reset"):
-        chat.send("word " * 60)
+        chat.send("word " * 12)                   # fits alone, not after the first turn
+    assert (chat.ids, chat.messages, int(chat.cache.lengths[0])) == before
+    with pytest.raises(ContextFull, match="this message alone is"):
+        chat.send("word " * 60)                   # would not fit even after /reset
     assert (chat.ids, chat.messages, int(chat.cache.lengths[0])) == before
     chat.reset()
     assert chat.ids == [] and int(chat.cache.lengths[0]) == 0 and chat.messages == []
