@@ -10,11 +10,14 @@ TORCH  := torch==2.13.0
 .PHONY: cross-cc run chat test test-unit test-notebooks test-portability test-lab notebooks solutions notebook-env check-pairs warm lab verify bench info clean-cache help
 help:
 	@echo "make run     create .venv, install, answer PROMPT with MODEL (default: embedded SmolLM2-135M)"
-	@echo "make chat    talk to MODEL in the terminal on BACKEND (/reset, /stats, /quit; Ctrl-D leaves)"
+	@echo "             on BACKEND (default: cpu where a C++ compiler is found, else numpy)"
+	@echo "make chat    talk to MODEL in the terminal on BACKEND (/reset, /stats, /quit; Ctrl-D or Ctrl-C leaves)"
+	@echo "make clean-cache  delete \$$LLAMANB_CACHE (default ~/.cache/llamanb): converted models, built kernels"
 	@echo "make test    install test extras (torch $(TORCH), transformers) and run every test"
 	@echo "make lab     install JupyterLab and open the course"
 	@echo "make notebooks  regenerate every notebooks/NN_name.ipynb from its .py and execute it"
 	@echo "make solutions  run every notebook with its exercises solved (solutions/NN_name.py); writes nothing"
+	@echo "             (make test, notebooks and solutions first install the test extras: torch, transformers, MLIR, jupyter)"
 	@echo "make verify  compare greedy decoding with the shared HF transformers reference"
 	@echo "make bench   llamanb vs transformers fp32/bf16 on this machine (JSON=file to save;"
 	@echo "             BACKEND=cpu: the compiled kernels too, beside llama.cpp if PEER_PYTHON has it)"
@@ -30,6 +33,7 @@ $(VENV)/.run-installed: pyproject.toml | $(PY)
 	@touch $@
 
 $(VENV)/.test-installed: $(VENV)/.run-installed
+	@echo "installing the test extras once (torch, transformers, the MLIR bindings, jupyter, nbval): make test, notebooks and solutions need them"
 	$(PIP) install $(TORCH)
 	$(PIP) install -e '.[test]'
 	@touch $@

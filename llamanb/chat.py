@@ -31,6 +31,57 @@ from .generate import SamplingParams, sample
 from .step import Step
 
 
+# The chat's sampling where the model says nothing (neither a GGUF's general.sampling.* keys nor
+# an HF checkpoint's generation_config.json): a low temperature with top-k/top-p truncation, and
+# llama.cpp's long-standing repeat penalty 1.1 over the last 64 tokens (its --repeat-penalty and
+# --repeat-last-n). --greedy turns all of it off for a reproducible run.
+CHAT_DEFAULT = {"temperature": 0.3, "top_k": 40, "top_p": 0.9, "repeat_penalty": 1.1,
+                "repeat_last_n": 64}
+_GGUF_KEYS = {"general.sampling.temp": "temperature", "general.sampling.top_k": "top_k",
+              "general.sampling.top_p": "top_p", "general.sampling.penalty_repeat": "repeat_penalty",
+              "general.sampling.penalty_last_n": "repeat_last_n"}
+_HF_KEYS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p",
+            "repetition_penalty": "repeat_penalty"}
+
+
+def _valid(name: str, v) -> bool:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+        return False
+    return {"temperature": 0 <= v < 100, "top_k": v >= 1 and float(v).is_integer(),
+            "top_p": 0 < v <= 1, "repeat_penalty": 1 <= v < 100,
+            "repeat_last_n": v >= 1 and float(v).is_integer()}[name]
+
+
+def recommended_sampling(source) -> tuple[dict, str]:
+    """(sampling settings, where they come from) for chatting with the model converted from
+    `source` (a GGUF file or an HF checkpoint directory): what the file recommends -- a GGUF's
+    general.sampling.* keys, an HF generation_config.json (do_sample false means greedy) --
+    over CHAT_DEFAULT; values out of range are ignored."""
+    import json
+    from pathlib import Path
+
+    src, got = Path(source), {}
+    if src.is_dir():
+        try:
+            cfg = json.loads((src / "generation_config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            cfg = {}
+        if isinstance(cfg, dict):
+            got = {ours: cfg[k] for k, ours in _HF_KEYS.items() if k in cfg}
+            if cfg.get("do_sample") is False:
+                got["temperature"] = 0.0
+    elif src.is_file():
+        from .io.gguf import read_header
+
+        found, _ = read_header(src, tuple(_GGUF_KEYS))
+        got = {_GGUF_KEYS[k]: v for k, v in found.items()}
+    got = {k: (int(v) if k in ("top_k", "repeat_last_n") else float(v))
+           for k, v in got.items() if _valid(k, v)}
+    if not got:
+        return dict(CHAT_DEFAULT), "llamanb's chat default: the model recommends none"
+    return {**CHAT_DEFAULT, **got}, f"recommended by {src.name}"
+
+
 class ContextFull(LlamanbError):
     """The conversation no longer fits the cache: reset it (nothing was run or changed)."""
 
@@ -43,7 +94,7 @@ class Turn:
     prefilled: int                    # new positions the turn prefilled
     ids: list[int]                    # generated ids (the end-of-turn id included when hit)
     text: str
-    stop_reason: str                  # "eos", "length" or "interrupted"
+    stop_reason: str                  # "eos", "length" (max_new_tokens), "context" (full), "interrupted"
     prefill_s: float
     decode_s: float
     per_token: list = field(default_factory=list, repr=False)
@@ -72,7 +123,8 @@ def plan_turn(cached: list[int], rendered: list[int]) -> tuple[int, list[int]]:
 
 class Chat:
     def __init__(self, engine: Engine, system: str | None = None, context: int | None = None,
-                 params: SamplingParams = SamplingParams(), max_new_tokens: int = 256):
+                 params: SamplingParams = SamplingParams(), max_new_tokens: int = 256,
+                 repeat_penalty: float = 1.0, repeat_last_n: int = 64):
         if not isinstance(engine, Engine):
             raise LlamanbError(f"Chat needs an Engine, got {type(engine).__name__}")
         if not isinstance(params, SamplingParams):
@@ -81,6 +133,10 @@ class Chat:
             raise LlamanbError("this model has no chat template, so it cannot chat (try generate --raw)")
         self.engine, self.params, self.system = engine, params, system
         self.max_new_tokens = _count("max_new_tokens", max_new_tokens)
+        if not isinstance(repeat_penalty, (int, float)) or not 1.0 <= repeat_penalty < float("inf"):
+            raise LlamanbError(f"repeat_penalty must be a number >= 1 (1 = off), got {repeat_penalty!r}")
+        self.repeat_penalty = float(repeat_penalty)
+        self.repeat_last_n = _count("repeat_last_n", repeat_last_n)
         self.cache = engine.new_cache(context)
         self.context = self.cache.max_seq
         self.rng = np.random.default_rng(params.seed)
@@ -110,6 +166,37 @@ class Chat:
         tok = self.engine.model.tokenizer
         return tok.apply_chat_template(self.messages + [{"role": "user", "content": text}])
 
+    def penalize(self, logits: np.ndarray, recent: list[int]) -> np.ndarray:
+        """llama.cpp's repeat penalty (its --repeat-penalty / --repeat-last-n; the same rule as
+        transformers' RepetitionPenaltyLogitsProcessor, there over every earlier token): each
+        distinct token among the last `repeat_last_n` of the conversation has its logit divided
+        by the penalty when positive, multiplied when negative. End-of-turn ids are left alone, so
+        that an answer can always end."""
+        if self.repeat_penalty == 1.0:
+            return logits
+        seen = np.array(sorted(set(recent[-self.repeat_last_n:]) - self.stop), dtype=np.int64)
+        if seen.size == 0:
+            return logits
+        out = np.array(logits, dtype=np.float32)
+        v = out[seen]
+        out[seen] = np.where(v > 0, v / self.repeat_penalty, v * self.repeat_penalty)
+        return out
+
+    def fits(self, text: str) -> str | None:
+        """None if `text` can be the next message; else why not, in words, with what to do."""
+        full = self.prompt_ids(text)
+        if len(full) + 1 <= self.context:
+            return None
+        sys_msgs = [{"role": "system", "content": self.system}] if self.system else []
+        alone = len(self.engine.model.tokenizer.apply_chat_template(
+            sys_msgs + [{"role": "user", "content": text}]))
+        if alone + 1 > self.context:
+            return (f"this message alone is {alone} tokens ({len(text):,} characters) and the "
+                    f"context holds {self.context}: shorten it (or raise --context, up to the "
+                    f"model's {self.engine.config.max_seq})")
+        return (f"the conversation would be {len(full)} tokens and the context holds "
+                f"{self.context}: /reset to start over (this message alone is {alone} tokens)")
+
     # --- one turn ----------------------------------------------------------------------------------
     def send(self, text: str, on_token=None) -> Turn:
         """Answer `text`, streaming on_token(id, piece). KeyboardInterrupt during the answer ends
@@ -119,17 +206,18 @@ class Chat:
         text = as_text(text, "message")
         if not text.strip():
             raise LlamanbError("empty message")
+        why = self.fits(text)
+        if why:
+            raise ContextFull(why)
         full = self.prompt_ids(text)
-        if len(full) + 1 > self.context:
-            raise ContextFull(f"the conversation would be {len(full)} tokens and the context holds "
-                              f"{self.context}: /reset to start over")
         keep, new = plan_turn(self.ids, full)
         self._cut(keep)
         self.messages.append({"role": "user", "content": text})
         eng, cache, tok = self.engine, self.cache, self.engine.model.tokenizer
         budget = min(self.max_new_tokens, self.context - len(full))
+        length_reason = "length" if budget == self.max_new_tokens else "context"
         c0 = self.counters.copy() if self.counters is not None else None
-        per_token, out, shown, reason = [], [], "", "length"
+        per_token, out, shown, reason = [], [], "", length_reason
 
         def mark():
             nonlocal c0
@@ -147,7 +235,7 @@ class Chat:
             mark()
             prefill_s, t1 = time.perf_counter() - t0, time.perf_counter()
             while True:
-                nxt = sample(logits, self.params, self.rng)
+                nxt = sample(self.penalize(logits, self.ids), self.params, self.rng)   # ids: all so far
                 out.append(nxt)
                 if on_token is not None:
                     piece = tok.decode([t for t in out if t not in self.stop], skip_special_tokens=True)

@@ -30,6 +30,9 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message):                        # one line, exit 2 (argparse prints two)
+        if "required: cmd" in message:               # `python -m llamanb` alone
+            subs = next(a for a in self._actions if isinstance(a, argparse._SubParsersAction))
+            message = f"name a command: {' | '.join(subs.choices)}"
         print(f"llamanb: error: {message} (see --help)", file=sys.stderr)
         sys.exit(2)
 
@@ -57,22 +60,52 @@ def _model_arg(p):
                         "the embedded SmolLM2-135M-Instruct)")
 
 
-def _backend_arg(p) -> None:
-    p.add_argument("--backend", default="numpy", help="numpy (default), cpu (compiled C++ "
-                   "kernels), npu2-emulated, npu2, cuda (an NVIDIA GPU), cuda-simulated, ... (an NPU2 backend runs bf16; --dtype applies "
-                   "to numpy and cpu)")
+def _backend_arg(p, default: str | None = None) -> None:
+    """--backend; generate and chat default to `auto` (or $LLAMANB_BACKEND), verify to numpy."""
+    from .backends import BACKENDS, LAZY
+
+    names = ", ".join({**BACKENDS, **LAZY})
+    if default is None:
+        p.add_argument("--backend", default=os.environ.get("LLAMANB_BACKEND") or AUTO, metavar="NAME",
+                       help=f"{AUTO} (default, or $LLAMANB_BACKEND): cpu where a C++ compiler is "
+                            f"found (built once), else numpy, the reference. Any of: {names}. "
+                            "npu2* and galaxy-* run bf16; --dtype applies to numpy and cpu")
+    else:
+        p.add_argument("--backend", default=default, metavar="NAME",
+                       help=f"one of: {names} (npu2* and galaxy-* run bf16; --dtype applies to "
+                            "numpy and cpu)")
 
 
-def _sampling_args(p) -> None:
-    """The options generate and chat share: system message, length, sampling, dtype."""
+def _sampling_args(p, chat: bool = False) -> None:
+    """The options generate and chat share: system message, length, sampling, dtype (chat's
+    sampling defaults to what the model recommends)."""
+    from .chat import CHAT_DEFAULT
+
     p.add_argument("--system", default=None, help="system message for the chat template")
     p.add_argument("--max-new-tokens", type=_positive_int, default=256,
                    help="stop after this many new tokens (or at end of turn)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=None, help="sample from the k most likely tokens "
-                   "(default: all)")
-    p.add_argument("--top-p", type=float, default=1.0,
-                   help="sample from the smallest set of tokens whose probability reaches p (1 = off)")
+    if chat:                       # the model's recommendation (llamanb.chat.recommended_sampling)
+        rec = "(default: the model's recommendation, else {})"
+        p.add_argument("--temperature", type=float, default=None,
+                       help="0 = greedy " + rec.format(CHAT_DEFAULT["temperature"]))
+        p.add_argument("--top-k", type=int, default=None, help="sample from the k most likely "
+                       "tokens " + rec.format(CHAT_DEFAULT["top_k"]))
+        p.add_argument("--top-p", type=float, default=None, help="sample from the smallest set of "
+                       "tokens whose probability reaches p (1 = off) " + rec.format(CHAT_DEFAULT["top_p"]))
+        p.add_argument("--repeat-penalty", type=float, default=None, help="llama.cpp's repeat "
+                       "penalty: a token among the last --repeat-last-n has its logit divided by it "
+                       "(multiplied if negative); 1 = off " + rec.format(CHAT_DEFAULT["repeat_penalty"]))
+        p.add_argument("--repeat-last-n", type=_positive_int, default=None,
+                       help="tokens the repeat penalty looks back over "
+                            + rec.format(CHAT_DEFAULT["repeat_last_n"]))
+        p.add_argument("--greedy", action="store_true", help="the reproducible run: always the "
+                       "most likely token, no repeat penalty")
+    else:
+        p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+        p.add_argument("--top-k", type=int, default=None, help="sample from the k most likely "
+                       "tokens (default: all)")
+        p.add_argument("--top-p", type=float, default=1.0, help="sample from the smallest set of "
+                       "tokens whose probability reaches p (1 = off)")
     p.add_argument("--seed", type=_seed, default=None,
                    help="random seed for sampling (default: a fresh one, printed on the status "
                         "line so that --seed N repeats the run)")
@@ -85,12 +118,41 @@ DTYPE_HELP = ("bf16 rounds weights and every op's output to bfloat16 (numpy, cpu
               "(cpu backend)")
 
 
+AUTO = "auto"
+
+
+def _note(line: str) -> None:
+    print(f"llamanb: {line}", file=sys.stderr, flush=True)
+
+
 def _engine(model, backend: str, dtype: str = "float32"):
+    """The engine for --backend; `auto` is the fastest ready one: cpu where a compiler is found
+    (its kernels compiled once into the cache, said on one line), else numpy (one line says why).
+    Greedy tokens are the same either way (tests/test_cpu_backend.py, tests/test_cli.py)."""
     from .backends.cpu import check_dtype
     from .engine import Engine
 
-    check_dtype(backend, dtype)
-    return Engine(model, backend, **({"dtype": dtype} if backend in ("numpy", "cpu") else {}))
+    if backend != AUTO:
+        check_dtype(backend, dtype)
+        return Engine(model, backend, **({"dtype": dtype} if backend in ("numpy", "cpu") else {}))
+    from .hardware import cpu_compiler_missing
+
+    missing = cpu_compiler_missing()
+    if missing:
+        check_dtype("numpy", dtype)
+        _note(f"engine numpy: the faster cpu backend needs {missing[0]}")
+        return Engine(model, "numpy", dtype=dtype)
+    from .backends import cpu_kernels
+
+    if not cpu_kernels.built():
+        _note(f"engine cpu: compiling its C++ kernels for this CPU, once (about 30 s; kept in "
+              f"{cpu_kernels.cache_dir()}); --backend numpy skips this")
+    try:
+        return Engine(model, "cpu", dtype=dtype)
+    except (LlamanbError, OSError) as e:
+        check_dtype("numpy", dtype)
+        _note(f"engine numpy: the cpu backend could not start ({e})")
+        return Engine(model, "numpy", dtype=dtype)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -110,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("chat", help="talk to the model in the terminal (multi-turn, KV cache kept)")
     _model_arg(c)
-    _sampling_args(c)
+    _sampling_args(c, chat=True)
     c.add_argument("--context", type=_positive_int, default=4096,
                    help="KV-cache positions for the whole conversation (capped at the model's "
                         "context)")
@@ -130,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--dtype", choices=DTYPES, default="float32",
                    help=DTYPE_HELP + " (verify: against the float32 reference; the gate's top-5 "
                         "rule judges where bf16 rounding changes a token)")
-    _backend_arg(v)
+    _backend_arg(v, default="numpy")
 
     b = sub.add_parser("bench", help="llamanb vs transformers on this machine")
     _model_arg(b)
@@ -141,8 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tokens generated in each decode measurement")
     b.add_argument("--no-transformers", action="store_true", help="measure llamanb only")
     b.add_argument("--no-bf16", action="store_true", help="skip transformers bf16")
-    b.add_argument("--backend", default="numpy", help="also measure this llamanb backend (e.g. "
-                   "npu2-emulated) beside the numpy engine, as a ratio in the same run")
+    from .backends import BACKENDS, LAZY
+
+    b.add_argument("--backend", default="numpy", help="also measure this llamanb backend beside "
+                   "the numpy engine, as a ratio in the same run; one of: "
+                   + ", ".join({**BACKENDS, **LAZY}))
     b.add_argument("--peer-python", default=None, help="with --backend cpu: a Python that has "
                    "llama-cpp-python, to measure llama.cpp F32/BF16 beside it (default: "
                    "$LLAMANB_PEER_PYTHON, or this Python if it can import llama_cpp)")
@@ -152,8 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="which backends this machine can run (ready, or what is "
                        "missing); config, parameter and memory accounting")
     _model_arg(i)
-    i.add_argument("--preset", default=None, help="smollm2-135m | llama3.2-1b | llama3-70b "
-                   "(no weights needed)")
+    from .config import PRESETS
+
+    i.add_argument("--preset", default=None, help=f"{' | '.join(PRESETS)} (no weights needed)")
     i.add_argument("--seq", type=_positive_int, default=None, help="KV cache length to price")
 
     from .serve.cli import add_parser as add_batch_parser
@@ -198,7 +264,7 @@ def cmd_generate(a) -> int:
     if a.no_stream:
         print((prompt if a.raw else "") + r.text, end="")
     print()
-    dtype = a.dtype if a.backend in ("numpy", "cpu") else "bf16"
+    dtype = a.dtype if engine.backend.name in ("numpy", "cpu") else "bf16"
     print(f"[{engine.backend.description}, {dtype}] load {model.load_s:.2f} s | "
           f"prefill {len(ids)} tok in {r.prefill_s:.3f} s ({r.prefill_tok_s:.1f} tok/s) | "
           f"decode {r.decode_steps} tok in {r.decode_s:.3f} s ({r.decode_tok_s:.1f} tok/s) | "
@@ -233,6 +299,12 @@ def _read_prompt(a) -> str:
 def cmd_verify(a) -> int:
     from .check import verify
 
+    if a.save is not None:
+        if not a.live:
+            raise LlamanbError("--save writes the references that --live computes: add --live")
+        from .paths import check_output_file
+
+        check_output_file(a.save, "--save")
     if a.diagnose:
         return verify.diagnose_cli(a.model, a.prompt)
     if a.live:
@@ -263,9 +335,7 @@ def cmd_info(a) -> int:
     from .hardware import readiness_report
     from .info import describe
 
-    print("backends on this machine:")
-    print("\n".join("  " + line for line in readiness_report().splitlines()))
-    if a.preset:
+    if a.preset:                               # arguments first, then the model, then output
         from .config import PRESETS
 
         if a.preset not in PRESETS:
@@ -275,7 +345,10 @@ def cmd_info(a) -> int:
         from .io.store import load_model
 
         cfg = load_model(a.model).config
-    print(describe(cfg, a.seq))
+    text = describe(cfg, a.seq)
+    print("backends on this machine:")
+    print("\n".join("  " + line for line in readiness_report().splitlines()))
+    print(text)
     return 0
 
 
@@ -297,6 +370,20 @@ def cmd_tcp(a) -> int:
     return tcp(a)
 
 
+def _os_error_line(e: OSError) -> str:
+    from pathlib import Path
+
+    from .paths import cache_fault, cache_root, os_problem
+
+    name = e.filename
+    if name is not None:
+        p = Path(os.fsdecode(name)).absolute()
+        if p == cache_root().absolute() or cache_root().absolute() in p.parents:
+            return str(cache_fault(p, os_problem(e)))
+        return f"{p}: {os_problem(e)}"
+    return f"{type(e).__name__}: {e}"
+
+
 def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
     try:
@@ -311,3 +398,6 @@ def main(argv=None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as e:                 # a fault no check foresaw: still one line, naming the file
+        print(f"llamanb: error: {_os_error_line(e)}", file=sys.stderr)
+        return 2

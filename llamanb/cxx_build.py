@@ -14,19 +14,20 @@ processes building at once each finish with a complete library and an interrupte
 nothing that looks finished. No compiler means no host build: `build()` returns None
 and `reason()` says why; callers then use the numpy models (llamanb.npu.extern) and say so.
 
-    LLAMANB_CXX   the compiler to use (default g++); "none" turns host builds off.
+    LLAMANB_CXX   the compiler to use (else $CXX, else g++, c++ or clang++: llamanb.hardware.find_cxx);
+                  "none" turns host builds off.
 """
 from __future__ import annotations
 
 import ctypes
 import hashlib
 import os
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .hardware import find_cxx
 from .paths import cache_root
 
 KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"
@@ -52,12 +53,9 @@ class HostBuild:
 
 def compiler() -> tuple[str | None, str]:
     """(absolute path of the C++ compiler, "") or (None, why there is none)."""
-    name = os.environ.get("LLAMANB_CXX", "").strip() or "g++"
-    if name.lower() == "none":
-        return None, "host C++ builds are turned off (LLAMANB_CXX=none)"
-    path = shutil.which(name)
+    path, why = find_cxx()                       # the lookup `info` reports (llamanb.hardware)
     if path is None:
-        return None, f"no C++ compiler: {name!r} is not on PATH"
+        return None, why
     if path not in _VERSIONS:
         try:
             out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)

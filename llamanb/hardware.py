@@ -162,16 +162,35 @@ def ttlang_sim_missing(module=has_module) -> tuple[str, ...]:
         "python package tt-lang-sim (pip install tt-lang-sim; the ttlang extra)",)
 
 
-def cpu_compiler_missing() -> tuple[str, ...]:
-    """The compiled cpu backend needs a C++ compiler ($CXX, else c++/g++/clang++ on PATH)."""
+CXX_CANDIDATES = ("g++", "c++", "clang++")
+
+
+def find_cxx() -> tuple[str | None, str]:
+    """The one C++ compiler lookup that `info` and every host build use: (absolute path, "") or
+    (None, why there is none). $LLAMANB_CXX names it ("none" turns host builds off); else $CXX;
+    else the first of g++, c++, clang++ on PATH."""
     import os
     import shutil
 
-    cxx = os.environ.get("CXX")
-    if cxx:
-        return () if shutil.which(cxx) else (f"a C++ compiler ($CXX={cxx} is not executable)",)
-    return () if any(shutil.which(c) for c in ("c++", "g++", "clang++")) else (
-        "a C++ compiler (c++, g++ or clang++ on PATH, or $CXX)",)
+    for var in ("LLAMANB_CXX", "CXX"):
+        name = os.environ.get(var, "").strip()
+        if name:
+            if var == "LLAMANB_CXX" and name.lower() == "none":
+                return None, "host C++ builds are turned off (LLAMANB_CXX=none)"
+            path = shutil.which(name)
+            return (path, "") if path else (None, f"no C++ compiler: ${var}={name} is not an "
+                                                  f"executable on PATH")
+    for name in CXX_CANDIDATES:
+        path = shutil.which(name)
+        if path:
+            return path, ""
+    return None, "no C++ compiler: 'g++' is not on PATH (nor c++, clang++; or set $LLAMANB_CXX)"
+
+
+def cpu_compiler_missing() -> tuple[str, ...]:
+    """The compiled cpu backend needs a C++ compiler: what find_cxx() did not find, if anything."""
+    path, why = find_cxx()
+    return () if path else (why,)
 
 
 def cuda_missing(module=has_module, driver=None) -> tuple[str, ...]:

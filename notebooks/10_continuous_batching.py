@@ -226,17 +226,20 @@ owner_of_slot = [{s: n for s, n, _, _ in h.rows} for h in runner_c.history]
 
 
 def draw_step(ax_slots, ax_pool, step: int):
-    h, tables = runner_c.history[step], tables_c[step]
+    h, tables = runner_c.history[step], tables_c[step]        # tables: after the step, as the log
     for slot, name, kind, m in h.rows:
         held = len(tables[slot]) * runner_c.cache.block
         ax_slots.barh(slot, held, color=COLORS[int(name[1:]) % 10], alpha=0.35)
-        ax_slots.text(2, slot, f"{name} {kind}", va="center", fontsize=8)
+        done = name in h.finished                      # its last token: blocks back on the free list
+        ax_slots.text(2, slot, f"{name} {kind}" + (", finished: blocks freed" if done else ""),
+                      va="center", fontsize=10)
     ax_slots.set_xlim(0, 140)
     ax_slots.set_ylim(-0.6, SLOTS - 0.4)
     ax_slots.set_yticks(range(SLOTS))
-    ax_slots.set_ylabel("slot", fontsize=8)
-    ax_slots.set_xlabel("positions held (whole blocks)", fontsize=8)
-    ax_slots.set_title(f"step {step}", fontsize=9)
+    ax_slots.set_ylabel("slot", fontsize=10)
+    ax_slots.set_xlabel("positions held after the step (whole blocks)", fontsize=10)
+    ax_slots.set_title(f"step {step}" + (f": finished {', '.join(h.finished)}" if h.finished
+                                         else ""), fontsize=11)
     grid = np.full(N_BLOCKS, -1)                       # the whole pool, 4 rows of 12 blocks
     for slot, t in enumerate(tables):
         name = owner_of_slot[step].get(slot)
@@ -249,15 +252,17 @@ def draw_step(ax_slots, ax_pool, step: int):
     ax_pool.set_xlim(0, 12)
     ax_pool.set_ylim(-3.1, 1)
     ax_pool.axis("off")
-    ax_pool.set_title(f"KV pool: {sum(map(len, tables))} of {N_BLOCKS} blocks held "
-                      f"(colour: holder, as left)", fontsize=9)
+    after = sum(map(len, tables))
+    freed = f"; {h.blocks_used - after} freed" if h.blocks_used != after else ""
+    ax_pool.set_title(f"KV pool: {h.blocks_used} blocks during the step (the log's), {after} of "
+                      f"{N_BLOCKS} held after it{freed}\n(colour: holder, as left)", fontsize=11)
 
 
 def step_png(step: int) -> bytes:
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 2.4))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 2.8))
     draw_step(a, b, step)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=plt.rcParams["figure.dpi"], bbox_inches="tight")
     plt.close(fig)
     return buf.getvalue()
 
@@ -276,7 +281,7 @@ display(VBox([slider, view]))
 show(slider.value)
 
 # %%
-fig, axes = plt.subplots(4, 2, figsize=(9, 8.4))
+fig, axes = plt.subplots(4, 2, figsize=(10, 10))
 for row, step in zip(axes, [0, 6, 12, 24]):
     draw_step(row[0], row[1], step)
 fig.tight_layout()

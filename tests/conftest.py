@@ -179,6 +179,9 @@ def run_cli(args, *, cache: Path, timeout: float = 300, extra_env: dict | None =
     env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.pop("LLAMANB_MODEL", None)
     env.setdefault("OMP_NUM_THREADS", "2")
+    # the reference engine unless a test asks otherwise: `auto` would compile the cpu backend's
+    # kernels into each test's fresh cache (tests/test_cli.py checks `auto` itself)
+    env.setdefault("LLAMANB_BACKEND", "numpy")
     if extra_env:
         env.update(extra_env)
     return subprocess.run([sys.executable, "-m", "llamanb", *map(str, args)], cwd=str(REPO_ROOT),

@@ -50,7 +50,10 @@ def test_context_full_changes_nothing_and_reset_empties(smollm_engine):
     chat.send("Hi")
     before = (list(chat.ids), list(chat.messages), int(chat.cache.lengths[0]))
     with pytest.raises(ContextFull, match="/reset"):
-        chat.send("word " * 60)
+        chat.send("word " * 12)                   # fits alone, not after the first turn
+    assert (chat.ids, chat.messages, int(chat.cache.lengths[0])) == before
+    with pytest.raises(ContextFull, match="this message alone is"):
+        chat.send("word " * 60)                   # would not fit even after /reset
     assert (chat.ids, chat.messages, int(chat.cache.lengths[0])) == before
     chat.reset()
     assert chat.ids == [] and int(chat.cache.lengths[0]) == 0 and chat.messages == []
@@ -104,15 +107,16 @@ def npu_engine(smollm):
 pexpect = pytest.importorskip("pexpect")
 
 
-def _spawn(*args, timeout=240):
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", "TERM": "dumb"}
+def _spawn(*args, timeout=240, term="dumb"):
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", "TERM": term}
     return pexpect.spawn(sys.executable, ["-m", "llamanb", "chat", *args], cwd=str(REPO_ROOT),
                          env=env, encoding="utf-8", timeout=timeout, dimensions=(40, 200))
 
 
 @pytest.mark.slow
 def test_chat_in_a_terminal_two_turns_stats_reset_and_ctrl_d(smollm):
-    p = _spawn("--max-new-tokens", "24")
+    p = _spawn("--max-new-tokens", "24", "--greedy")
+    p.expect("sampling: greedy, no repeat penalty")
     p.expect("commands: /reset, /stats, /quit")
     p.expect("you> ")
     p.sendline("What is the capital of France?")
@@ -143,17 +147,23 @@ def test_chat_in_a_terminal_two_turns_stats_reset_and_ctrl_d(smollm):
 
 @pytest.mark.slow
 def test_chat_ctrl_c_stops_an_answer_then_leaves_and_context_full(smollm):
-    p = _spawn("--max-new-tokens", "400", "--context", "96")
+    p = _spawn("--max-new-tokens", "400", "--context", "160", "--greedy")
+    p.expect("you> ")
+    p.sendline("Write a long poem about the sea.")    # the greedy poem outgrows 160 positions
+    p.expect(r"stopped: the context is full \((\d+)/160 tokens\); /reset to start over")
+    assert int(p.match.group(1)) >= 159
+    p.expect("you> ")
+    p.sendline("Write a long poem about the sea.")    # the conversation would outgrow it
+    p.expect("not sent: the conversation would be")
+    p.expect("/reset to start over")
+    p.expect("you> ")
+    p.sendline("/reset")
     p.expect("you> ")
     p.sendline("Write a long poem about the sea.")
     p.expect("assistant> ")
     p.expect(r"\w+ \w+")                             # the answer is streaming
     p.sendintr()                                      # Ctrl-C: stops this answer only
     p.expect("answer interrupted")
-    p.expect("you> ")
-    p.sendline("word " * 120)                         # would outgrow the 96-token context
-    p.expect("context full")
-    p.expect("/reset")
     p.expect("you> ")
     p.sendintr()                                      # Ctrl-C at the prompt: leave, exit 0
     p.expect("bye")
@@ -170,3 +180,169 @@ def test_chat_bad_option_is_one_line(llamanb_cache):
     r = run_cli(["chat", "--backend", "npu9"], cache=llamanb_cache)
     assert r.returncode == 2 and "unknown backend 'npu9'" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+# ---- sampling: the model's recommendation, a repeat penalty, the real stop reason -------------------
+def test_recommended_sampling_from_a_gguf_an_hf_config_or_the_default(tmp_path, smollm_gguf_path):
+    import json
+
+    import gguf
+
+    from llamanb.chat import CHAT_DEFAULT, recommended_sampling
+
+    got, where = recommended_sampling(smollm_gguf_path)       # the embedded GGUF says nothing
+    assert got == CHAT_DEFAULT and "default" in where
+    w = gguf.GGUFWriter(str(tmp_path / "rec.gguf"), "llama")  # general.sampling.* keys (gguf-py)
+    w.add_float32("general.sampling.temp", 0.6)
+    w.add_int32("general.sampling.top_k", 20)
+    w.add_float32("general.sampling.top_p", 0.95)
+    w.add_float32("general.sampling.penalty_repeat", 1.05)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    got, where = recommended_sampling(tmp_path / "rec.gguf")
+    assert got == {"temperature": pytest.approx(0.6), "top_k": 20, "top_p": pytest.approx(0.95),
+                   "repeat_penalty": pytest.approx(1.05), "repeat_last_n": 64}
+    assert where == "recommended by rec.gguf"
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "generation_config.json").write_text(json.dumps(
+        {"do_sample": True, "temperature": 0.2, "top_p": 0.9, "repetition_penalty": 0.5}))
+    got, _ = recommended_sampling(hf)                         # 0.5 < 1: ignored, default kept
+    assert got["temperature"] == 0.2 and got["repeat_penalty"] == CHAT_DEFAULT["repeat_penalty"]
+    (hf / "generation_config.json").write_text(json.dumps({"do_sample": False}))
+    assert recommended_sampling(hf)[0]["temperature"] == 0.0
+
+
+def test_repeat_penalty_is_llama_cpps_rule(smollm_engine):
+    """Closed form: each distinct token of the last n has its logit divided by the penalty when
+    positive and multiplied when negative; older tokens and end-of-turn ids are untouched."""
+    chat = Chat(smollm_engine, context=64, repeat_penalty=1.25, repeat_last_n=3)
+    eos = sorted(chat.stop)[0]
+    a, b, c, d = 100, 101, 102, 103                          # ordinary tokens
+    logits = np.full(smollm_engine.config.vocab, 0.5, np.float32)
+    logits[[a, b, c, d, eos]] = [2.0, -2.0, 4.0, -1.0, 5.0]
+    out = chat.penalize(logits, [c, a, b, b, eos])            # the last 3: b, b, eos
+    want = logits.copy()
+    want[b] = -2.0 * 1.25
+    np.testing.assert_array_equal(out, want)
+    out = chat.penalize(logits, [c, a, d])
+    want = logits.copy()
+    want[[c, a, d]] = [4.0 / 1.25, 2.0 / 1.25, -1.0 * 1.25]
+    np.testing.assert_array_equal(out, want)
+    assert Chat(smollm_engine, context=64).penalize(logits, [a, b]) is logits   # 1 = off
+    with pytest.raises(LlamanbError, match="repeat_penalty"):
+        Chat(smollm_engine, context=64, repeat_penalty=0.9)
+
+
+def test_stop_reason_says_context_when_the_context_cut_the_answer(smollm_engine):
+    chat = Chat(smollm_engine, context=64, max_new_tokens=200)
+    turn = chat.send("Write a long story about a dragon.")
+    assert turn.stop_reason == "context" and len(chat.ids) >= 63
+    chat = Chat(smollm_engine, context=256, max_new_tokens=3)
+    assert chat.send("Write a long story about a dragon.").stop_reason == "length"
+
+
+def test_message_that_cannot_fit_says_so_with_its_size(smollm_engine):
+    chat = Chat(smollm_engine, context=64)
+    why = chat.fits("word " * 100)
+    assert "this message alone is" in why and "shorten it" in why
+    assert chat.fits("Hi") is None
+
+
+# ---- the terminal: editing, long pastes, keys typed during an answer, Ctrl-C under make ----------
+@pytest.mark.slow
+def test_stats_before_a_turn_and_sampling_line(smollm):
+    p = _spawn("--max-new-tokens", "8")
+    p.expect(r"sampling: temperature 0.3, top-k 40, top-p 0.9, seed \d+, repeat penalty 1.1 over "
+             r"64 tokens \(llamanb's chat default")
+    p.expect("you> ")
+    p.sendline("/stats")
+    p.expect("no turns yet")
+    p.expect("you> ")
+    p.sendline("/quit")
+    p.expect(pexpect.EOF)
+    p.close()
+    assert p.exitstatus == 0
+
+
+@pytest.mark.slow
+def test_a_long_paste_arrives_whole_and_is_refused_with_its_size(smollm):
+    """20,000 characters on one line: the terminal's own line editor would keep 4,095; readline
+    reads them all (the count of tokens proves it: one per ' word')."""
+    p = _spawn("--context", "512", "--greedy", term="xterm")
+    p.expect("you> ")
+    p.send("word " * 4000 + "\r")
+    p.expect(r"this message alone is (\d+) tokens \(([\d,]+) characters\)", timeout=120)
+    tokens, chars = int(p.match.group(1)), int(p.match.group(2).replace(",", ""))
+    assert chars == 19_999 and tokens >= 4000, (tokens, chars)   # the trailing space is stripped
+    p.expect("you> ")
+    p.sendline("/quit")
+    p.expect(pexpect.EOF)
+    p.close()
+    assert p.exitstatus == 0
+
+
+@pytest.mark.slow
+def test_readline_edits_and_keys_typed_during_an_answer_stay_out(smollm):
+    p = _spawn("--max-new-tokens", "24", "--greedy", term="xterm")
+    p.expect("you> ")
+    p.send("What is the capital of Frnce?\x1b[D\x1b[D\x1b[D\x1b[Da\r")  # left x4, insert 'a'
+    p.expect("assistant> ")
+    p.send("zzzz")                                       # typed while the answer streams
+    p.expect("you> ")
+    answer = p.before
+    assert "Paris" in answer and "zzzz" not in answer, answer
+    p.sendline("/stats")                                # the typed keys did not become input
+    p.expect(r"turns 1 \|")
+    p.expect("you> ")
+    p.sendline("/quit")
+    p.expect(pexpect.EOF)
+    p.close()
+    assert p.exitstatus == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["at the prompt", "mid-answer then /quit"])
+def test_make_chat_exits_0_on_ctrl_c(tmp_path, smollm, when):
+    """The chat under make, as `make chat` runs it: Ctrl-C reaches the chat alone, so make reports
+    the chat's exit code 0 (not 'Interrupt', 130)."""
+    import shutil
+
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    (tmp_path / "Makefile").write_text(f"chat:\n\t{sys.executable} -m llamanb chat --greedy "
+                                       "--max-new-tokens 400\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", "TERM": "xterm"}
+    p = pexpect.spawn("make", ["-f", str(tmp_path / "Makefile"), "chat"], cwd=str(REPO_ROOT),
+                      env=env, encoding="utf-8", timeout=240, dimensions=(40, 200))
+    p.expect("you> ")
+    if when != "at the prompt":
+        p.sendline("Write a long poem about the sea.")
+        p.expect("assistant> ")
+        p.expect(r"\w+ \w+")
+        p.sendintr()
+        p.expect("answer interrupted")
+        p.expect("you> ")
+        p.sendline("/quit")
+    else:
+        p.sendintr()
+    p.expect("bye")
+    p.expect(pexpect.EOF)
+    p.close()
+    assert "Interrupt" not in p.before and p.exitstatus == 0, (p.exitstatus, p.before)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--greedy", "--temperature", "0.5"], "--greedy takes the most likely token: drop --temperature"),
+    (["--repeat-penalty", "0.5"], "--repeat-penalty must be >= 1"),
+    (["--top-p", "2"], "top_p must be a number in (0, 1]"),
+])
+def test_chat_sampling_options_checked_before_any_work(tmp_path, args, words):
+    from conftest import run_cli
+
+    r = run_cli(["chat", *args], cache=tmp_path / "cache")
+    assert r.returncode == 2 and r.stderr.strip() == f"llamanb: error: {r.stderr.strip()[16:]}"
+    assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "cache").exists()                 # nothing loaded or converted

@@ -158,6 +158,59 @@ def test_generate_embedded_model(smollm, llamanb_cache):
         assert word in err, err
 
 
+@pytest.mark.slow
+def test_default_engine_is_cpu_with_numpy_tokens(smollm, llamanb_cache):
+    """Without --backend the fastest ready engine answers (cpu, where a compiler is found) and says
+    so on its status line; its greedy tokens are the numpy reference's, token for token."""
+    from llamanb.hardware import cpu_compiler_missing
+
+    if cpu_compiler_missing():
+        pytest.skip("no C++ compiler here: the default is numpy (test below)")
+    args = ["generate", "--max-new-tokens", "24", "--temperature", "0", "--no-stream",
+            "--prompt", "Name three planets of the solar system."]
+    auto = run_cli(args, cache=llamanb_cache, extra_env={"LLAMANB_BACKEND": ""})
+    ref = run_cli(args + ["--backend", "numpy"], cache=llamanb_cache)
+    assert auto.returncode == 0 and ref.returncode == 0, auto.stderr + ref.stderr
+    assert "[compiled C++ kernels on the host CPU" in auto.stderr, auto.stderr
+    assert "[numpy reference engine" in ref.stderr
+    assert auto.stdout == ref.stdout and auto.stdout.strip()
+    again = run_cli(args, cache=llamanb_cache, extra_env={"LLAMANB_BACKEND": ""})
+    assert "compiling" not in again.stderr                    # built once, then found in the cache
+
+
+def test_default_engine_without_a_compiler_is_numpy_with_one_line(cache, tiny_dir):
+    p = run_cli(["generate", "--model", tiny_dir, "--raw", "--prompt", "w3 w4", "--max-new-tokens",
+                 "2"], cache=cache, extra_env={"LLAMANB_BACKEND": "", "LLAMANB_CXX": "none"})
+    assert p.returncode == 0, p.stderr
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("llamanb:")]
+    assert notes == ["llamanb: engine numpy: the faster cpu backend needs host C++ builds are "
+                     "turned off (LLAMANB_CXX=none)"], p.stderr
+    assert "[numpy reference engine" in p.stderr
+
+
+def test_info_and_the_build_find_the_same_compiler(tmp_path, monkeypatch):
+    """One lookup: `info`'s verdict and the build's compiler agree, whichever variable names it."""
+    from llamanb.hardware import cpu_compiler_missing, find_cxx
+    from llamanb.npu import hostbuild
+
+    real = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    if real is None:
+        pytest.skip("no C++ compiler")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "clang++").symlink_to(real)          # only clang++ on PATH
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    for var in ("LLAMANB_CXX", "CXX"):
+        monkeypatch.delenv(var, raising=False)
+    assert find_cxx()[0] == hostbuild.compiler()[0] == str(tmp_path / "bin" / "clang++")
+    assert cpu_compiler_missing() == ()
+    monkeypatch.setenv("CXX", "no-such-c++")                  # $CXX named: both refuse it
+    assert hostbuild.compiler()[0] is None and "$CXX=no-such-c++" in cpu_compiler_missing()[0]
+    monkeypatch.setenv("LLAMANB_CXX", "clang++")              # LLAMANB_CXX first
+    assert hostbuild.compiler()[0] == find_cxx()[0] and cpu_compiler_missing() == ()
+    monkeypatch.setenv("LLAMANB_CXX", "none")
+    assert hostbuild.compiler()[0] is None and "LLAMANB_CXX=none" in cpu_compiler_missing()[0]
+
+
 def test_generate_tiny_raw_no_stream(cache, tiny_dir):
     p = run_cli(["generate", "--model", tiny_dir, "--raw", "--prompt", "w3 w4 w5", "--max-new-tokens", "3",
                  "--no-stream"], cache=cache)

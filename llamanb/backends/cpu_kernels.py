@@ -274,6 +274,19 @@ def _load(kernels_dir: Path, cache: Path, wanted: str) -> Kernels | str:
     return why if wanted == "native" else f"{MARCH_VAR}={wanted}: {why}"
 
 
+def built(kernels_dir: Path = KERNELS_DIR) -> bool:
+    """Whether load() finds its library in the cache already (False: it will compile first)."""
+    cxx, _ = cxx_build.compiler()
+    if cxx is None:
+        return False
+    try:
+        tries = ("native", "portable") if flavour() == "native" else (flavour(),)
+    except LlamanbError:
+        return False
+    keys = (cxx_build.build_key(cxx, Path(kernels_dir), flavour_flags(f))[:24] for f in tries)
+    return any((cache_dir() / f"cpu-kernels-{key}.so").is_file() for key in keys)
+
+
 def load(kernels_dir: Path = KERNELS_DIR, flavour_name: str | None = None) -> Kernels:
     """The kernels of one build flavour (default: $LLAMANB_CPU_MARCH, else native), built at
     first use; a LlamanbError (one line, naming the numpy backend) when they cannot be built."""

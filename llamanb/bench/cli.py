@@ -18,6 +18,10 @@ def main(args) -> int:
 
     from ..io.store import load_model
 
+    if args.json:                      # checked before anything is measured
+        from ..paths import check_output_file
+
+        check_output_file(args.json, "--json")
     if getattr(args, "batching", False):
         from .batching import main as batching
 
@@ -40,12 +44,6 @@ def main(args) -> int:
             raise LlamanbError(f"bench needs {' and '.join(missing)}: install the test deps "
                                "(`make test`) or pass --no-transformers")
         engines += ["transformers_fp32"] + ([] if args.no_bf16 else ["transformers_bf16"])
-    if args.json:
-        parent = Path(args.json).expanduser().parent
-        if not parent.is_dir():
-            raise LlamanbError(f"--json {args.json}: directory {parent} does not exist")
-        if Path(args.json).expanduser().is_dir():
-            raise LlamanbError(f"--json {args.json} is a directory; give a file name")
 
     def progress(msg):
         print(f"bench: {msg}", file=sys.stderr, flush=True)
@@ -117,9 +115,13 @@ def main(args) -> int:
     }
     res["cpu_taken_by_others_pct"] = cpu.pct()      # children count as ours: all reaped by now
     res["total_s"] = time.perf_counter() - t_start
-    print(report(res))
+    print(report(res), flush=True)                  # on stdout first: a failed write loses nothing
     if args.json:
-        write_json(args.json, res)
+        try:
+            write_json(args.json, res)
+        except OSError as e:
+            raise LlamanbError(f"--json {args.json}: the write failed ({e.strerror}); the results "
+                               "are printed above") from None
         progress(f"wrote {args.json}")
     progress(f"done in {res['total_s']:.0f} s")
     return 0

@@ -72,8 +72,17 @@ def _top_p_cases() -> list[Case]:
     return cases
 
 
+def _top_p_steps(case: Case) -> int:
+    """Roundings of a top-p computed in the logits' own precision: z - max(z) (its error, at most
+    u |z - max z|, comes out of exp as a relative error of that size), exp (1), the softmax sum
+    over V (V - 1) and divide (1), then the renormalising sum (V) and divide (1): relative error
+    <= (max|z - max z| + 2 V + 3) u for every probability (check.py's precision note)."""
+    z = np.asarray(case.args[0], np.float64)
+    return int(np.ceil(np.ptp(z))) + 2 * z.size + 3
+
+
 top_p_probs = Exercise(
-    "04.3", "top_p_probs", _top_p_cases, rtol=1e-9, atol=1e-12,
+    "04.3", "top_p_probs", _top_p_cases, rtol=1e-9, atol=1e-12, steps=_top_p_steps,
     hint="softmax, sort descending, keep the smallest prefix whose mass reaches top_p (the token "
          "that crosses top_p is kept), zero the rest, renormalise")
 

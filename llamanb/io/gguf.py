@@ -159,6 +159,94 @@ def raw_rows(path: str | Path, index: dict, gguf_name: str, n_heads: int, n_kv_h
     return qtype, rows
 
 
+HEADER_CUT = -1                       # needed_size(): the file ends inside its header
+
+
+def _truncated(path: Path, size: int, need: int) -> str:
+    if need == HEADER_CUT:
+        return (f"{path.name}: truncated GGUF file: {size:,} bytes end inside its header "
+                f"(download or copy it again)")
+    return (f"{path.name}: truncated GGUF file: {size:,} bytes, its tensors need {need:,} "
+            f"({need - size:,} missing; download or copy it again)")
+
+
+def needed_size(path: Path) -> int | None:
+    """The size a GGUF file must have, from its header and tensor table alone; HEADER_CUT where
+    the file ends inside them; None where they are not a GGUF header (see read_header)."""
+    return read_header(path)[1]
+
+
+def read_header(path: Path, keys: tuple[str, ...] = ()) -> tuple[dict, int | None]:
+    """({key: value} for the scalar and string metadata `keys` asked for, the size the file must
+    have), read from the header and tensor table alone, without the gguf package (GGUF v2/v3:
+    magic, version, tensor and key counts, the key/value pairs, the tensor infos, then the data
+    aligned to general.alignment). The size is HEADER_CUT where the file ends inside them, None
+    where they are not a GGUF header. Used to tell a file cut short from a corrupt one when the
+    gguf package's reader gives up, and to read a few keys cheaply."""
+    import struct
+
+    import gguf
+
+    scalar = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
+              12: "d"}
+    found: dict = {}
+    try:
+        with open(path, "rb") as f:
+            def read(fmt):
+                n = struct.calcsize("<" + fmt)
+                b = f.read(n)
+                if len(b) != n:
+                    raise EOFError
+                return struct.unpack("<" + fmt, b)[0]
+
+            def string():
+                n = read("Q")
+                if n > 1 << 24:
+                    raise ValueError("implausible string length")
+                b = f.read(n)
+                if len(b) != n:
+                    raise EOFError
+                return b.decode("utf-8", "replace")
+
+            def value(t):
+                if t == 8:
+                    return string()
+                if t == 9:
+                    et, n = read("I"), read("Q")
+                    if et in scalar:                  # skip a numeric array without reading it
+                        f.seek(n * struct.calcsize("<" + scalar[et]), 1)
+                        return None
+                    for _ in range(n):
+                        value(et)
+                    return None
+                return read(scalar[t])
+
+            if f.read(4) != b"GGUF" or read("I") not in (2, 3):
+                return found, None
+            n_tensors, n_kv = read("Q"), read("Q")
+            alignment = gguf.GGUF_DEFAULT_ALIGNMENT
+            for _ in range(n_kv):
+                key = string()
+                v = value(read("I"))
+                if key == "general.alignment" and isinstance(v, int) and v > 0:
+                    alignment = v
+                if key in keys:
+                    found[key] = v
+            ends = []
+            for _ in range(n_tensors):
+                string()
+                dims = [read("Q") for _ in range(read("I"))]
+                qtype, offset = read("I"), read("Q")
+                block, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(qtype)]
+                ends.append(offset + int(np.prod(dims, dtype=np.int64)) // block * nbytes)
+            start = -(-f.tell() // alignment) * alignment
+            return found, start + max(ends, default=0)
+    except EOFError:                                  # the header itself is cut short
+        return found, HEADER_CUT
+    except (OSError, ValueError, KeyError, struct.error, OverflowError, MemoryError):
+        return found, None
+
+
 class GGUFSource:
     """A GGUF file opened for conversion."""
 
@@ -173,6 +261,9 @@ class GGUFSource:
 
             self.reader = GGUFReader(str(self.path))
         except Exception as e:  # the reader raises ValueError/IndexError/... on bad bytes
+            size, need = self.path.stat().st_size, needed_size(self.path)
+            if need is not None and (need > size or need == HEADER_CUT):
+                raise LlamanbError(_truncated(self.path, size, need)) from None
             raise LlamanbError(f"{self.path.name}: not a readable GGUF file ({e.__class__.__name__}: "
                                f"{str(e)[:60]})") from None
         self.meta = {}
@@ -182,8 +273,17 @@ class GGUFSource:
             except Exception:
                 raise LlamanbError(f"{self.path.name}: corrupt GGUF metadata field {key}") from None
         self.tensors = {t.name: t for t in self.reader.tensors}
+        self._check_size()
         self.config = self._config()
         self._check_tensors()
+
+    def _check_size(self) -> None:
+        """A file cut short (an interrupted download or copy) is named as such, with the sizes,
+        before any tensor is read (the reader maps past the end without complaint)."""
+        size = self.path.stat().st_size
+        need = max((int(t.data_offset) + int(t.n_bytes) for t in self.reader.tensors), default=0)
+        if need > size:
+            raise LlamanbError(_truncated(self.path, size, need))
 
     def _config(self) -> LlamaConfig:
         m = self.meta

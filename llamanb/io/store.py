@@ -37,6 +37,7 @@ import numpy as np
 
 from ..config import LlamaConfig
 from ..paths import cache_root  # noqa: F401  (re-exported: llamanb.io.store.cache_root)
+from ..paths import cache_fault, check_room, ensure_cache_root, os_problem
 from ..errors import LlamanbError
 from . import locks
 from .safetensors import SafetensorsFile, write_safetensors
@@ -156,8 +157,21 @@ def _new_temp(parent: Path, name: str) -> tuple[Path, int | None]:
         return tmp, locks.lock_fd(tmp)
 
 
+def conversion_bytes(cfg: LlamaConfig) -> int:
+    """What convert() writes: every tensor in float32 (the tokenizer files are a rounding error)."""
+    return sum(4 * int(np.prod(shape)) for _, shape in tensor_specs(cfg))
+
+
 def convert(source, dest: Path) -> None:
-    """Write the source as a float32 HF checkpoint into dest, atomically."""
+    """Write the source as a float32 HF checkpoint into dest, atomically; any OSError on the
+    cache (read-only, no space, ...) is one LlamanbError naming the path and the room needed."""
+    try:
+        _convert(source, dest)
+    except OSError as e:
+        raise cache_fault(dest.parent, os_problem(e), conversion_bytes(source.config)) from None
+
+
+def _convert(source, dest: Path) -> None:
     cfg: LlamaConfig = source.config
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp, lock = _new_temp(dest.parent, dest.name)
@@ -262,19 +276,32 @@ def load_cached(cache_dir: Path) -> Model:
     return Model(cfg, weights, tok, Path(info["source"]), cache_dir)
 
 
+def _need_or_none(path: Path) -> int | None:
+    """The room a conversion of `path` needs, for an error message (None if it cannot be read)."""
+    try:
+        return conversion_bytes(open_source(path).config)
+    except (LlamanbError, OSError, ValueError):
+        return None
+
+
 def load_model(spec: str | os.PathLike | None = None) -> Model:
     """Load a model by path (GGUF file or HF directory); None means the embedded SmolLM2-135M."""
     t0 = time.perf_counter()
     path = resolve(spec)
     if not path.exists():
         raise LlamanbError(f"model not found: {path}")
+    try:                                  # the cache root, once, before any work
+        root = ensure_cache_root()
+    except LlamanbError:                  # raised again, now with the room the model needs
+        root = ensure_cache_root(_need_or_none(path))
     sweep_abandoned()
     # The key hashes the source's path, size and mtime: a changed file gets a fresh conversion.
-    probe = cache_root().glob(f"*-{_cache_key(path)}")
+    probe = root.glob(f"*-{_cache_key(path)}")
     found = next((d for d in probe if (d / "llamanb.json").is_file()), None)
     converted = False
     if found is None:
         source = open_source(path)
+        check_room(root, conversion_bytes(source.config))   # a full disk: said before any work
         found = cache_dir_for(path, source.config.name)
         convert(source, found)
         converted = True

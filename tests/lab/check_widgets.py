@@ -56,17 +56,42 @@ def start_lab(root: Path, port: int) -> subprocess.Popen:
     raise SystemExit("JupyterLab did not start; see " + str(SHOTS / "lab.log"))
 
 
+# textContent, not innerText: innerText is empty for output JupyterLab has not laid out (a cell
+# scrolled off screen), which hid a chapter's FileNotFoundError once. collect_errors() also scrolls
+# the notebook through, since a windowed notebook keeps only the cells near the view in the DOM.
 ERRORS_JS = """() => {
   const bad = [];
   for (const el of document.querySelectorAll('.jp-OutputArea-output')) {
-    const t = el.innerText || '';
+    const t = el.textContent || '';
     if (t.includes('Traceback (most recent call last)') || /\\w+Error: /.test(t) && el.dataset.mimeType === 'application/vnd.jupyter.stderr')
       bad.push(t.slice(0, 300));
   }
   for (const el of document.querySelectorAll('.jupyter-widgets'))
-    if ((el.innerText || '').includes('Error displaying widget')) bad.push('Error displaying widget');
+    if ((el.textContent || '').includes('Error displaying widget')) bad.push('Error displaying widget');
   return bad;
 }"""
+
+SCROLL_JS = """(frac) => {
+  const w = document.querySelector('.jp-WindowedPanel-outer') ||
+            document.querySelector('.jp-NotebookPanel-notebook');
+  if (!w) return false;
+  w.scrollTop = frac * (w.scrollHeight - w.clientHeight);
+  return true;
+}"""
+
+
+def collect_errors(page, stops: int = 40) -> list[str]:
+    """Every error output of the notebook: read at each of `stops` scroll positions, top to bottom."""
+    found: list[str] = []
+    for i in range(stops + 1):
+        if not page.evaluate(SCROLL_JS, i / stops) and i:
+            break
+        time.sleep(0.15)
+        found += [e for e in page.evaluate(ERRORS_JS) if e not in found]
+    return found
+
+
+IMAGES_JS = "root => [...root.querySelectorAll('img')].map(i => i.src)"
 
 
 def run_all_and_wait(page, timeout_s: float) -> None:
@@ -127,17 +152,26 @@ def check_notebook(browser, port: int, name: str) -> list[str]:
     roots = widget_roots(page)
     if not roots:
         problems.append("no widget rendered")
-    loading = page.evaluate("() => document.body.innerText.includes('Loading widget...')")
+    loading = page.evaluate("() => document.body.textContent.includes('Loading widget...')")
     if loading:
         problems.append("a widget is still 'Loading widget...'")
-    problems += page.evaluate(ERRORS_JS)
+    problems += collect_errors(page)
     for i, root in enumerate(roots):
         root.scroll_into_view_if_needed()
         before = root.inner_html()
+        images_before = set(root.evaluate(IMAGES_JS))
         root.screenshot(path=str(SHOTS / f"{name}-w{i}-before.png"))
         done = poke(page, root)
+
+        def responded() -> bool:
+            """A figure widget responds with a NEW figure (an output merely cleared is not a
+            response); a widget without figures, with changed, non-empty content."""
+            if images_before:
+                return bool(set(root.evaluate(IMAGES_JS)) - images_before)
+            return root.inner_html() != before and bool(root.text_content().strip())
+
         deadline = time.time() + 120
-        while time.time() < deadline and root.inner_html() == before:
+        while time.time() < deadline and not responded():
             time.sleep(0.5)
         if "chat send" in done:                 # wait for streamed tokens after "assistant>"
             deadline = time.time() + 180
@@ -145,12 +179,12 @@ def check_notebook(browser, port: int, name: str) -> list[str]:
                     root.inner_text().split("assistant>")[-1].split("\n")[0].strip()) < 12:
                 time.sleep(1)
         root.screenshot(path=str(SHOTS / f"{name}-w{i}-after.png"))
-        changed = root.inner_html() != before
+        changed = responded()
         print(f"  widget {i}: {', '.join(done) or 'no control'} -> "
               f"{'responded' if changed else 'NO CHANGE'}")
         if done and not changed:
             problems.append(f"widget {i} did not respond to {', '.join(done)}")
-    problems += page.evaluate(ERRORS_JS)
+    problems += [e for e in collect_errors(page) if e not in problems]
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=False)
     page.close()
     return problems
