@@ -303,7 +303,10 @@ print(profile.spec_table(profile.spec_rows(PRESETS["llama3.2-1b"], 2048, 1024)))
 # machine has): the numpy reference (float32), the NPU2 groups (bf16), Furiosa's TCP einsum
 # program (chapter 08, float32), a 3×4 Tenstorrent mesh (chapter 09, float32, line collectives)
 # and — where a C++ compiler exists — `cpu`, this CPU running the course's own kernels compiled
-# natively (`kernels/cpu/`, float32): the one real-hardware row every reader has. Each answer is checked against the numpy reference with the top-5 rule; the
+# natively (`kernels/cpu/`, float32, chapter 11): the one real-hardware row every reader has. On a
+# machine with an NVIDIA GPU, `cuda` (chapter 12's kernels) joins as a device row; its simulator,
+# `cuda-simulated`, runs every CUDA thread as a Python thread and is too slow for this model, so
+# it stays out. Each answer is checked against the numpy reference with the top-5 rule; the
 # activity column is counted by each backend itself: calls into the NPU runtime, collectives over
 # the mesh's links, or TCP program ops.
 
@@ -371,8 +374,7 @@ else:
 # %% [markdown]
 # ## 7. The course in one page
 #
-# Every module that just ran, and the chapter that built it (the compiled `cpu` backend is the
-# course's C++ kernels for the host, outside the chapter sequence):
+# Every module that just ran, and the chapter that built it:
 
 # %%
 BUILT = [
@@ -387,8 +389,9 @@ BUILT = [
     ("the TCP einsum program", "llamanb.tcp", "08"),
     ("mesh, collectives, block floats", "llamanb.mesh", "09"),
     ("steps of many sequences, paged cache, scheduler", "llamanb.serve, kv.paged", "10"),
-    ("readiness, chat, profile, side by side", "llamanb.hardware, chat, npu.profile, check", "11"),
-    ("this CPU's native kernels (kernels/cpu, C++)", "llamanb.backends.cpu", "--"),
+    ("this CPU's kernels: panels, register tiles, bf16, Q4_1", "llamanb.backends.cpu, kernels/cpu", "11"),
+    ("min_llm_inference's CUDA kernels (simulator, PTX)", "llamanb.cuda, kernels/cuda", "12"),
+    ("readiness, chat, profile, side by side", "llamanb.hardware, chat, npu.profile, check", "13"),
 ]
 for what, where, ch in BUILT:
     print(f"  {ch}  {what:<58} {where}")

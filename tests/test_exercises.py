@@ -552,6 +552,8 @@ def _variants(value, exact: bool):
 @pytest.mark.parametrize("ch,name", ALL)
 def test_right_answer_in_every_container_and_dtype_passes(ch, name):
     ex = exercise(ch, name)
+    if type(ex).verdict is not Exercise.verdict:
+        pytest.skip(f"{name}'s answer is a program run by its own verdict (no value to re-wrap)")
     solution = getattr(solution_module(ch), name)
     tried = 0
     for n, case in enumerate(ex.cases()):

@@ -8,7 +8,10 @@ the simulator's trace statistics."""
 import numpy as np
 import pytest
 
-pytest.importorskip("ttl.sim")
+from llamanb.mesh.ttlang import ttlang_available  # noqa: E402 -- imports ttl through llamanb
+
+if not ttlang_available():
+    pytest.skip("tt-lang-sim is not installed (the ttlang extra)", allow_module_level=True)
 
 from llamanb.mesh import ccl  # noqa: E402
 from llamanb.mesh.bounds import matmul_bound  # noqa: E402
@@ -153,3 +156,21 @@ def test_the_exercise_catches_a_program_that_reads_the_wrong_k_tile():
     exec(compile(src.replace("ttl.copy(x[0:Mt, k:k + 1], xb)", "ttl.copy(x[0:Mt, 0:1], xb)"), "wrong", "exec"), ns)
     v = ch09.matmul_program.verdict(ns["matmul_program"])
     assert not v.passed and "case 3/3" in v.message and "chip (0, 0)" in v.message, v.message
+
+
+def test_loading_tt_lang_sim_leaves_torch_dtypes_alone():
+    """tt-lang-sim rebinds torch.bfloat16/float16 to float32 at import; llamanb puts them back, so
+    safetensors and transformers keep working in the same process (a float32 tensor saved after
+    the import must read back as 4-byte float32)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    import tempfile
+    from pathlib import Path
+
+    assert torch.bfloat16 is not torch.float32 and torch.float16 is not torch.float32
+    assert torch.zeros(2, dtype=torch.bfloat16).element_size() == 2
+    with tempfile.TemporaryDirectory() as d:
+        save_file({"w": torch.ones(3, 4)}, Path(d) / "t.safetensors")
+        back = load_file(Path(d) / "t.safetensors")["w"]
+    assert back.dtype == torch.float32 and torch.equal(back, torch.ones(3, 4))

@@ -45,10 +45,25 @@ def load_ttlang():
     """(ttl, ttnn) of tt-lang-sim (pip install tt-lang-sim), or one clear error."""
     try:
         from ttl.sim import ttl, ttnn
+        from ttl.sim import ttnnsim
     except Exception as e:                                  # noqa: BLE001 -- missing or broken
         raise LlamanbError(f"tt-lang-sim is not usable here ({type(e).__name__}: {str(e)[:80]}); "
                            "pip install tt-lang-sim (or the ttlang extra)") from None
+    _restore_torch_dtypes(ttnnsim)
     return ttl, ttnn
+
+
+def _restore_torch_dtypes(ttnnsim) -> None:
+    """tt-lang-sim 1.1.6 rebinds torch.bfloat16 and torch.float16 to torch.float32 when
+    ttl/sim/ttnnsim.py is imported ("so that all native PyTorch code ... transparently uses
+    float32"), for the whole process: safetensors then writes float32 tensors as 2-byte ones and
+    transformers' bf16 runs silently become float32. Put torch's own dtypes back; ttnnsim keeps
+    promoting its narrow tensors to float32 through its own table (_PROMOTABLE_FLOAT_DTYPES, which
+    holds the original dtypes), so the simulation is unchanged."""
+    import torch
+
+    for name, dtype in getattr(ttnnsim, "_PROMOTABLE_FLOAT_DTYPES", {}).items():
+        setattr(torch, name, dtype)
 
 
 def ttlang_available() -> bool:
