@@ -410,8 +410,13 @@ WRONG = [
 ]
 
 
+# Exercises whose wrong answer needs a simulator live beside it: 09.3's in tests/test_mesh_ttlang.py
+# (test_the_exercise_catches_a_program_that_reads_the_wrong_k_tile).
+WRONG_ELSEWHERE = {("ch09", "matmul_program")}
+
+
 def test_every_exercise_has_a_wrong_answer_below():
-    assert {(ch, name) for ch, name, _, _ in WRONG} == set(ALL)
+    assert {(ch, name) for ch, name, _, _ in WRONG} | WRONG_ELSEWHERE == set(ALL)
 
 
 @pytest.mark.parametrize("ch,name,wrong,words", WRONG,
