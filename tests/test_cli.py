@@ -191,7 +191,7 @@ def test_default_engine_without_a_compiler_is_numpy_with_one_line(cache, tiny_di
 def test_info_and_the_build_find_the_same_compiler(tmp_path, monkeypatch):
     """One lookup: `info`'s verdict and the build's compiler agree, whichever variable names it."""
     from llamanb.hardware import cpu_compiler_missing, find_cxx
-    from llamanb.npu import hostbuild
+    from llamanb import cxx_build as hostbuild
 
     real = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
     if real is None:

@@ -256,7 +256,7 @@ def test_cache_hit_and_rebuild_on_changed_source(tmp_path):
 def test_concurrent_builds_leave_one_complete_library(tmp_path):
     """Two processes build the same sources into an empty cache at once: both succeed, one
     library remains, no temporary file is left, and it loads."""
-    code = ("import sys; from pathlib import Path; from llamanb.npu import hostbuild; "
+    code = ("import sys; from pathlib import Path; from llamanb import cxx_build as hostbuild; "
             "b = hostbuild.build(hostbuild.KERNELS_DIR, Path(sys.argv[1])); print(b.path)")
     root = Path(__file__).resolve().parents[1]
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=root,

@@ -2,6 +2,7 @@
 here with stand-ins for Python modules and device nodes (no hardware on a CI machine)."""
 from __future__ import annotations
 
+import re
 import pytest
 
 from llamanb import hardware
@@ -74,4 +75,4 @@ def test_the_backend_and_info_agree_on_this_machine(llamanb_cache):
     assert listed[0] == "numpy"
     for name in ("npu2-emulated", "npu2", "tcp", "tcp-compiler", "galaxy-emulated", "galaxy-ttnn"):
         assert name in listed
-    assert "npu2-emulated    emulated  ready" in r.stdout
+    assert re.search(r"npu2-emulated +emulated +ready", r.stdout), r.stdout
