@@ -170,7 +170,7 @@ def _sampling(a, model):
 
 def main(a) -> int:
     from .chat import Chat
-    from .cli import _engine
+    from .engine_choice import choose_engine as _engine
     from .io.store import load_model
     from .tokenizer import as_text
 

@@ -118,41 +118,7 @@ DTYPE_HELP = ("bf16 rounds weights and every op's output to bfloat16 (numpy, cpu
               "(cpu backend)")
 
 
-AUTO = "auto"
-
-
-def _note(line: str) -> None:
-    print(f"llamanb: {line}", file=sys.stderr, flush=True)
-
-
-def _engine(model, backend: str, dtype: str = "float32"):
-    """The engine for --backend; `auto` is the fastest ready one: cpu where a compiler is found
-    (its kernels compiled once into the cache, said on one line), else numpy (one line says why).
-    Greedy tokens are the same either way (tests/test_cpu_backend.py, tests/test_cli.py)."""
-    from .backends.cpu import check_dtype
-    from .engine import Engine
-
-    if backend != AUTO:
-        check_dtype(backend, dtype)
-        return Engine(model, backend, **({"dtype": dtype} if backend in ("numpy", "cpu") else {}))
-    from .hardware import cpu_compiler_missing
-
-    missing = cpu_compiler_missing()
-    if missing:
-        check_dtype("numpy", dtype)
-        _note(f"engine numpy: the faster cpu backend needs {missing[0]}")
-        return Engine(model, "numpy", dtype=dtype)
-    from .backends import cpu_kernels
-
-    if not cpu_kernels.built():
-        _note(f"engine cpu: compiling its C++ kernels for this CPU, once (about 30 s; kept in "
-              f"{cpu_kernels.cache_dir()}); --backend numpy skips this")
-    try:
-        return Engine(model, "cpu", dtype=dtype)
-    except (LlamanbError, OSError) as e:
-        check_dtype("numpy", dtype)
-        _note(f"engine numpy: the cpu backend could not start ({e})")
-        return Engine(model, "numpy", dtype=dtype)
+from .engine_choice import AUTO, choose_engine as _engine  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:

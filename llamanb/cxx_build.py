@@ -14,7 +14,7 @@ processes building at once each finish with a complete library and an interrupte
 nothing that looks finished. No compiler means no host build: `build()` returns None
 and `reason()` says why; callers then use the numpy models (llamanb.npu.extern) and say so.
 
-    LLAMANB_CXX   the compiler to use (else $CXX, else g++, c++ or clang++: llamanb.hardware.find_cxx);
+    LLAMANB_CXX   the compiler to use (else $CXX, else g++, c++ or clang++: find_cxx below, which `info` uses too);
                   "none" turns host builds off.
 """
 from __future__ import annotations
@@ -27,7 +27,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .hardware import find_cxx
 from .paths import cache_root
 
 KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"
@@ -49,6 +48,31 @@ class HostBuild:
     key: str            # sha256 hex of sources + flags + compiler version
     cache_hit: bool     # True when an earlier build was reused
     compiler: str       # first line of `--version`
+
+
+CXX_CANDIDATES = ("g++", "c++", "clang++")
+
+
+def find_cxx() -> tuple[str | None, str]:
+    """The one C++ compiler lookup that `info` and every host build use: (absolute path, "") or
+    (None, why there is none). $LLAMANB_CXX names it ("none" turns host builds off); else $CXX;
+    else the first of g++, c++, clang++ on PATH."""
+    import os
+    import shutil
+
+    for var in ("LLAMANB_CXX", "CXX"):
+        name = os.environ.get(var, "").strip()
+        if name:
+            if var == "LLAMANB_CXX" and name.lower() == "none":
+                return None, "host C++ builds are turned off (LLAMANB_CXX=none)"
+            path = shutil.which(name)
+            return (path, "") if path else (None, f"no C++ compiler: ${var}={name} is not an "
+                                                  f"executable on PATH")
+    for name in CXX_CANDIDATES:
+        path = shutil.which(name)
+        if path:
+            return path, ""
+    return None, "no C++ compiler: 'g++' is not on PATH (nor c++, clang++; or set $LLAMANB_CXX)"
 
 
 def compiler() -> tuple[str | None, str]:

@@ -162,29 +162,7 @@ def ttlang_sim_missing(module=has_module) -> tuple[str, ...]:
         "python package tt-lang-sim (pip install tt-lang-sim; the ttlang extra)",)
 
 
-CXX_CANDIDATES = ("g++", "c++", "clang++")
-
-
-def find_cxx() -> tuple[str | None, str]:
-    """The one C++ compiler lookup that `info` and every host build use: (absolute path, "") or
-    (None, why there is none). $LLAMANB_CXX names it ("none" turns host builds off); else $CXX;
-    else the first of g++, c++, clang++ on PATH."""
-    import os
-    import shutil
-
-    for var in ("LLAMANB_CXX", "CXX"):
-        name = os.environ.get(var, "").strip()
-        if name:
-            if var == "LLAMANB_CXX" and name.lower() == "none":
-                return None, "host C++ builds are turned off (LLAMANB_CXX=none)"
-            path = shutil.which(name)
-            return (path, "") if path else (None, f"no C++ compiler: ${var}={name} is not an "
-                                                  f"executable on PATH")
-    for name in CXX_CANDIDATES:
-        path = shutil.which(name)
-        if path:
-            return path, ""
-    return None, "no C++ compiler: 'g++' is not on PATH (nor c++, clang++; or set $LLAMANB_CXX)"
+from .cxx_build import CXX_CANDIDATES, find_cxx  # noqa: E402,F401 -- the one lookup, re-exported
 
 
 def cpu_compiler_missing() -> tuple[str, ...]:

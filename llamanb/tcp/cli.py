@@ -57,10 +57,12 @@ def main(a) -> int:
     from . import compiler
 
     if a.tcp_cmd == "store":
+        from .predict import SHAPES
         from .table import TABLE, build
 
         compiler.require()
-        path = build(Path(a.out) if a.out else TABLE, log=lambda s: print(s, flush=True), reuse=a.reuse)
+        path = build(SHAPES(), Path(a.out) if a.out else TABLE, log=lambda s: print(s, flush=True),
+                     reuse=a.reuse)
         print(f"wrote {path}")
         return 0
     cfg = _config(a)

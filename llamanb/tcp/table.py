@@ -25,16 +25,15 @@ MODELS = {c.name: c for c in (SMOLLM2_135M, LLAMA31_8B, LLAMA3_70B)}
 BOTH = ("renegade", "renegade-8pe")
 
 
-def _grid() -> list[tuple]:
+def _grid(fp8_shapes) -> list[tuple]:
     """(cfg, phase, B, s, weights, targets). The chapter's table (bf16, 1 PE and 8 PE, prefill of
     one 2048-token prompt -- 128 for SmolLM2 -- and decode at 2048 keys), then the shapes the cost
-    model reads (fp8 weights, 8 PEs), which it names through llamanb.tcp.predict.SHAPES."""
-    from .predict import SHAPES
-
+    model reads (fp8 weights, 8 PEs): (model, phase, B, s) as llamanb.tcp.predict.SHAPES names
+    them (passed in: the prediction reads this table, so the table does not import it)."""
     g = [(SMOLLM2_135M, "prefill", 1, 128, "bf16", BOTH), (SMOLLM2_135M, "decode", 1, 2048, "bf16", BOTH)]
     for c in (LLAMA31_8B, LLAMA3_70B):
         g += [(c, "prefill", 1, 2048, "bf16", BOTH), (c, "decode", 1, 2048, "bf16", BOTH)]
-    g += [(MODELS[m], ph, B, s, "fp8", ("renegade-8pe",)) for m, ph, B, s in SHAPES()]
+    g += [(MODELS[m], ph, B, s, "fp8", ("renegade-8pe",)) for m, ph, B, s in fp8_shapes]
     seen, out = set(), []
     for row in g:
         key = (row[0].name,) + row[1:5]
@@ -44,8 +43,8 @@ def _grid() -> list[tuple]:
     return out
 
 
-def build(path: Path = TABLE, log=print, reuse: bool = False) -> Path:
-    """Compile the grid and write the table. reuse=True keeps the cycles of kernels the stored
+def build(fp8_shapes, path: Path = TABLE, log=print, reuse: bool = False) -> Path:
+    """Compile the grid (fp8_shapes: llamanb.tcp.predict.SHAPES()) and write the table. reuse=True keeps the cycles of kernels the stored
     table already holds for the same compiler version (same TCL: same answer) and compiles the rest."""
     from .compiler import CLOCK_HZ, CLOCK_SOURCE, cycle_table, version
 
@@ -56,7 +55,7 @@ def build(path: Path = TABLE, log=print, reuse: bool = False) -> Path:
             for r in old["rows"]:
                 key = (r["function"], tuple(sorted(r["bindings"].items())), r["target"])
                 seen[key] = (r["cycles"], r.get("seconds", 0.0), r.get("refused"))
-    for cfg, phase, B, s, w, targets in _grid():
+    for cfg, phase, B, s, w, targets in _grid(fp8_shapes):
         rows += cycle_table(cfg, phase, B, s, targets, w, log=log, seen=seen)
     doc = dict(compiler=ver, command=REGENERATE, clock_hz=CLOCK_HZ, clock_source=CLOCK_SOURCE,
                note="furiosa-tcc --evaluate-tcl estimates (cycles), one kernel per op, compiled on its own; "

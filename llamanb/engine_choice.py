@@ -1,0 +1,45 @@
+"""Which engine answers a command: the --backend a user named, or for `auto` (the default of
+generate and chat) the fastest one ready here -- the compiled `cpu` backend where a C++ compiler is
+found, else the numpy reference -- said on one line to stderr. The CLI and the terminal chat both
+ask here."""
+from __future__ import annotations
+
+import sys
+
+from .errors import LlamanbError
+
+AUTO = "auto"
+
+
+def note(line: str) -> None:
+    print(f"llamanb: {line}", file=sys.stderr, flush=True)
+
+
+def choose_engine(model, backend: str, dtype: str = "float32"):
+    """The engine for --backend; `auto` is the fastest ready one: cpu where a compiler is found
+    (its kernels compiled once into the cache, said on one line), else numpy (one line says why).
+    Greedy tokens are the same either way (tests/test_cpu_backend.py, tests/test_cli.py)."""
+    from .backends.cpu import check_dtype
+    from .engine import Engine
+
+    if backend != AUTO:
+        check_dtype(backend, dtype)
+        return Engine(model, backend, **({"dtype": dtype} if backend in ("numpy", "cpu") else {}))
+    from .hardware import cpu_compiler_missing
+
+    missing = cpu_compiler_missing()
+    if missing:
+        check_dtype("numpy", dtype)
+        note(f"engine numpy: the faster cpu backend needs {missing[0]}")
+        return Engine(model, "numpy", dtype=dtype)
+    from .backends import cpu_kernels
+
+    if not cpu_kernels.built():
+        note(f"engine cpu: compiling its C++ kernels for this CPU, once (about 30 s; kept in "
+              f"{cpu_kernels.cache_dir()}); --backend numpy skips this")
+    try:
+        return Engine(model, "cpu", dtype=dtype)
+    except (LlamanbError, OSError) as e:
+        check_dtype("numpy", dtype)
+        note(f"engine numpy: the cpu backend could not start ({e})")
+        return Engine(model, "numpy", dtype=dtype)
