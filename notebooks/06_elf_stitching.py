@@ -540,7 +540,7 @@ assert second.cache_hit and second.path == first.path
 # layer, `docs/profile.md`). An NPU design exists (`programming_examples/attention_decode`, 714 µs
 # per call after PR #1592); its bring-up hit issue #1600, a read-after-write hazard that read the
 # new token's cache slot as stale zeros (the fix reads K/V from L1, `attn_decode_npu2.py`).
-
+#
 #
 # **Where a call's time goes.** `docs/profile.md` splits the prefill's XRT calls into BO write 46
 # ms, NPU run 1062 ms, BO read 5 ms (4 % / 95 % / 0 % of 1113 ms). Its text calls BO read "zero-copy
