@@ -59,87 +59,31 @@ def hf_name(gguf_name: str) -> str | None:
     return None
 
 
-# GGUF metadata value types (gguf-py's GGUFValueType): fixed sizes in bytes; 8 string, 9 array
-_KV_SIZE = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-
-
 def tensor_index(path: str | Path) -> dict[str, tuple[str, tuple[int, ...], int, int]]:
     """name -> (GGML type name, GGUF dims fastest-first, absolute byte offset, byte count) for
-    every tensor of a GGUF file, read from its header alone: the metadata is skipped, not
-    decoded (the `gguf` package's reader decodes every tokenizer string, seconds for a 49k
-    vocabulary). A file too short for what its header promises is a one-line LlamanbError."""
-    import mmap
+    every tensor of a GGUF file, read from its header alone (_parse_header: numeric metadata
+    arrays are skipped, not decoded). A file too short for what its header promises is a one-line
+    LlamanbError."""
     import struct
 
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
     path = Path(path)
-    with open(path, "rb") as f:
-        try:
-            buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)    # only the header is read
-        except ValueError:                                             # an empty file
-            buf = b""
-    pos = 0
-
-    def take(fmt: str):
-        nonlocal pos
-        v = struct.unpack_from("<" + fmt, buf, pos)
-        pos += struct.calcsize("<" + fmt)
-        return v[0] if len(v) == 1 else v
-
-    def string() -> str:
-        nonlocal pos
-        n = take("Q")
-        pos += n
-        return bytes(buf[pos - n:pos]).decode("utf-8", "replace")
-
-    def skip(vtype: int) -> None:
-        nonlocal pos
-        if vtype in _KV_SIZE:
-            pos += _KV_SIZE[vtype]
-        elif vtype == 8:
-            pos += 8 + take("Q")
-        elif vtype == 9:
-            etype, n = take("IQ")
-            if etype in _KV_SIZE:
-                pos += n * _KV_SIZE[etype]
-            else:
-                for _ in range(n):
-                    skip(etype)
-        else:
-            raise ValueError(f"unknown metadata type {vtype}")
-
     try:
-        if bytes(buf[:4]) != b"GGUF":
-            raise ValueError("not a GGUF file")
-        pos = 4
-        _version, n_tensors, n_kv = take("IQQ")
-        align = 32
-        for _ in range(n_kv):
-            key, vtype = string(), take("I")
-            if key == "general.alignment" and vtype == 4:
-                align = take("I")
-            else:
-                skip(vtype)
-        infos = []
-        for _ in range(n_tensors):
-            name = string()
-            dims = tuple(take("Q") for _ in range(take("I")))
-            infos.append((name, dims, take("I"), take("Q")))
-        start = -(-pos // align) * align
-        out = {}
+        _, infos, start = _parse_header(path)
+        size, out = path.stat().st_size, {}
         for name, dims, ttype, off in infos:
             qt = GGMLQuantizationType(ttype)
             per, nbytes = GGML_QUANT_SIZES[qt]
             n = int(np.prod(dims, dtype=np.int64))
             out[name] = (qt.name, dims, start + off, n // per * nbytes)
-            if start + off + n // per * nbytes > len(buf):
+            if start + off + n // per * nbytes > size:
                 raise ValueError(f"tensor {name} ends past the end of the file")
-    except (struct.error, ValueError, UnicodeDecodeError, IndexError) as e:
+    except EOFError:
+        raise LlamanbError(f"{path.name}: truncated or malformed GGUF header (the file ends inside "
+                           "it)") from None
+    except (struct.error, ValueError, KeyError, UnicodeDecodeError, OverflowError) as e:
         raise LlamanbError(f"{path.name}: truncated or malformed GGUF header ({e})") from None
-    finally:
-        if isinstance(buf, mmap.mmap):
-            buf.close()
     return out
 
 
@@ -178,73 +122,93 @@ def needed_size(path: Path) -> int | None:
 
 def read_header(path: Path, keys: tuple[str, ...] = ()) -> tuple[dict, int | None]:
     """({key: value} for the scalar and string metadata `keys` asked for, the size the file must
-    have), read from the header and tensor table alone, without the gguf package (GGUF v2/v3:
-    magic, version, tensor and key counts, the key/value pairs, the tensor infos, then the data
-    aligned to general.alignment). The size is HEADER_CUT where the file ends inside them, None
-    where they are not a GGUF header. Used to tell a file cut short from a corrupt one when the
-    gguf package's reader gives up, and to read a few keys cheaply."""
+    have), from the header and tensor table alone (_parse_header). The size is HEADER_CUT where
+    the file ends inside them, None where they are not a GGUF header. Used to tell a file cut
+    short from a corrupt one when the gguf package's reader gives up, and to read a few keys
+    cheaply."""
+    import struct
+
+    import gguf
+
+    found: dict = {}
+    try:
+        _, infos, start = _parse_header(path, keys, found)
+        ends = []
+        for _, dims, qtype, off in infos:
+            block, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(qtype)]
+            ends.append(off + int(np.prod(dims, dtype=np.int64)) // block * nbytes)
+        return found, start + max(ends, default=0)
+    except EOFError:                                  # the header itself is cut short
+        return found, HEADER_CUT
+    except (OSError, ValueError, KeyError, struct.error, OverflowError, MemoryError):
+        return found, None
+
+
+def _parse_header(path: Path, keys: tuple[str, ...] = (), found: dict | None = None
+                  ) -> tuple[dict, list[tuple[str, tuple[int, ...], int, int]], int]:
+    """The one reader of a GGUF header (v2/v3: magic, version, tensor and key counts, the
+    key/value pairs, the tensor infos, then the data aligned to general.alignment), without the
+    gguf package: ({key: value} for the scalar and string `keys` asked for, filled into `found`
+    as they are read; [(name, dims fastest-first, GGML type id, offset in the data)]; the data's
+    start). Numeric metadata arrays are skipped without being read. EOFError where the file ends
+    inside the header, ValueError where it is not a GGUF header."""
     import struct
 
     import gguf
 
     scalar = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
               12: "d"}
-    found: dict = {}
-    try:
-        with open(path, "rb") as f:
-            def read(fmt):
-                n = struct.calcsize("<" + fmt)
-                b = f.read(n)
-                if len(b) != n:
-                    raise EOFError
-                return struct.unpack("<" + fmt, b)[0]
+    found = {} if found is None else found
+    with open(path, "rb") as f:
+        def read(fmt):
+            n = struct.calcsize("<" + fmt)
+            b = f.read(n)
+            if len(b) != n:
+                raise EOFError
+            return struct.unpack("<" + fmt, b)[0]
 
-            def string():
-                n = read("Q")
-                if n > 1 << 24:
-                    raise ValueError("implausible string length")
-                b = f.read(n)
-                if len(b) != n:
-                    raise EOFError
-                return b.decode("utf-8", "replace")
+        def string():
+            n = read("Q")
+            if n > 1 << 24:
+                raise ValueError("implausible string length")
+            b = f.read(n)
+            if len(b) != n:
+                raise EOFError
+            return b.decode("utf-8", "replace")
 
-            def value(t):
-                if t == 8:
-                    return string()
-                if t == 9:
-                    et, n = read("I"), read("Q")
-                    if et in scalar:                  # skip a numeric array without reading it
-                        f.seek(n * struct.calcsize("<" + scalar[et]), 1)
-                        return None
-                    for _ in range(n):
-                        value(et)
+        def value(t):
+            if t == 8:
+                return string()
+            if t == 9:
+                et, n = read("I"), read("Q")
+                if et in scalar:                  # skip a numeric array without reading it
+                    f.seek(n * struct.calcsize("<" + scalar[et]), 1)
                     return None
-                return read(scalar[t])
+                for _ in range(n):
+                    value(et)
+                return None
+            if t not in scalar:
+                raise ValueError(f"unknown metadata type {t}")
+            return read(scalar[t])
 
-            if f.read(4) != b"GGUF" or read("I") not in (2, 3):
-                return found, None
-            n_tensors, n_kv = read("Q"), read("Q")
-            alignment = gguf.GGUF_DEFAULT_ALIGNMENT
-            for _ in range(n_kv):
-                key = string()
-                v = value(read("I"))
-                if key == "general.alignment" and isinstance(v, int) and v > 0:
-                    alignment = v
-                if key in keys:
-                    found[key] = v
-            ends = []
-            for _ in range(n_tensors):
-                string()
-                dims = [read("Q") for _ in range(read("I"))]
-                qtype, offset = read("I"), read("Q")
-                block, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(qtype)]
-                ends.append(offset + int(np.prod(dims, dtype=np.int64)) // block * nbytes)
-            start = -(-f.tell() // alignment) * alignment
-            return found, start + max(ends, default=0)
-    except EOFError:                                  # the header itself is cut short
-        return found, HEADER_CUT
-    except (OSError, ValueError, KeyError, struct.error, OverflowError, MemoryError):
-        return found, None
+        if f.read(4) != b"GGUF" or read("I") not in (2, 3):
+            raise ValueError("not a GGUF file")
+        n_tensors, n_kv = read("Q"), read("Q")
+        alignment = gguf.GGUF_DEFAULT_ALIGNMENT
+        for _ in range(n_kv):
+            key = string()
+            v = value(read("I"))
+            if key == "general.alignment" and isinstance(v, int) and v > 0:
+                alignment = v
+            if key in keys:
+                found[key] = v
+        infos = []
+        for _ in range(n_tensors):
+            name = string()
+            dims = tuple(read("Q") for _ in range(read("I")))
+            infos.append((name, dims, read("I"), read("Q")))
+        return found, infos, -(-f.tell() // alignment) * alignment
+
 
 
 class GGUFSource:
