@@ -119,8 +119,9 @@ def portability_env() -> dict[str, str]:
     """The environment of the portability run: numpy's BLAS, numpy's own loops and torch each on
     a second kernel family this CPU can run."""
     env = {"OPENBLAS_CORETYPE": other_openblas_core()}
-    if numpy_disabled_features():
-        env["NPY_DISABLE_CPU_FEATURES"] = numpy_disabled_features()
+    off = numpy_disabled_features()
+    if off:
+        env["NPY_DISABLE_CPU_FEATURES"] = off
     try:
         import torch
 
