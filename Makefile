@@ -67,8 +67,8 @@ test-notebooks: check-pairs notebook-env cross-cc
 # kernel family this CPU can run (AVX-512 machine: the AVX2 kernels; AVX2 machine: AVX without FMA;
 # numpy's own vector loops one level down, torch likewise;
 # see llamanb.blas.portability_env): a tolerance or stored output tuned to one kernel fails here.
-PORTABLE_TESTS := tests/test_blas.py tests/test_serve_bench.py tests/test_mesh_ttnn.py \
-  tests/test_hf_parity.py tests/test_reference_gate.py tests/test_engine.py tests/test_float64.py
+PORTABLE_TESTS := tests/test_blas.py tests/bench/test_serve_bench.py tests/mesh/test_mesh_ttnn.py \
+  tests/check/test_hf_parity.py tests/check/test_reference_gate.py tests/test_engine.py tests/check/test_float64.py
 PORTABLE_NOTEBOOKS := notebooks/00_overview.ipynb notebooks/01_llama_math_numpy.ipynb \
   notebooks/02_rope_einsum_tables.ipynb notebooks/03_masks_padding_proofs.ipynb \
   notebooks/04_kv_cache_growth.ipynb notebooks/09_galaxy_mesh.ipynb

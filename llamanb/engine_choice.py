@@ -18,7 +18,7 @@ def note(line: str) -> None:
 def choose_engine(model, backend: str, dtype: str = "float32"):
     """The engine for --backend; `auto` is the fastest ready one: cpu where a compiler is found
     (its kernels compiled once into the cache, said on one line), else numpy (one line says why).
-    Greedy tokens are the same either way (tests/test_cpu_backend.py, tests/test_cli.py)."""
+    Greedy tokens are the same either way (tests/backends/test_cpu_backend.py, tests/test_cli.py)."""
     from .backends.cpu import check_dtype
     from .engine import Engine
 

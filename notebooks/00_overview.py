@@ -257,7 +257,7 @@ del reader
 # transformers could read the GGUF file itself (`load_hf(model)`, about 20 s on two cores); here
 # it loads llamanb's converted cache directory, which is itself an HF checkpoint, in well under a
 # second. The test suite proves the two loads give the same tensors bit for bit
-# (`tests/test_gguf.py`).
+# (`tests/io/test_gguf.py`).
 
 # %%
 from llamanb.check.hf_reference import greedy_with_top5, load_hf

@@ -277,7 +277,7 @@ print(f"K+V, 2048 positions, bf16: {kv_2048:,} bytes = {kv_2048 // 2**20} MiB "
 # and `model.safetensors` that `llamanb` converted from the GGUF, with its own loader and its own
 # forward pass. (`via="source"` would read the GGUF itself, which also checks the conversion, but it
 # takes 20-45 s on this 2-core machine; the conversion is checked tensor by tensor against that
-# loader in `tests/test_gguf.py`.)
+# loader in `tests/io/test_gguf.py`.)
 
 # %%
 import torch

@@ -580,7 +580,7 @@ print("heads:", cfg.n_heads, " kv heads:", cfg.n_kv_heads, " head_dim:", cfg.hea
 # un-permutes `attn_q` / `attn_k` (`transformers.modeling_gguf_pytorch_utils.TENSOR_PROCESSORS["llama"]`).
 # `llamanb.check.hf_reference.load_hf(model)` runs exactly that, but also maps and converts all 272
 # tensors, which takes about half a minute on a 2-core machine; here we call the same processor on
-# our two tensors, with the head counts read from the file's metadata. (`tests/test_gguf.py` checks
+# our two tensors, with the head counts read from the file's metadata. (`tests/io/test_gguf.py` checks
 # every tensor of a full `load_hf`-style load against llamanb's converted weights, bit for bit.)
 
 # %%

@@ -189,7 +189,7 @@ np.testing.assert_allclose(attn, naive, rtol=0, atol=1e-6)
 # RMSNorm, RoPE, `repeat_kv` and eager (non-fused) attention. Reading the GGUF file with
 # transformers' loader takes about half a minute on a 2-core machine, and the test suite already
 # proves that every tensor it produces equals llamanb's bit for bit
-# (`tests/test_gguf.py::test_every_tensor_matches_transformers_gguf_loader`). So transformers loads
+# (`tests/io/test_gguf.py::test_every_tensor_matches_transformers_gguf_loader`). So transformers loads
 # llamanb's converted cache directory instead (`load_hf(model, via="converted")`, as in notebook 00):
 # the same numbers, with all of the arithmetic transformers' own. A forward pre-hook on layer 0's
 # `o_proj` captures its input: the attention output, heads concatenated.

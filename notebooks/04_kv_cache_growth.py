@@ -419,7 +419,7 @@ print("max |K_decode - K_full| in rows [S, T):", np.abs(cache.k[:, :, S:T] - red
 # Which weights does transformers get? `llamanb.check.hf_reference.load_hf(model)` would read the GGUF
 # file with transformers' own loader, but that takes about half a minute on a 2-core machine. The
 # llamanb cache directory is itself an HF checkpoint (`config.json` + `model.safetensors`), and the
-# test suite (`tests/test_gguf.py::test_every_tensor_matches_transformers_gguf_loader`) proves every
+# test suite (`tests/io/test_gguf.py::test_every_tensor_matches_transformers_gguf_loader`) proves every
 # tensor in it equal, bit for bit, to what transformers' GGUF loader produces. So we load that
 # directory (`load_hf(model, via="converted")`): the same numbers in under a second, and all the
 # arithmetic, RoPE and caching below is transformers' own code.

@@ -372,7 +372,7 @@ else:
 # ## 9. The whole block, compiled: the stored per-op table
 #
 # Compiling every op for three models takes minutes, so it was done once and stored with the
-# compiler's version and the regenerating command; `tests/test_tcp_compiler.py` recompiles a
+# compiler's version and the regenerating command; `tests/tcp/test_tcp_compiler.py` recompiles a
 # sample and fails if the numbers changed. Each op is one kernel, compiled alone; a shape the
 # compiler cannot compile is stored as `refused`, not as a made-up number. bf16 weights.
 

@@ -171,7 +171,7 @@ print("axis 0, chip (1, 2):", col[1, 2][0], "= (0 + 2) + (10 + 2)")
 #   opposite directions: a reduce-scatter or all-gather puts `(n-1)/(2n) · B` on each link
 #   direction (half the line's), an all-reduce `(n-1)/n · B`; the same `n-1` steps each.
 #
-# (`tests/test_mesh_ccl.py` checks these closed forms against what `ccl` counts.)
+# (`tests/mesh/test_mesh_ccl.py` checks these closed forms against what `ccl` counts.)
 # A line all-reduce puts `B` on its busiest link direction, a ring `(n-1)/n · B`. The demo's
 # prefill `line_all_reduce` is, despite its name, a ring on a 6U Galaxy (`tt/llama_ccl.py`:
 # `use_ring_rs_prefill`, `use_ring_ag_prefill`, `num_links = 4`); a 4U gets the line.
@@ -478,7 +478,7 @@ print(inspect.getsource(ttlang.sharded_matmul))
 # Every chip runs it on its own shards; ttnnsim's `all_reduce(…, cluster_axis=…)` adds the partial
 # sums. Here WO for one token at position 0 (attention returns V) on a 3×2 mesh: chip `(p, q)`
 # multiplies head group `p`'s output by its WO block, each column all-reduces. (The tests run all
-# five projections and their collectives: `tests/test_mesh_ttlang.py`.)
+# five projections and their collectives: `tests/mesh/test_mesh_ttlang.py`.)
 
 # %%
 from llamanb.mesh.bounds import matmul_bound

@@ -276,7 +276,7 @@ print("CUDA simulator: tokens", tokens.tolist(), "| lengths", lengths.tolist(),
 # Slot 1 advanced to 7 with its token's embedding in `x_next`; slot 2 chose EOS and slot 3 hit
 # the length limit (16): both are 0 now, free for the host to refill. Through the engine, the
 # same loop is `llamanb.serve`'s scheduler driving `Engine.step` on this backend (tested in
-# `tests/test_cuda_backend.py`: a two-slot batch gives every request the tokens it gets alone).
+# `tests/cuda/test_cuda_backend.py`: a two-slot batch gives every request the tokens it gets alone).
 #
 # ## 6. The CUDA C++ form, compiled: PTX of one kernel
 #
@@ -284,7 +284,7 @@ print("CUDA simulator: tokens", tokens.tolist(), "| lengths", lengths.tolist(),
 # contained so that NVRTC -- CUDA's compiler as a library, a pip wheel -- compiles it as well as
 # nvcc. Neither needs a GPU. **PTX** is NVIDIA's virtual instruction set (what a driver can
 # still compile for a newer GPU); **SASS** is one architecture's machine code, in a cubin.
-# `tests/test_cuda_compile.py` builds both for sm_80 (A100) and sm_90 (H100) and checks every
+# `tests/cuda/test_cuda_compile.py` builds both for sm_80 (A100) and sm_90 (H100) and checks every
 # entry point in each. Here, the PTX of `softmax_rows` for sm_90:
 
 # %%
@@ -309,7 +309,7 @@ print("\n".join(line for line in lines if "shfl" in line))
 # %% [markdown]
 # The butterfly is there: ten `shfl.sync.bfly` instructions, the loop unrolled into five
 # exchanges (offsets 16, 8, 4, 2, 1) for the maximum and five for the sum. The numba-cuda kernels compile to PTX too, without a GPU, by NVVM
-# (`tests/test_cuda_compile.py` checks that their GPU branch uses the same shuffles and that
+# (`tests/cuda/test_cuda_compile.py` checks that their GPU branch uses the same shuffles and that
 # `ptxas` assembles it for both architectures) -- what the simulator, which interprets Python,
 # never checks.
 #

@@ -6,7 +6,7 @@
 # Usage (repository root):  sh scripts/gpu_check.sh      results also in $OUT/gpu_check.json
 # Needs on the GPU machine: numpy, numba-cuda, CuPy, torch, transformers (llamanb imports only
 # numpy for this). `python scripts/gpu_check.py --dry-run` runs the same code here, without a GPU
-# (tests/test_cuda_gpu_check.py).
+# (tests/cuda/test_cuda_gpu_check.py).
 set -e
 cd "$(dirname "$0")/.."
 unset NUMBA_ENABLE_CUDASIM

@@ -299,3 +299,38 @@ def write_tiny_gguf(path, hf_model, *, qtype: str = "F32", raw_override: dict | 
     w.write_tensors_to_file()
     w.close()
     return stored
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    """The compiled cpu kernels (llamanb.backends.cpu_kernels), built once per module; skipped
+    where no C++ compiler is found."""
+    from llamanb.backends import cpu_kernels
+
+    from llamanb import cxx_build as hostbuild
+
+    if hostbuild.compiler()[0] is None:                 # no compiler here: nothing to test
+        pytest.skip("no C++ compiler")
+    return cpu_kernels.load()             # a compiler that fails on the sources fails the tests
+
+
+# ---- the release gate's rule (tests/check/test_reference_gate.py; the cpu backend reuses it) ----
+# Both sides run float32 on bit-identical dequantised weights (tests/io/test_gguf.py), so the only
+# difference is float32 rounding/accumulation order (numpy/OpenBLAS vs torch) through 30 layers.
+# Measured on this machine: max |diff| of the reference's top-5 logits at the first step is 3.8e-5
+# (over the 8 cases; 'capital'); over every compared step 5.2e-5 ('french'). Logits are O(10..30), so float32
+# round-off alone is ~1e-6 relative per op; 1e-3 leaves a 20x+ margin while still catching any
+# real error (a wrong RoPE, norm or head changes these logits by 0.1 or more).
+FIRST_STEP_TOP5_ATOL = 1e-3
+ALL_STEPS_TOP5_ATOL = 2e-3
+
+
+def greedy_walk(engine, prompt_ids, ref_ids, ref_top5):
+    """Decode greedily for len(ref_ids) steps with the one greedy loop (llamanb.check.greedy).
+
+    Returns (ours, our_top5_per_step, logits_per_step), cut after the first divergence."""
+    from llamanb.check.greedy import engine_greedy
+
+    run = engine_greedy(engine, prompt_ids, len(ref_ids), k=5, keep_logits=True)
+    n = next((i + 1 for i, (a, b) in enumerate(zip(run.ids, ref_ids)) if a != b), len(run.ids))
+    return run.ids[:n], run.top_ids[:n], run.logits[:n]

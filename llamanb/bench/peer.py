@@ -5,7 +5,7 @@ runner in a child process of whichever Python has `llama_cpp` installed.
                                                                           .../<name>-<hash>.BF16.gguf
 
 Both files hold the weights llamanb computes with (dequantised by the `gguf` package, exactly as
-llamanb does, tests/test_gguf.py), as float32 or rounded to bfloat16 (1-D norms stay float32, as
+llamanb does, tests/io/test_gguf.py), as float32 or rounded to bfloat16 (1-D norms stay float32, as
 llama.cpp's own converter keeps them). Written to a temporary file and renamed into place.
 
 Which Python: `--peer-python`, else $LLAMANB_PEER_PYTHON, else this one if it can import

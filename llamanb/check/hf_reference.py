@@ -42,7 +42,7 @@ def load_hf(model: Model, dtype: str = "float32", via: str = "source"):
     via="source": transformers reads the original file itself (for a GGUF: its own dequantiser and
     Q/K un-permutation; ~20 s for SmolLM2 on 2 cores) -- independent of llamanb's loader too.
     via="converted": transformers loads llamanb's converted cache directory (an HF checkpoint) in
-    under a second; its arithmetic is still all its own. tests/test_gguf.py proves both loads give
+    under a second; its arithmetic is still all its own. tests/io/test_gguf.py proves both loads give
     the same tensors bit for bit."""
     if via not in ("source", "converted"):
         raise LlamanbError(f"via must be 'source' or 'converted', got {via!r}")

@@ -85,7 +85,7 @@ ENTRY_POINTS = ("gemm_nt", "rmsnorm", "rope", "fill_kv", "qkt", "softmax_rows", 
 def signatures() -> dict:
     """Each kernel's argument types as the backend launches it (C-contiguous float32 arrays,
     int32 index arrays, Python ints as int64, float32 scalars): what ahead-of-time compilation
-    to PTX needs (tests/test_cuda_compile.py compiles every kernel for sm_80 and sm_90)."""
+    to PTX needs (tests/cuda/test_cuda_compile.py compiles every kernel for sm_80 and sm_90)."""
     from numba import int64
 
     f1, f2, f4, i1 = float32[::1], float32[:, ::1], float32[:, :, :, ::1], int32[::1]

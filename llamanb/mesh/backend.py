@@ -135,7 +135,7 @@ class TtnnMeshBackend(Backend):
     Tensors are 4-D, [1, 1, rows, width], as ttnn keeps them. The KV cache lives on the device, one
     per KVStore the engine hands in (contiguous caches only); the KVStore keeps the lengths. The
     RoPE tables are uploaded per step as the op's "cache" with exactly the step's rows. Tested with
-    a fake ttnn (tests/test_mesh_ttnn.py) that computes in float32 and models neither tile padding
+    a fake ttnn (tests/mesh/test_mesh_ttnn.py) that computes in float32 and models neither tile padding
     nor memory configs: on a card, row slices that do not start on a tile, partial-tile cache
     writes and the rms_norm weight layout may need ttnn's ROW_MAJOR / padding variants."""
 

@@ -23,7 +23,7 @@ first call of each set (the steady state), a prefill of S rows and a decode toke
 
 `static_luts=True` counts the RoPE tables as written once (as upstream does for a fixed prompt
 length at positions 0..S-1); the backend itself passes them every call, because a chunk of a long
-prompt starts elsewhere. All values are bf16 (2 bytes). tests/test_npu_backend.py checks these
+prompt starts elsewhere. All values are bf16 (2 bytes). tests/npu/test_npu_backend.py checks these
 formulas against the bytes the emulated device counts.
 """
 from __future__ import annotations

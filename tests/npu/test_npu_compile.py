@@ -85,7 +85,7 @@ def test_bad_input_is_a_one_line_error(cache, tmp_path):
 # ---- the real path, with fakes -----------------------------------------------------------------
 @pytest.fixture
 def fake_toolchain(tmp_path, monkeypatch):
-    """The contract fakes of mlir-air and Peano (tests/npu_fakes.py), with a clang++ that also
+    """The contract fakes of mlir-air and Peano (tests/npu/npu_fakes.py), with a clang++ that also
     records its command lines."""
     import npu_fakes
 

@@ -17,7 +17,7 @@ import pytest
 from llamanb.exercises import CHAPTERS, chapter
 from llamanb.exercises.check import NOT_ATTEMPTED, Case, Exercise, difference
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = {
     "ch01": "01_llama_math_numpy", "ch02": "02_rope_einsum_tables", "ch03": "03_masks_padding_proofs",
     "ch04": "04_kv_cache_growth", "ch05": "05_npu_kernels", "ch06": "06_elf_stitching",
@@ -410,7 +410,7 @@ WRONG = [
 ]
 
 
-# Exercises whose wrong answer needs a simulator live beside it: 09.3's in tests/test_mesh_ttlang.py
+# Exercises whose wrong answer needs a simulator live beside it: 09.3's in tests/mesh/test_mesh_ttlang.py
 # (test_the_exercise_catches_a_program_that_reads_the_wrong_k_tile).
 WRONG_ELSEWHERE = {("ch09", "matmul_program")}
 

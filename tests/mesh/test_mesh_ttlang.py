@@ -143,14 +143,14 @@ def test_tile_traffic_from_the_trace_equals_the_programs_counts(layer_run):
 
 
 def test_the_exercise_catches_a_program_that_reads_the_wrong_k_tile():
-    """Chapter 09's exercise 09.3: the solution passes (tests/test_exercises.py); the same program
+    """Chapter 09's exercise 09.3: the solution passes (tests/course/test_exercises.py); the same program
     reading x's first K tile at every K step fails where a chip holds more than one K tile
     (the third case), naming the chip and the value."""
     from pathlib import Path
 
     from llamanb.exercises import ch09
 
-    src = (Path(__file__).parents[1] / "solutions" / "09_galaxy_mesh.py").read_text()
+    src = (Path(__file__).parents[2] / "solutions" / "09_galaxy_mesh.py").read_text()
     assert "ttl.copy(x[0:Mt, k:k + 1], xb)" in src
     ns = {}
     exec(compile(src.replace("ttl.copy(x[0:Mt, k:k + 1], xb)", "ttl.copy(x[0:Mt, 0:1], xb)"), "wrong", "exec"), ns)

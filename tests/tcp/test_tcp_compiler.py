@@ -2,7 +2,7 @@
 
 The independent references: furiosa-tcc itself (a sample of the stored table is recompiled and
 must give the same cycles), the chapter's einsum program (each kernel's axis sizes give the op's
-FLOPs, which tests/test_tcp_program.py ties to llamanb.flops' closed forms), and the config's
+FLOPs, which tests/tcp/test_tcp_program.py ties to llamanb.flops' closed forms), and the config's
 parameter and KV-cache accounting (the batch readings). Compiler tests skip, saying why, only
 where furiosa-tcc / furiosa-kernels are not installed; `make test` installs both.
 """

@@ -258,7 +258,7 @@ def test_concurrent_builds_leave_one_complete_library(tmp_path):
     library remains, no temporary file is left, and it loads."""
     code = ("import sys; from pathlib import Path; from llamanb import cxx_build as hostbuild; "
             "b = hostbuild.build(hostbuild.KERNELS_DIR, Path(sys.argv[1])); print(b.path)")
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=root,
                               stdout=subprocess.PIPE, text=True) for _ in range(2)]
     paths = {p.communicate(timeout=300)[0].strip() for p in procs}

@@ -21,7 +21,7 @@ MESHES = [(1, 1), (1, 3), (3, 4)]          # (3, 4): heads over 3 devices, hidde
 
 def f64_logits(model, ids):
     """The last row's logits from the package's float64 forward (tested against transformers in
-    float64 in tests/test_float64.py)."""
+    float64 in tests/check/test_float64.py)."""
     from llamanb.check.float64 import forward
 
     return forward(model.weights, ids, rows=[len(ids) - 1])[0]

@@ -1,6 +1,6 @@
 """The real-hardware path, composed: compile (mlir-air's XRTBackend, ELF) -> KernelCache (the ELF
 and its kernel name) -> XrtDevice (xrt.elf -> hw_context -> ext.kernel -> ext.bo -> run) -> tokens,
-through contract fakes written from upstream's source (tests/npu_fakes.py cites file:line for every
+through contract fakes written from upstream's source (tests/npu/npu_fakes.py cites file:line for every
 call). The fakes bind only the ELF API, so a call that departs from it fails; the tokens are
 checked against the numpy engine in its bf16 mode (an independent implementation)."""
 from __future__ import annotations

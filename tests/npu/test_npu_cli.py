@@ -14,7 +14,7 @@ import pytest
 from llamanb.config import LLAMA32_1B
 from llamanb.npu.plan import read_plan
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args, cache=None):

@@ -75,7 +75,7 @@ def test_package_imports_without_pyxrt(monkeypatch):
 
 
 def test_xrt_path_with_the_contract_fake(tmp_path):
-    """One ELF group through XrtDevice and the pyxrt contract fake (tests/npu_fakes.py): bf16
+    """One ELF group through XrtDevice and the pyxrt contract fake (tests/npu/npu_fakes.py): bf16
     packing round-trips, every slot is bound, the result equals float64 numpy within bf16
     rounding."""
     import npu_fakes

@@ -11,19 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llamanb.check.greedy import engine_greedy
-
-from conftest import REFERENCE_DIR
-
-# Both sides run float32 on bit-identical dequantised weights (tests/test_gguf.py), so the only
-# difference is float32 rounding/accumulation order (numpy/OpenBLAS vs torch) through 30 layers.
-# Measured on this machine: max |diff| of the reference's top-5 logits at the first step is 3.8e-5
-# (over the 8 cases; 'capital'); over every compared step 5.2e-5 ('french'). Logits are O(10..30), so float32
-# round-off alone is ~1e-6 relative per op; 1e-3 leaves a 20x+ margin while still catching any
-# real error (a wrong RoPE, norm or head changes these logits by 0.1 or more).
-FIRST_STEP_TOP5_ATOL = 1e-3
-ALL_STEPS_TOP5_ATOL = 2e-3
-
+from conftest import ALL_STEPS_TOP5_ATOL, FIRST_STEP_TOP5_ATOL, REFERENCE_DIR, greedy_walk
 
 def _case_names():
     import json
@@ -56,15 +44,6 @@ def test_tokenizer_reproduces_prompt_ids(smollm, reference_data, name):
     c = _case(reference_data, name)
     ids = smollm.tokenizer.encode_prompt(c["text"], chat=c["chat"])
     assert ids == c["prompt_ids"]
-
-
-def greedy_walk(engine, prompt_ids, ref_ids, ref_top5):
-    """Decode greedily for len(ref_ids) steps with the one greedy loop (llamanb.check.greedy).
-
-    Returns (ours, our_top5_per_step, logits_per_step), cut after the first divergence."""
-    run = engine_greedy(engine, prompt_ids, len(ref_ids), k=5, keep_logits=True)
-    n = next((i + 1 for i, (a, b) in enumerate(zip(run.ids, ref_ids)) if a != b), len(run.ids))
-    return run.ids[:n], run.top_ids[:n], run.logits[:n]
 
 
 @pytest.mark.parametrize("name", _case_names())

@@ -1,0 +1,95 @@
+"""The bench's reports and its llama.cpp peer (llamanb.bench): the ratio rows and their targets,
+the peer interpreter's one-line failure, the GGUF files llama.cpp is measured on, and the memory
+bandwidth probe the roofline divides by."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from llamanb.errors import LlamanbError
+
+def test_bench_ratios_against_llamacpp_and_roofline():
+    """`bench --backend cpu`: each precision against llama.cpp at the same precision, and decode
+    against its own roofline (bandwidth / the bytes it reads per token: bf16 reads half)."""
+    from llamanb.bench.report import ratios
+
+    eng = {"llamanb": {"decode_tok_s": 40.0, "prefill_128_tok_s": 400.0,
+                       "prefill_512_tok_s": 500.0, "weight_bytes": 500e6},
+           "llamanb@cpu": {"decode_tok_s": 60.0, "prefill_128_tok_s": 400.0,
+                           "prefill_512_tok_s": 400.0, "weight_bytes": 500e6},
+           "llamanb@cpu:bf16": {"decode_tok_s": 100.0, "prefill_128_tok_s": 400.0,
+                                "prefill_512_tok_s": 300.0, "weight_bytes": 250e6},
+           "llamacpp_f32": {"decode_tok_s": 50.0, "prefill_512_tok_s": 500.0},
+           "llamacpp_bf16": {"decode_tok_s": 125.0, "prefill_512_tok_s": 250.0}}
+    rows = {r["name"]: r for r in ratios(eng, roofline=60.0, gb_s=40.0)}
+    f32 = rows["cpu decode / llama.cpp F32 decode"]
+    assert (f32["value"], f32["target"], f32["pass"]) == (1.2, 1.0, True)
+    bf = rows["cpu:bf16 decode / llama.cpp BF16 decode"]
+    assert (bf["value"], bf["pass"]) == (0.8, False)
+    assert rows["cpu prefill_512 / llama.cpp F32 prefill_512"]["value"] == 0.8
+    assert rows["cpu decode / its roofline (40.0 GB/s / 500 MB)"]["value"] == 60.0 / 80.0
+    assert rows["cpu:bf16 decode / its roofline (40.0 GB/s / 250 MB)"]["value"] == 100.0 / 160.0
+    assert rows["cpu prefill_512 / numpy fp32 prefill_512"]["value"] == 0.8
+
+
+def test_peer_python_missing_is_one_line(monkeypatch):
+    from llamanb.bench.peer import peer_python
+
+    monkeypatch.delenv("LLAMANB_PEER_PYTHON", raising=False)
+    with pytest.raises(LlamanbError, match="cannot import llama_cpp|does not run"):
+        peer_python(sys.executable if __import__("importlib").util.find_spec("llama_cpp") is None
+                    else "/nonexistent/python")
+
+
+def test_peer_ggufs_rewrite_every_tensor_and_key(tmp_path):
+    """make_ggufs (the files llama.cpp is measured on) on a small GGUF: every metadata key kept,
+    2-D tensors in float32 / bfloat16 (nearest-even, checked with ml_dtypes), 1-D kept float32,
+    the file type updated, and a second call rewrites nothing."""
+    import ml_dtypes
+    from gguf import GGUFReader, GGUFWriter
+
+    from llamanb.bench.peer import make_ggufs
+
+    rng = np.random.default_rng(0)
+    mat, norm = rng.standard_normal((6, 32)).astype(np.float32), rng.standard_normal(32).astype(np.float32)
+    src = tmp_path / "tiny.gguf"
+    w = GGUFWriter(str(src), "llama")
+    w.add_uint32("llama.block_count", 1)
+    w.add_array("tokenizer.ggml.tokens", ["a", "b", "c"])
+    w.add_tensor("blk.0.ffn_down.weight", mat)
+    w.add_tensor("blk.0.attn_norm.weight", norm)
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    out = tmp_path / "peer"
+    files = make_ggufs(src, out)
+    for prec, path in files.items():
+        r = GGUFReader(path)
+        assert r.fields["llama.block_count"].contents() == 1
+        assert r.fields["tokenizer.ggml.tokens"].contents() == ["a", "b", "c"]
+        assert r.fields["general.file_type"].contents() == (0 if prec == "F32" else 32)
+        t = {x.name: x for x in r.tensors}
+        assert np.array_equal(np.asarray(t["blk.0.attn_norm.weight"].data), norm)
+        got = np.asarray(t["blk.0.ffn_down.weight"].data)
+        if prec == "BF16":
+            got = got.view(np.uint16).reshape(mat.shape).view(ml_dtypes.bfloat16).astype(np.float32)
+            assert np.array_equal(got, mat.astype(ml_dtypes.bfloat16).astype(np.float32))
+        else:
+            assert np.array_equal(got, mat)
+    stamps = {p: p.stat().st_mtime_ns for p in files.values()}
+    assert make_ggufs(src, out) == files
+    assert {p: p.stat().st_mtime_ns for p in files.values()} == stamps      # cached
+    assert sorted(p.suffix for p in out.iterdir()) == [".gguf", ".gguf"]     # no .tmp left
+
+
+def test_bandwidth_probe_takes_the_kernels_streaming_sum(kernels):
+    """The roofline's bandwidth is the best of every probe, the cpu kernels' own streaming read
+    among them; that read sums what numpy sums."""
+    from llamanb.bench.machine import memory_read_bandwidth
+
+    a = np.random.default_rng(2).standard_normal(1 << 20).astype(np.float32)
+    assert abs(kernels.read_sum(a) - float(a.astype(np.float64).sum())) < 1e-6 * np.abs(a).sum()
+    bw = memory_read_bandwidth(nbytes=64 << 20, repeats=2, extra={"cpu sum": kernels.read_sum})
+    meds = {n: m["median_gb_s"] for n, m in bw["methods"].items()}
+    assert "cpu sum" in meds and len(meds) == 5
+    assert bw["gb_s"] == max(meds.values()) and bw["best"] == max(meds, key=meds.get)
