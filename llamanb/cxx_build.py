@@ -6,13 +6,13 @@ kernels/cpu/*.cc).
     key = sha256(every source and header, the flags, `g++ --version`)
 
 The defaults (kernels/, FLAGS, the npu-host directory) are the NPU host build's: the emulated NPU2
-runs the same C++ the NPU would (through Peano, see llamanb.npu.peano), built by the host compiler;
+runs the same C++ the NPU would (through Peano, see llamanb.npu.compiler.peano), built by the host compiler;
 the cpu backend (llamanb.backends.cpu_kernels) passes its own directory, flags and name.
 
 A build is written to a temporary file in the cache directory and renamed into place, so two
 processes building at once each finish with a complete library and an interrupted build leaves
 nothing that looks finished. No compiler means no host build: `build()` returns None
-and `reason()` says why; callers then use the numpy models (llamanb.npu.extern) and say so.
+and `reason()` says why; callers then use the numpy models (llamanb.npu.compiler.extern) and say so.
 
     LLAMANB_CXX   the compiler to use (else $CXX, else g++, c++ or clang++: find_cxx below, which `info` uses too);
                   "none" turns host builds off.

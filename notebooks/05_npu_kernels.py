@@ -81,10 +81,10 @@ print(f"H = {H}, N_h = {Nh}, N_kv = {Nkv}, d_h = {d}, D_ff = {F}, V = {V}")
 # level: no space (0) is DDR (L3), `1` a mem tile (L2), `2` a compute tile's L1. A `memref<...,
 # 2 : i32>` in the text below is therefore a per-tile buffer.
 #
-# The emulated array model (`llamanb.npu.array`) holds these numbers once:
+# The emulated array model (`llamanb.npu.compiler.array`) holds these numbers once:
 
 # %%
-from llamanb.npu.array import NPU2
+from llamanb.npu.compiler.array import NPU2
 
 print(NPU2.name)
 print(f"{NPU2.columns} columns x {NPU2.core_rows} compute tiles = {NPU2.compute_tiles} compute tiles")
@@ -125,13 +125,13 @@ print("every element owned once:", bool((owner >= 0).all()),
       "| elements per tile:", np.bincount(owner).tolist())
 
 # %% [markdown]
-# The builder `llamanb.npu.builders.add` writes exactly that loop. It returns a `KernelSpec`: the
+# The builder `llamanb.npu.compiler.builders.add` writes exactly that loop. It returns a `KernelSpec`: the
 # module text, a table of its arguments (the function's `%argN` slots, with the *role* a runtime
 # needs: a weight is uploaded once, an input changes every call, an output is read back), the herd
 # and the tile sizes, and a numpy model of its semantics (bf16 storage, float32 arithmetic).
 
 # %%
-from llamanb.npu.builders import add
+from llamanb.npu.compiler.builders import add
 
 add_spec = add(S, H, tile=c)
 print(add_spec)
@@ -157,14 +157,14 @@ excerpt(add_spec.text, '"air.herd"', '"scf.for"', "%a_l1, ", '"arith.addf"', "ll
 # Upstream MLIR (the `mlir` Python package from PyPI, the same parser mlir-air is built on) parses
 # and verifies the module. Without the AIR dialect its ops are unregistered, so `verify` also checks
 # the AIR rules itself: herds are 2D, hierarchy ops are isolated from above and end with their
-# terminator, DMAs list matching offsets, sizes and strides (see `llamanb.npu.verify`).
+# terminator, DMAs list matching offsets, sizes and strides (see `llamanb.npu.compiler.verify`).
 
 # %%
-from llamanb.npu.verify import verify
+from llamanb.npu.compiler.verify import verify
 
 verify(add_spec.text)
 print("add: parsed by upstream MLIR (generic form; AIR ops unregistered, no AIR verifier ran), "
-      "AIR structure checked by llamanb.npu.verify")
+      "AIR structure checked by llamanb.npu.compiler.verify")
 
 # %% [markdown]
 # **What this check is, and is not.** Every module in this course is checked *structurally* (the
@@ -173,12 +173,12 @@ print("add: parsed by upstream MLIR (generic form; AIR ops unregistered, no AIR 
 # (notebook 06 §10 lists what that compiler adds and where it has limits).
 
 # %% [markdown]
-# Now run it. `llamanb.npu.emulator.run` executes the text: the herd's eight tiles one after the
+# Now run it. `llamanb.npu.compiler.emulator.run` executes the text: the herd's eight tiles one after the
 # other, each DMA copying exactly the elements its offsets name. A wrong offset in the text would
 # give wrong numbers here, as on the device.
 
 # %%
-from llamanb.npu.emulator import run
+from llamanb.npu.compiler.emulator import run
 
 rng = np.random.default_rng(0)
 a, b = (to_bf16(rng.standard_normal((S, H)).astype(np.float32)) for _ in range(2))
@@ -196,12 +196,12 @@ print("emulated NPU == numpy model:", np.array_equal(out_npu, out_model),
 # rounded to bf16. Each step runs one kernel on the emulated NPU2 and compares it with (a) the
 # kernel's numpy model and (b) the numpy engine's own op on the same inputs. We measure differences
 # in bf16 *ulps* (units in the last place: one ulp is the gap between neighbouring bf16 numbers),
-# with the helpers of `llamanb.npu.compare`: `ulps`, `within` (asserts a bound, records the
+# with the helpers of `llamanb.npu.compiler.compare`: `ulps`, `within` (asserts a bound, records the
 # measured value in `MEASURED`), `scaled` (ulps of the output's scale, for sums of products where
 # terms cancel) and `run_kernel` (the emulated NPU2 and the spec's numpy model side by side).
 
 # %%
-from llamanb.npu.compare import MEASURED, run_kernel, scaled, ulps, within  # noqa: F401
+from llamanb.npu.compiler.compare import MEASURED, run_kernel, scaled, ulps, within  # noqa: F401
 
 text = ("The NPU in a Ryzen AI laptop has thirty-two compute tiles arranged in eight columns of "
         "four. Each tile has a small memory of its own and a vector processor, and data moves "
@@ -226,7 +226,7 @@ print("tokens:", ids.size, "| x0:", x0.shape)
 # reads `x` as one flat `[S·H]` buffer, the layout the previous layer's residual add leaves.
 
 # %%
-from llamanb.npu.builders import rmsnorm
+from llamanb.npu.compiler.builders import rmsnorm
 
 norm = rmsnorm(S, H, cfg.rms_eps)
 print(norm.table())
@@ -247,7 +247,7 @@ print(f"vs model: {within(ulps(h_npu, h_model), 1, 'rmsnorm vs model')} | vs eng
 # writes it into the block in L2 (`memory space 1`), which the segment then copies to DDR.
 
 # %%
-from llamanb.npu.builders import gemm
+from llamanb.npu.compiler.builders import gemm
 
 q_dim, kv_dim = Nh * d, Nkv * d
 wq, wk, wv = np.split(W["wqkv"], [q_dim, q_dim + kv_dim])        # [out, in] each
@@ -286,7 +286,7 @@ print(f"k vs engine: {scaled(k_npu, to_bf16(h_npu @ wk.T), 'gemm k vs engine')} 
 # `x` and its table have one layout. Derive it from the engine's frequencies:
 
 # %%
-from llamanb.npu.builders import rope, rope_lut
+from llamanb.npu.compiler.builders import rope, rope_lut
 
 freqs = rope_for(cfg)                                          # [d/2] inverse frequencies
 cos, sin = cos_sin(np.arange(S), freqs)                        # [S, d/2]
@@ -311,7 +311,7 @@ print(f"vs model*: {within(ulps(qr_npu, qr_model), 0, 'rope vs model*')} | vs en
 
 # %% [markdown]
 # Which implementation of the C++ ran? The emulator calls the real C++ source built with the
-# host's g++ when a compiler is present (`llamanb.npu.extern`), else the kernel's numpy model, and
+# host's g++ when a compiler is present (`llamanb.npu.compiler.extern`), else the kernel's numpy model, and
 # its report says which (this depends on the machine, so the output is not checked). **`vs model*`
 # (with the star) is an independent check only where the host build ran**: without g++ the
 # emulator runs the numpy model in the C++ kernel's place, and that line compares the model with
@@ -361,7 +361,7 @@ print("merged partial softmaxes == full softmax:", np.allclose(merged, full, rto
 # profile.md` lists the object).
 
 # %%
-from llamanb.npu.builders import flash_attn
+from llamanb.npu.compiler.builders import flash_attn
 
 fa = flash_attn(S, Nh, Nkv, d, num_q_tiles=2)
 print(fa.table())
@@ -404,7 +404,7 @@ print(f"o vs engine: {scaled(o_npu, to_bf16(att_npu @ W['wo'].T), 'gemm o vs eng
 # which saves writing and re-reading the `[S, D_ff]` activation between two kernels.
 
 # %%
-from llamanb.npu.builders import silu_and_mul
+from llamanb.npu.compiler.builders import silu_and_mul
 
 wg, wu = np.split(W["w_gate_up"], 2)                           # [D_ff, H] each
 (h2,), _ = run_kernel(rmsnorm(S, H, cfg.rms_eps), x1_npu, W["ffn_norm"])
@@ -449,7 +449,7 @@ print(f"layer 0 on the emulated NPU2 vs the float32 engine's block, relative to 
 # module; here is one partition, on the last token:
 
 # %%
-from llamanb.npu.builders import gemv
+from llamanb.npu.compiler.builders import gemv
 
 lm = to_bf16(model.weights.lm_head[: V // 8])                 # partition 0 of 8: [V/8, H]
 h_last = to_bf16(rms_norm(x0[-1:], to_bf16(model.weights.final_norm), cfg.rms_eps))[0]
@@ -479,13 +479,13 @@ print(f"layer 0 vs the float32 block: max |diff| {100 * err.max():.3f}% (bound 1
 # %% [markdown]
 # ## 4. Tiles used per kernel
 #
-# The launch plan is read back from each module's text (`llamanb.npu.plan`): launch order, which
+# The launch plan is read back from each module's text (`llamanb.npu.compiler.plan`): launch order, which
 # function argument each launch touches, the herds with their sizes and unrolled segment copies,
 # the kernel each herd runs and the L1/L2 buffers it holds.
 
 # %%
-from llamanb.npu.array import l1_need, omit_pingpong_of
-from llamanb.npu.plan import read_plan
+from llamanb.npu.compiler.array import l1_need, omit_pingpong_of
+from llamanb.npu.compiler.plan import read_plan
 
 kernels = {"rmsnorm": norm, "gemm (q)": gq, "rope (q)": rq, "flash_attn": fa, "add (2D->1D)": res1,
            "silu_and_mul": sw, "gemv (lm head / 8)": gl}
@@ -509,7 +509,7 @@ for name, spec in kernels.items():
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from llamanb.npu import tileview
+from llamanb.npu.compiler import tileview
 
 tileview.widget(kernels)
 
@@ -585,7 +585,7 @@ for name, spec in big.items():
 # | eltwise add | codegen (linalg) | [8, 1], bare | 8 | — |
 #
 # Every module above parsed with upstream MLIR (AIR ops unregistered there, so its structure is
-# checked by `llamanb.npu.verify`, not by an AIR verifier), ran on the emulated NPU2 within one
+# checked by `llamanb.npu.compiler.verify`, not by an AIR verifier), ran on the emulated NPU2 within one
 # bf16 ulp of its numpy model, and matched the numpy engine's op. Notebook 06 stitches them into
 # the multi-launch modules upstream compiles into one ELF each.
 

@@ -41,10 +41,10 @@ import numpy as np
 
 from llamanb import Engine, Step, load_model
 from llamanb.config import LLAMA32_1B
-from llamanb.npu import verify as V
-from llamanb.npu.builders import gemv, rmsnorm, rope_lut
-from llamanb.npu.emulator import run
-from llamanb.npu.plan import read_plan
+from llamanb.npu.compiler import verify as V
+from llamanb.npu.compiler.builders import gemv, rmsnorm, rope_lut
+from llamanb.npu.compiler.emulator import run
+from llamanb.npu.compiler.plan import read_plan
 from llamanb.numerics import to_bf16
 from llamanb.ops import rms_norm
 
@@ -66,7 +66,7 @@ print(f"embedded model: H = {H}, q_dim = {cfg.q_dim}, kv_dim = {cfg.kv_dim}, D_f
 # call per kernel (a *launch* in the stitched module); stitched, one call per group.
 
 # %%
-from llamanb.npu.groups import layer_groups
+from llamanb.npu.compiler.groups import layer_groups
 
 DISPATCH_US = 100          # the guide's figure per xrt.run(), an estimate
 
@@ -197,7 +197,7 @@ excerpt("\n".join(mine), '"air.launch"(', '"func.call"')
 # buffers come in through the launch's and segment's block arguments. The herd's body is untouched.
 
 # %%
-from llamanb.npu.stitch import Member, run_one_by_one, stitch, wrap_bare_herds
+from llamanb.npu.compiler.stitch import Member, run_one_by_one, stitch, wrap_bare_herds
 
 wrapped = wrap_bare_herds(norm.text)
 print("before:")
@@ -230,7 +230,7 @@ print(group.table())
 plan = read_plan(group.text)
 print(plan.table())
 V.verify(group.text)
-print("upstream MLIR: parsed (AIR ops unregistered there: no AIR verifier ran; llamanb.npu.verify "
+print("upstream MLIR: parsed (AIR ops unregistered there: no AIR verifier ran; llamanb.npu.compiler.verify "
       "checked the AIR structure)" if V.available() else "MLIR bindings absent")
 
 # %% [markdown]
@@ -300,7 +300,7 @@ print(f"one map entry changed: {changed:.0%} of K's elements change "
 # %% [markdown]
 # ## 7. The production groups
 #
-# `llamanb.npu.groups` builds the guide's layout from a model config: prefill `rms_gemms_rope`
+# `llamanb.npu.compiler.groups` builds the guide's layout from a model config: prefill `rms_gemms_rope`
 # (6 launches), `flash_attn` (alone), `o_ffn` (8); decode `rms_gemv_rope` (6), `o_gemv_ffn` (8) and
 # `lm_head_gemv` (the vocabulary in 8 row slices). Two details come from the one-function rule: an
 # external kernel has one declaration per module, so the down projection (K = D_ff) is the same
@@ -313,7 +313,7 @@ print(f"one map entry changed: {changed:.0%} of K's elements change "
 # Every count below is read back from the stitched module's text:
 
 # %%
-from llamanb.npu.groups import group_table
+from llamanb.npu.compiler.groups import group_table
 
 for name, (gs, _) in tables.items():
     print(f"--- {name}")
@@ -355,7 +355,7 @@ plt.show()
 # in the guide's decode; `o_gemv_ffn` (8 launches) gives the layer's output.
 
 # %%
-from llamanb.npu.groups import decode_groups
+from llamanb.npu.compiler.groups import decode_groups
 
 prompt = model.tokenizer.encode("Tiles talk through DDR")[:6]
 P = len(prompt) - 1
@@ -470,14 +470,14 @@ print(f"layer 0 output, o_gemv_ffn3 vs o_gemv_ffn: {same} of {out.size} elements
 # %% [markdown]
 # ## 9. Compiling once
 #
-# `llamanb.npu.compile.compile(spec)` turns a group into an artifact directory in the cache: the
+# `llamanb.npu.compiler.compile.compile(spec)` turns a group into an artifact directory in the cache: the
 # module text, its launch plan as JSON, the host build the emulator calls, and a manifest that says
 # **emulated** without mlir-air and Peano (with them: Peano's objects, then mlir-air's `XRTBackend`
 # writes `<group>.elf`, loaded later as kernel `main:<group>`). Its name holds a fingerprint of the
 # text, the compile options, the kernel sources and the toolchain, so a second compile finds it.
 
 # %%
-from llamanb.npu import compile as npc
+from llamanb.npu.compiler import compile as npc
 
 first = npc.compile(dg["o_gemv_ffn"].spec, mode="emulated")
 second = npc.compile(dg["o_gemv_ffn"].spec, mode="emulated")
@@ -556,7 +556,7 @@ assert second.cache_hit and second.path == first.path
 # ## Exercises
 #
 # Two functions to write: the bookkeeping of section 3 for any group. Each is checked against
-# `llamanb.npu.stitch`. Replace `raise NotImplementedError` with your code and run the cell, then
+# `llamanb.npu.compiler.stitch`. Replace `raise NotImplementedError` with your code and run the cell, then
 # run the check below it; it prints one line (`passed`, the first case that differs with a hint, or
 # `not attempted yet`). Solutions: `solutions/06_elf_stitching.py`.
 
@@ -588,7 +588,7 @@ ch06.group_arguments(group_arguments)
 # Write `derive_roles(events, names)`: `events[i]` lists `(group argument, role in member i)` for
 # member `i` in launch order, roles `"input"`, `"weight"` or `"output"`; return `{name: role}`
 # with `"input"`, `"weight"`, `"intermediate"` or `"output"` for the group. Checked against
-# `llamanb.npu.stitch.derive_roles` on the groups of 06.1 and random ones. *Hint:* a buffer the
+# `llamanb.npu.compiler.stitch.derive_roles` on the groups of 06.1 and random ones. *Hint:* a buffer the
 # host never needs to read back is one some later member reads.
 
 # %%

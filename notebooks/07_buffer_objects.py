@@ -37,8 +37,8 @@ import numpy as np
 
 from llamanb import Engine, load_model
 from llamanb.numerics import to_bf16
-from llamanb.npu.builders import gemv
-from llamanb.npu.runtime import FROM_DEVICE, TO_DEVICE, EmulatedDevice, read, write
+from llamanb.npu.compiler.builders import gemv
+from llamanb.npu.runtime.devices import FROM_DEVICE, TO_DEVICE, EmulatedDevice, read, write
 
 model = load_model()
 cfg = model.config
@@ -112,7 +112,7 @@ print(dev.counters)
 # %%
 import tempfile
 
-from llamanb.npu.kernel_cache import KernelCache
+from llamanb.npu.runtime.kernel_cache import KernelCache
 
 kc = KernelCache(EmulatedDevice(), root=tempfile.mkdtemp())
 kc.compile_and_cache("gemv", spec, {"k": K})
@@ -196,10 +196,10 @@ assert pre.dispatches == 3 * L + 1 and dec.dispatches == 2 * L + 1
 
 # %% [markdown]
 # Those are first calls (intermediates written once per buffer set). The steady state's counted
-# bytes must equal `llamanb.npu.traffic`'s closed form.
+# bytes must equal `llamanb.npu.perf.traffic`'s closed form.
 
 # %%
-from llamanb.npu import traffic
+from llamanb.npu.perf import traffic
 
 c0 = b.counters.copy()
 cache = npu.new_cache(256)
@@ -263,7 +263,7 @@ print(f"emulation wall time so far {b.counters.wall_s:.1f} s (numpy interpreter,
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from llamanb.npu import tileview
+from llamanb.npu.compiler import tileview
 
 token_groups = {n: b.groups[n].spec for n in ("rms_gemv_rope", "o_gemv_ffn", "lm_head_gemv")}
 tileview.widget(token_groups)
@@ -371,7 +371,7 @@ print(kc2.messages[-1])
 #
 # A model built from specifications alone (the previous edition of this section) missed
 # upstream's Llama-3.2-1B figures by 63 % in prefill and 41-47 % in decode: peak rates say nothing
-# about how close real kernels get to them. `llamanb.npu.cost` keeps the specifications, each with
+# about how close real kernels get to them. `llamanb.npu.perf.cost` keeps the specifications, each with
 # the chip generation it is a figure *of*: NPU2 (Strix) has AIE2P tiles (AIE-ML v2), but the 128
 # bf16 MACs per tile per cycle is AIE-ML's (AIE2, AMD's AM020); we found no published AIE2P rate,
 # and upstream's AIE2P GEMM multiplies `aie::mmul<8, 8, 8>` blocks (512 MACs; `matrix_multiplication/
@@ -407,7 +407,7 @@ print(kc2.messages[-1])
 # **estimated**.
 
 # %%
-from llamanb.npu import cost
+from llamanb.npu.perf import cost
 
 print(cost.rates_table())
 print()
@@ -572,7 +572,7 @@ ch07.call_bytes(call_bytes)
 #
 # Write `decode_bytes(c)`: `(to_device, from_device)` of one steady-state decode token of the
 # NPU2 backend with the host brokering every hand-off, for a config `c` (bf16). Checked against
-# `llamanb.npu.traffic.decode_bytes`. *Hint:* section 4: per layer `rms_gemv_rope` and
+# `llamanb.npu.perf.traffic.decode_bytes`. *Hint:* section 4: per layer `rms_gemv_rope` and
 # `o_gemv_ffn` around the host's attention, then the LM head once.
 
 # %%
@@ -588,7 +588,7 @@ ch07.decode_bytes(decode_bytes)
 #
 # Write `prefill_bytes(c, S, aliasing)`: `(to_device, from_device)` of one steady-state prefill of
 # `S` rows (RoPE rows sent every call), through the host broker or with aliasing. Checked against
-# `llamanb.npu.traffic.prefill_bytes`. *Hint:* section 6: with aliasing, which buffers still
+# `llamanb.npu.perf.traffic.prefill_bytes`. *Hint:* section 6: with aliasing, which buffers still
 # have to cross?
 
 # %%

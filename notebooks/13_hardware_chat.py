@@ -258,8 +258,8 @@ print(log.getvalue())
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from llamanb.npu import profile
-from llamanb.npu.runtime import Counters
+from llamanb.npu.perf import profile
+from llamanb.npu.runtime.devices import Counters
 
 decode_c = sum(per_token[1:], Counters())
 groups = profile.rows("prefill", per_token[0]) + profile.rows("decode", decode_c)
@@ -383,9 +383,9 @@ BUILT = [
     ("RoPE tables (the LUTs the rope launches read)", "llamanb.rope, rope_tables", "02"),
     ("EOS-padded prefill, real length carried, causal mask", "llamanb.engine, step", "03"),
     ("KV cache; sampling", "llamanb.kv, generate", "04"),
-    ("the seven kernels: builders, MLIR text, emulator", "llamanb.npu.builders, emulator", "05"),
-    ("stitched groups: rms_gemms_rope, flash_attn, o_ffn, ...", "llamanb.npu.stitch, groups", "06"),
-    ("buffer objects, KernelCache, the NPU2 backend", "llamanb.npu.runtime, kernel_cache, backend", "07"),
+    ("the seven kernels: builders, MLIR text, emulator", "llamanb.npu.compiler.builders, emulator", "05"),
+    ("stitched groups: rms_gemms_rope, flash_attn, o_ffn, ...", "llamanb.npu.compiler.stitch, groups", "06"),
+    ("buffer objects, KernelCache, the NPU2 backend", "llamanb.npu.runtime.devices, kernel_cache, backend", "07"),
     ("the TCP einsum program", "llamanb.tcp", "08"),
     ("mesh, collectives, block floats", "llamanb.mesh", "09"),
     ("steps of many sequences, paged cache, scheduler", "llamanb.serve, kv.paged", "10"),

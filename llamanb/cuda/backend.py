@@ -37,7 +37,8 @@ from ..kv.base import KVStore
 from ..rope import cos_sin, rope_for
 from ..step import Step
 from ..weights import Weights
-from . import launch, runtime
+from . import launch
+from . import runtime
 
 SIM_MAX_HIDDEN = 256     # the simulator runs a step of a 135M model in hours: refuse it
 

@@ -1,7 +1,7 @@
 """Chapter 05 exercises: a GEMV tile plan that fits a compute tile's L1.
 
     gemv_tile_m(m, k, tiles) -> int        the builder's default tile: rows per DMA block, within
-                                           the 16 KiB weight-block budget (llamanb.npu.builders.gemv)
+                                           the 16 KiB weight-block budget (llamanb.npu.compiler.builders.gemv)
     gemv_l1_bytes(tile_m, k) -> int        bytes one tile holds: read from the built module's plan
     largest_tile_m(m, k, tiles) -> int     the largest tile_m the emulated NPU2 accepts compiled as
                                            XRTBackend does by default, with ping-pong (a second copy
@@ -11,8 +11,8 @@
 from __future__ import annotations
 
 from ..errors import LlamanbError
-from ..npu.builders import gemv
-from ..npu.plan import read_plan
+from ..npu.compiler.builders import gemv
+from ..npu.compiler.plan import read_plan
 from .check import Case, Exercise
 
 # no K = 8192: with ping-pong even one row of it does not fit a tile twice (upstream compiles that

@@ -1,17 +1,17 @@
 """Chapter 06 exercises: the argument map of a stitched group, and the roles of its arguments.
 
-    group_arguments(members) -> (names, slots)    against llamanb.npu.stitch.stitch on real kernels
+    group_arguments(members) -> (names, slots)    against llamanb.npu.compiler.stitch.stitch on real kernels
         members: [(label, [kernel argument names], {kernel argument: group argument}), ...]
         names:   the group's arguments in order of first use
         slots:   per member, the group index of each of its kernel arguments (%argN -> %argM)
-    derive_roles(events, names) -> {name: role}   against llamanb.npu.stitch.derive_roles
+    derive_roles(events, names) -> {name: role}   against llamanb.npu.compiler.stitch.derive_roles
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..npu.builders import add, gemv, rmsnorm
-from ..npu.stitch import Member, derive_roles as _derive_roles, stitch
+from ..npu.compiler.builders import add, gemv, rmsnorm
+from ..npu.compiler.stitch import Member, derive_roles as _derive_roles, stitch
 from .check import Case, Exercise
 
 H = 64

@@ -3,7 +3,7 @@
     call_bytes(sizes, roles, first_call) -> (to_device, from_device)
         one KernelCache.call: sizes = values per argument, roles = "weight" | "input" |
         "intermediate" | "output"; measured on the emulated device's counters
-    decode_bytes(c) -> (to_device, from_device)            against llamanb.npu.traffic.decode_bytes
+    decode_bytes(c) -> (to_device, from_device)            against llamanb.npu.perf.traffic.decode_bytes
     prefill_bytes(c, S, aliasing) -> (to_device, from_device)   against traffic.prefill_bytes
 """
 from __future__ import annotations
@@ -13,11 +13,11 @@ import tempfile
 import numpy as np
 
 from ..config import LLAMA32_1B, LLAMA31_8B, SMOLLM2_135M
-from ..npu import traffic
-from ..npu.builders import add, gemv, rmsnorm
-from ..npu.kernel_cache import KernelCache
-from ..npu.runtime import EmulatedDevice
-from ..npu.stitch import Member, stitch
+from ..npu.perf import traffic
+from ..npu.compiler.builders import add, gemv, rmsnorm
+from ..npu.runtime.kernel_cache import KernelCache
+from ..npu.runtime.devices import EmulatedDevice
+from ..npu.compiler.stitch import Member, stitch
 from .ch01 import small_configs
 from .check import Case, Exercise
 

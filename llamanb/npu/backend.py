@@ -20,11 +20,11 @@ raw index sets are built here from the roles minus those tables.
 
 Emulated, each call runs by default the stitched group's numpy semantics (execute="model",
 the members' numpy models in launch order, ~10x faster); execute="text" interprets the module
-text op by op (llamanb.npu.emulator). Buffers, syncs, calls and bytes are the same either way.
+text op by op (llamanb.npu.compiler.emulator). Buffers, syncs, calls and bytes are the same either way.
 
 A step the compiled prefill cannot run (rows of several sequences, or a chunk that starts after
 position 0) computes its attention on the host over the cache, and says so in `host_attention`.
-The stitched groups come from llamanb.npu.groups; every call goes through llamanb.npu.kernel_cache.
+The stitched groups come from llamanb.npu.compiler.groups; every call goes through llamanb.npu.runtime.kernel_cache.
 """
 from __future__ import annotations
 
@@ -82,9 +82,9 @@ class NPU2Backend(Backend):
     def __init__(self, weights: Weights, seq: int = 128, execute: str = "model",
                  device=None, cache_root=None, lm_parts: int | None = None, real: bool = False,
                  aliasing: bool = False):
-        from .groups import decode_groups, prefill_groups
-        from .kernel_cache import KernelCache
-        from .runtime import EmulatedDevice, XrtDevice
+        from .compiler.groups import decode_groups, prefill_groups
+        from .runtime.kernel_cache import KernelCache
+        from .runtime.devices import EmulatedDevice, XrtDevice
 
         if real:
             ok, why = have_real_npu()
@@ -203,7 +203,7 @@ class NPU2Backend(Backend):
         return {spec.args[i].name: out[i] for i in sets["output_indices"]}
 
     def _luts(self, positions):
-        from .builders import rope_lut
+        from .compiler.builders import rope_lut
         c = self.config
         return (rope_lut(positions, c.n_heads, self.freqs), rope_lut(positions, c.n_kv_heads,
                                                                      self.freqs))
@@ -281,7 +281,7 @@ class NPU2Backend(Backend):
                 attn[r] = self.attn(q[r], cache, layer, seg.slot, seg.start)
             attn = to_bf16(attn)
             if self.aliasing:                   # the attn slot is flash_attn's BO: fill it
-                from .runtime import TO_DEVICE, write
+                from .runtime.devices import TO_DEVICE, write
                 bo = self.kc.buffers("o_ffn", f"o_ffn.L{layer}")[
                     self.groups["o_ffn"].spec.arg_index("attn")]
                 write(bo, attn, self.device.counters)

@@ -5,7 +5,7 @@
         arguments with roles, the launches with their herds and tiles, the kernels and objects
         linked). Written into a temporary directory and renamed into place.
     npu compile [--preset NAME | --model PATH] [--seq N] [--mode auto|emulated|xrt]
-        every kernel and group into the artifact cache (llamanb.npu.compile), one line each with
+        every kernel and group into the artifact cache (llamanb.npu.compiler.compile), one line each with
         its compile time; "emulated" where no NPU toolchain is installed.
     npu smoke
         the first thing to run on a Ryzen AI machine (and to paste into a bug report): compile
@@ -62,7 +62,7 @@ def _config(a):
 
 def describe(groups) -> dict:
     """The manifest entry of each group: arguments, launches (herds, tiles), kernels, links."""
-    from .array import l1_need, omit_pingpong_of
+    from .compiler.array import l1_need, omit_pingpong_of
 
     out = {}
     for g in groups.values():
@@ -104,7 +104,7 @@ def _replace_dir(tmp: Path, out: Path) -> None:
 
 
 def cmd_emit(a) -> int:
-    from .groups import layer_groups
+    from .compiler.groups import layer_groups
 
     cfg = _config(a)
     groups = layer_groups(cfg, a.seq, a.lm_parts)
@@ -130,7 +130,7 @@ def cmd_emit(a) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
     n_k = sum(len(g.members) for g in groups.values())
     print(f"{cfg.name}: {len(groups)} groups ({n_k} kernels) written to {out} ({NOTE.split(':')[0]})")
-    from .array import NPU2, l1_need, omit_pingpong_of
+    from .compiler.array import NPU2, l1_need, omit_pingpong_of
 
     for g in groups.values():
         pp, hs = omit_pingpong_of(g.spec), [h for lp in g.plan.launches for h in lp.herds]
@@ -144,9 +144,9 @@ def cmd_emit(a) -> int:
 
 
 def cmd_compile(a) -> int:
-    from .compile import compile as compile_spec
-    from .compile import resolve_mode
-    from .groups import layer_groups
+    from .compiler.compile import compile as compile_spec
+    from .compiler.compile import resolve_mode
+    from .compiler.groups import layer_groups
 
     cfg = _config(a)
     groups = layer_groups(cfg, a.seq, a.lm_parts)
@@ -175,9 +175,9 @@ def cmd_smoke(a, xrt=None, missing=None) -> int:
 
     from ..hardware import npu2_missing
     from ..numerics import to_bf16
-    from .builders import gemv
-    from .kernel_cache import KernelCache
-    from .runtime import FROM_DEVICE, TO_DEVICE, XrtDevice, read, write
+    from .compiler.builders import gemv
+    from .runtime.kernel_cache import KernelCache
+    from .runtime.devices import FROM_DEVICE, TO_DEVICE, XrtDevice, read, write
 
     miss = npu2_missing() if missing is None else missing
     if miss:

@@ -9,8 +9,8 @@ from llamanb import Engine
 from llamanb.check.greedy import GreedyRun
 from llamanb.check.sidebyside import agree, side_by_side
 from llamanb.config import PRESETS
-from llamanb.npu import profile
-from llamanb.npu.runtime import Counters
+from llamanb.npu.perf import profile
+from llamanb.npu.runtime.devices import Counters
 
 
 @pytest.fixture(scope="module")

@@ -205,7 +205,7 @@ def _decode_no_head(c):
 
 
 def _prefill_alias_ignored(c, S, aliasing):
-    from llamanb.npu import traffic
+    from llamanb.npu.perf import traffic
     d = traffic.prefill_bytes(c, S, aliasing=False)
     return d["to_device"], d["from_device"]
 

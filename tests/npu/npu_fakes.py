@@ -258,8 +258,8 @@ def make_pyxrt(log: list | None = None, timeout: tuple = (), abort: tuple = ()):
 def _execute(text: str, bound: dict) -> None:
     """The fake NPU: every argument slot must be bound to a BO of exactly the argument's size
     (an ELF kernel reads its arguments by position); the module runs on the device bytes."""
-    from llamanb.npu.emulator import run as emulate
-    from llamanb.npu.textir import memref_info, read_module
+    from llamanb.npu.compiler.emulator import run as emulate
+    from llamanb.npu.compiler.textir import memref_info, read_module
 
     mod = read_module(text)
     arrays, bos = [], []

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from llamanb.errors import LlamanbError
-from llamanb.npu import array
+from llamanb.npu.compiler import array
 
 KIB = 1024
 
@@ -183,7 +183,7 @@ def lit_tiles(ax) -> list[tuple[int, int]]:
     """(column, row) of every tile drawn in a herd color."""
     from matplotlib.colors import to_hex
 
-    from llamanb.npu.tileview import COLORS
+    from llamanb.npu.compiler.tileview import COLORS
 
     return sorted((int(p.get_x()), int(p.get_y())) for p in ax.patches
                   if to_hex(p.get_facecolor()) in COLORS)
@@ -193,7 +193,7 @@ def test_figure_lights_exactly_the_herd_tiles(tmp_path):
     import matplotlib
 
     matplotlib.use("Agg")
-    from llamanb.npu import tileview
+    from llamanb.npu.compiler import tileview
 
     (use,) = array.usage(module(("mix", [("small", [4, 1]), ("square", [2, 2]),
                                          ("big", [8, 2])])))
@@ -213,7 +213,7 @@ def test_overview_and_widget_cover_every_launch():
 
     matplotlib.use("Agg")
     pytest.importorskip("ipywidgets")
-    from llamanb.npu import tileview
+    from llamanb.npu.compiler import tileview
 
     kernels = {"gemm": module(("g", [("mm", [8, 4])])),
                "stitched": module(("a", [("q", [8, 1])]), ("b", [("r", [1, 1])]))}
@@ -231,7 +231,7 @@ def test_overview_names_rows_and_chart_has_one_bar_per_launch():
     import matplotlib
 
     matplotlib.use("Agg")
-    from llamanb.npu import tileview
+    from llamanb.npu.compiler import tileview
 
     kernels = {"gemm": module(("g", [("mm", [8, 4])])),
                "stitched": module(("a", [("q", [8, 1])]), ("b", [("r", [1, 1])]))}

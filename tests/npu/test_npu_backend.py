@@ -10,7 +10,7 @@ import pytest
 import llamanb
 from llamanb.engine import Engine
 from llamanb.errors import LlamanbError
-from llamanb.npu import traffic
+from llamanb.npu.perf import traffic
 
 PROMPT = [1, 5, 9, 33, 40, 2, 7]          # contains EOS (2): the real length is carried
 

@@ -10,10 +10,10 @@ import pytest
 
 from llamanb.config import LLAMA32_1B, SMOLLM2_135M
 from llamanb.errors import LlamanbError
-from llamanb.npu.builders import add, flash_attn, gemm, gemv, rmsnorm, rope, rope_lut, \
+from llamanb.npu.compiler.builders import add, flash_attn, gemm, gemv, rmsnorm, rope, rope_lut, \
     silu_and_mul
-from llamanb.npu.emulator import run
-from llamanb.npu.plan import read_plan
+from llamanb.npu.compiler.emulator import run
+from llamanb.npu.compiler.plan import read_plan
 from llamanb.numerics import to_bf16
 from llamanb.rope import inv_freq
 
@@ -276,7 +276,7 @@ def test_spec_table_and_roles():
     assert len(lines) == 1 + len(spec.args)
     assert lines[1].split()[:5] == ["%arg0", "a", f"{S.kv_dim}x{S.hidden}", "bf16", "weight"]
     assert (spec.static_indices, spec.input_indices, spec.output_indices) == ((0,), (1,), (2,))
-    from llamanb.npu.spec import Arg
+    from llamanb.npu.compiler.spec import Arg
     with pytest.raises(LlamanbError, match="role"):
         Arg("x", (1,), "scratch")
 
@@ -310,6 +310,6 @@ def test_plan_and_emulator_follow_a_multi_launch_module():
     mid, out = np.zeros_like(a), np.zeros_like(a)
     run(text, a, b, mid, out)
     assert np.array_equal(mid, to_bf16(a + b)) and np.array_equal(out, to_bf16(mid + a))
-    from llamanb.npu import verify as V
+    from llamanb.npu.compiler import verify as V
     if V.available():
         V.verify(text)

@@ -12,11 +12,11 @@ import pytest
 
 from llamanb.config import SMOLLM2_135M as S
 from llamanb.errors import LlamanbError
-from llamanb.npu import compile as C
-from llamanb.npu.builders import gemv, rmsnorm
-from llamanb.npu.groups import decode_groups
-from llamanb.npu.plan import read_plan
-from llamanb.npu.stitch import Member, stitch
+from llamanb.npu.compiler import compile as C
+from llamanb.npu.compiler.builders import gemv, rmsnorm
+from llamanb.npu.compiler.groups import decode_groups
+from llamanb.npu.compiler.plan import read_plan
+from llamanb.npu.compiler.stitch import Member, stitch
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ import pytest
 from llamanb.config import PRESETS
 from llamanb.errors import LlamanbError
 from llamanb.flops import decode_flops, prefill_flops, total
-from llamanb.npu import cost
-from llamanb.npu.builders import gemv
-from llamanb.npu.groups import layer_groups
+from llamanb.npu.perf import cost
+from llamanb.npu.compiler.builders import gemv
+from llamanb.npu.compiler.groups import layer_groups
 
 CFG = PRESETS["llama3.2-1b"]
 H, F, QD, KVD, V, L = CFG.hidden, CFG.ffn, CFG.q_dim, CFG.kv_dim, CFG.vocab, CFG.n_layers

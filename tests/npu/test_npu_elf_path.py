@@ -35,7 +35,7 @@ def greedy(engine, n):
 
 def _backend(tiny, tmp_path, monkeypatch, log, **kw):
     from llamanb.npu.backend import NPU2Backend
-    from llamanb.npu.runtime import XrtDevice
+    from llamanb.npu.runtime.devices import XrtDevice
 
     monkeypatch.setenv("LLAMANB_CACHE", str(tmp_path / "cache"))
     npu_fakes.install(monkeypatch, tmp_path, log, **kw)
@@ -110,7 +110,7 @@ def test_the_fakes_refuse_the_xclbin_convention_and_bad_arguments(tmp_path):
 
 
 def test_the_device_refuses_an_emulated_artifact_and_a_wrong_kernel_name(tmp_path):
-    from llamanb.npu.runtime import ElfArtifact, XrtDevice
+    from llamanb.npu.runtime.devices import ElfArtifact, XrtDevice
 
     dev = XrtDevice(xrt=npu_fakes.make_pyxrt())
     with pytest.raises(LlamanbError, match="ELF"):
@@ -124,8 +124,8 @@ def test_the_device_refuses_an_emulated_artifact_and_a_wrong_kernel_name(tmp_pat
 
 def test_compile_keeps_the_artifact_and_npu1_is_refused(tmp_path, monkeypatch):
     from llamanb.config import PRESETS
-    from llamanb.npu import compile as C
-    from llamanb.npu.groups import decode_groups
+    from llamanb.npu.compiler import compile as C
+    from llamanb.npu.compiler.groups import decode_groups
 
     log: list = []
     npu_fakes.install(monkeypatch, tmp_path, log)
@@ -178,15 +178,15 @@ MUTANTS = {       # one departure from the ELF API each, applied to XrtDevice's 
 
 @pytest.mark.parametrize("name", list(MUTANTS))
 def test_a_departure_from_the_elf_api_fails(name, tmp_path, monkeypatch):
-    """Each mutant of llamanb/npu/runtime.py either raises or returns wrong numbers on the
+    """Each mutant of llamanb/npu/runtime/devices.py either raises or returns wrong numbers on the
     contract fakes; the original returns the right ones (checked first)."""
     import inspect
     import json
     import sys
     import types
 
-    from llamanb.npu import runtime
-    from llamanb.npu.builders import gemv
+    from llamanb.npu.runtime import devices as runtime
+    from llamanb.npu.compiler.builders import gemv
     from llamanb.numerics import to_bf16
 
     spec = gemv(16, 64)
@@ -215,8 +215,8 @@ def test_a_departure_from_the_elf_api_fails(name, tmp_path, monkeypatch):
     src = inspect.getsource(runtime)
     old, new = MUTANTS[name]
     assert old in src
-    mutant = types.ModuleType("llamanb.npu._mutant_runtime")
-    mutant.__package__ = "llamanb.npu"
+    mutant = types.ModuleType("llamanb.npu.runtime._mutant_devices")
+    mutant.__package__ = "llamanb.npu.runtime"
     monkeypatch.setitem(sys.modules, mutant.__name__, mutant)
     exec(compile(src.replace(old, new), "mutant_runtime.py", "exec"), mutant.__dict__)
     try:

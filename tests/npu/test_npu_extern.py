@@ -20,7 +20,8 @@ import pytest
 
 from llamanb.errors import LlamanbError
 from llamanb import cxx_build as hostbuild
-from llamanb.npu import extern, peano
+from llamanb.npu.compiler import extern
+from llamanb.npu.compiler import peano
 from llamanb.numerics import bf16_bits, from_bf16_bits, to_bf16
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ for host builds")
@@ -373,7 +374,7 @@ def test_models_round_inputs_to_bf16_and_skip_values_already_bf16():
     reference); inputs already holding bfloat16 values (weights in a buffer) pass unchanged."""
     import ml_dtypes
 
-    from llamanb.npu.extern import _bf16_input
+    from llamanb.npu.compiler.extern import _bf16_input
 
     x = np.random.default_rng(0).standard_normal((64, 48)).astype(np.float32)
     want = x.astype(ml_dtypes.bfloat16).astype(np.float32)

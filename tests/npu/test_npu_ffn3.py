@@ -10,12 +10,12 @@ import llamanb
 from llamanb.config import LLAMA32_1B, SMOLLM2_135M
 from llamanb.engine import Engine
 from llamanb.errors import LlamanbError
-from llamanb.npu import verify as V
-from llamanb.npu.builders import add, flash_attn, gemv
-from llamanb.npu.emulator import run
-from llamanb.npu.groups import decode_groups
-from llamanb.npu.plan import read_plan
-from llamanb.npu.stitch import Member, run_one_by_one, stitch
+from llamanb.npu.compiler import verify as V
+from llamanb.npu.compiler.builders import add, flash_attn, gemv
+from llamanb.npu.compiler.emulator import run
+from llamanb.npu.compiler.groups import decode_groups
+from llamanb.npu.compiler.plan import read_plan
+from llamanb.npu.compiler.stitch import Member, run_one_by_one, stitch
 from llamanb.numerics import to_bf16
 from llamanb.step import Step
 
@@ -80,7 +80,7 @@ def test_ffn3_equals_ffn8_bit_for_bit_and_engine_within_bf16():
     ref = b.block(0, x.copy(), Step.build([(0, P, prompt[P:])]), cache)    # [1, H] engine's layer
     # the attention output for the new token on the host (float64) over the engine's cache, with
     # q from rms_gemv_rope, as the decode path does between the two groups
-    from llamanb.npu.builders import rope_lut
+    from llamanb.npu.compiler.builders import rope_lut
     g1 = decode_groups(cfg)["rms_gemv_rope"].spec
     qd, kvd = cfg.q_dim, cfg.kv_dim
     feed = {"x": x[0], "attn_norm": lw.attn_norm, "wq": lw.wqkv[:qd], "wk": lw.wqkv[qd:qd + kvd],

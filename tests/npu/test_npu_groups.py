@@ -9,10 +9,10 @@ import pytest
 import llamanb
 from llamanb.config import LLAMA32_1B, SMOLLM2_135M
 from llamanb.engine import Engine
-from llamanb.npu import verify as V
-from llamanb.npu.emulator import run
-from llamanb.npu.groups import DECODE, PREFILL, decode_groups, group_table, layer_groups
-from llamanb.npu.builders import rope_lut
+from llamanb.npu.compiler import verify as V
+from llamanb.npu.compiler.emulator import run
+from llamanb.npu.compiler.groups import DECODE, PREFILL, decode_groups, group_table, layer_groups
+from llamanb.npu.compiler.builders import rope_lut
 from llamanb.numerics import to_bf16
 from llamanb.ops import rms_norm
 from llamanb.step import Step
@@ -126,8 +126,8 @@ def feed_arrays(spec, feed):
 def test_prefill_layer_three_calls_match_numpy_engine(model):
     """rms_gemms_rope -> flash_attn -> o_ffn at 128 rows of layer 0 vs the engine's block; and each
     stitched group equals its kernels run one by one, bit for bit."""
-    from llamanb.npu.groups import prefill_groups
-    from llamanb.npu.stitch import run_one_by_one
+    from llamanb.npu.compiler.groups import prefill_groups
+    from llamanb.npu.compiler.stitch import run_one_by_one
 
     cfg, lw = model.config, model.weights.layers[0]
     seq, H, F, qd, kvd = 128, cfg.hidden, cfg.ffn, cfg.q_dim, cfg.kv_dim

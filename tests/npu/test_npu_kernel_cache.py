@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from llamanb.errors import LlamanbError
-from llamanb.npu.builders import gemv, rmsnorm
-from llamanb.npu.kernel_cache import KernelCache
-from llamanb.npu.runtime import EmulatedDevice
+from llamanb.npu.compiler.builders import gemv, rmsnorm
+from llamanb.npu.runtime.kernel_cache import KernelCache
+from llamanb.npu.runtime.devices import EmulatedDevice
 from llamanb.numerics import to_bf16
 
 M, K = 16, 32
@@ -133,7 +133,7 @@ def test_real_entry_keeps_the_elf_and_its_kernel_name(tmp_path, monkeypatch):
     kernel name "main:<func>" the XRTCompileArtifact carried, and the device is handed those."""
     import npu_fakes
 
-    from llamanb.npu.runtime import ElfArtifact
+    from llamanb.npu.runtime.devices import ElfArtifact
 
     monkeypatch.setenv("LLAMANB_CACHE", str(tmp_path / "c"))
     npu_fakes.install(monkeypatch, tmp_path)

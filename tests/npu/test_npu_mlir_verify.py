@@ -10,9 +10,9 @@ import pytest
 
 from llamanb.config import LLAMA32_1B, SMOLLM2_135M
 from llamanb.errors import LlamanbError
-from llamanb.npu import verify as V
-from llamanb.npu.builders import add, flash_attn, gemm, gemv, rmsnorm, rope, silu_and_mul
-from llamanb.npu.textir import read_module
+from llamanb.npu.compiler import verify as V
+from llamanb.npu.compiler.builders import add, flash_attn, gemm, gemv, rmsnorm, rope, silu_and_mul
+from llamanb.npu.compiler.textir import read_module
 
 needs_mlir = pytest.mark.skipif(not V.available(), reason="MLIR Python bindings not installed "
                                 "(pip install 'llamanb[mlir]')")
@@ -137,7 +137,7 @@ def test_without_bindings_verify_names_the_extra(monkeypatch):
 
 def test_package_imports_and_runs_without_mlir():
     code = ("import sys, numpy as np; sys.modules['mlir'] = None\n"
-            "from llamanb.npu.builders import add; from llamanb.npu import plan, emulator, verify\n"
+            "from llamanb.npu.compiler.builders import add; from llamanb.npu.compiler import plan, emulator, verify\n"
             "s = add(8, 64, herd_xy=(2, 1)); a = np.ones((8, 64), np.float32); c = a * 0\n"
             "emulator.run(s, a, a, c); assert (c == 2).all(); plan.read_plan(s.text)\n"
             "assert not verify.available(); print('ok')")

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from llamanb.errors import LlamanbError
-from llamanb.npu import runtime
-from llamanb.npu.builders import gemv
-from llamanb.npu.runtime import FROM_DEVICE, TO_DEVICE, EmulatedDevice, XrtDevice
+from llamanb.npu.runtime import devices as runtime
+from llamanb.npu.compiler.builders import gemv
+from llamanb.npu.runtime.devices import FROM_DEVICE, TO_DEVICE, EmulatedDevice, XrtDevice
 from llamanb.numerics import to_bf16
 
 

@@ -9,10 +9,10 @@ import pytest
 
 import llamanb
 from llamanb.engine import Engine
-from llamanb.npu import extern
-from llamanb.npu.builders import gemv
-from llamanb.npu.kernel_cache import KernelCache
-from llamanb.npu.runtime import TO_DEVICE, EmulatedDevice
+from llamanb.npu.compiler import extern
+from llamanb.npu.compiler.builders import gemv
+from llamanb.npu.runtime.kernel_cache import KernelCache
+from llamanb.npu.runtime.devices import TO_DEVICE, EmulatedDevice
 from llamanb.numerics import to_bf16
 
 M, K = 16, 32

@@ -2,7 +2,7 @@
 the within-layer aliasing case, the x of every layer after the first stops crossing twice (into
 rms_gemms_rope and as o_ffn's residual) and the out of every layer but the last stops coming back."""
 from llamanb.config import PRESETS
-from llamanb.npu import traffic
+from llamanb.npu.perf import traffic
 
 
 def test_chained_layers_drop_the_layer_to_layer_activations():

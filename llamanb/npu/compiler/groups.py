@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from math import gcd
 
-from ..errors import LlamanbError
+from ...errors import LlamanbError
 from .builders import add, flash_attn, gemm, gemv, rmsnorm, rope, silu_and_mul
 from .builders.gemv import L1_A_BYTES
 from .plan import Plan, read_plan
@@ -55,7 +55,7 @@ from .stitch import Member, stitch
 # K=2048 with ping-pong and shim-DMA tiling [16, 16], :39-50, :61-65; o_gemv_ffn without ping-pong
 # because its K=8192 down projection does not fit L1 twice, :52-59), the prefill GEMM groups with
 # tiling [2, 2] (llama32_1b/llama32_1b_prefill.py:67-76, :179-185), FlashAttention without
-# ping-pong and tiling [1, 1] (llama32_1b_prefill.py:247-258, :282-288). llamanb.npu.compile adds
+# ping-pong and tiling [1, 1] (llama32_1b_prefill.py:247-258, :282-288). llamanb.npu.compiler.compile adds
 # output_format="elf", instance_name=<group>, target_device="npu2", omit_while_true_loop=False.
 _GEMV_K2048 = {"omit_pingpong": "", "runtime_loop_tiling_sizes": [16, 16],
                "use_lock_race_condition_fix": False}
@@ -122,7 +122,7 @@ def _herd_for(n: int, want=(8, 1)):
 
 def _with_options(spec: KernelSpec) -> KernelSpec:
     """The stitched group with its compile options, its L1 checked under them (double buffers
-    unless ping-pong is omitted; llamanb.npu.array)."""
+    unless ping-pong is omitted; llamanb.npu.compiler.array)."""
     from .array import usage
 
     spec = replace(spec, backend=dict(COMPILE_OPTIONS[spec.name]))

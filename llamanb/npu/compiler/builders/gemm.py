@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...numerics import to_bf16
+from ....numerics import to_bf16
 from ..mlir import Body, memref, module_text
 from ..spec import Arg, KernelSpec
 from ._common import fits, divides, generic, herd, herd_shape, launch, pick_tile, positive, segment

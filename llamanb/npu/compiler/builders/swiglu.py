@@ -10,7 +10,7 @@ packed=True (flat only) takes one buffer gu [2n] = gate then up, as the packed g
 """
 from __future__ import annotations
 
-from ...errors import LlamanbError
+from ....errors import LlamanbError
 from ..mlir import Body, Extern, memref, module_text
 from ..spec import Arg, KernelSpec
 from ._common import fits, chunk_loop, ddr_type, divides, flatten, herd, herd_shape, launch, \

@@ -1,6 +1,6 @@
 """Reading an NPU module's text back into a tree of ops, without MLIR installed.
 
-The modules follow the form in `llamanb.npu.mlir` (a pretty shell, generic ops inside), so one small
+The modules follow the form in `llamanb.npu.compiler.mlir` (a pretty shell, generic ops inside), so one small
 recursive-descent reader covers them all:
 
     m = read_module(text)
@@ -17,7 +17,7 @@ import re
 import struct
 from dataclasses import dataclass, field
 
-from ..errors import LlamanbError
+from ...errors import LlamanbError
 
 
 class Sym(str):
@@ -348,7 +348,7 @@ class _Reader:
 
 
 def read_module(text: str) -> Module:
-    """Parse a module in llamanb's NPU form (see llamanb.npu.mlir); LlamanbError on bad text."""
+    """Parse a module in llamanb's NPU form (see llamanb.npu.compiler.mlir); LlamanbError on bad text."""
     r = _Reader(text)
     mod = r.module()
     r.ws()

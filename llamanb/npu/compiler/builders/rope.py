@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...numerics import to_bf16
-from ...rope import cos_sin
+from ....numerics import to_bf16
+from ....rope import cos_sin
 from ..mlir import Body, Extern, memref, module_text
 from ..spec import Arg, KernelSpec
 from ._common import fits, chunk_loop, ddr_type, divides, flatten, herd, herd_shape, launch, \
@@ -41,7 +41,7 @@ def rope(rows: int, n_heads: int, head_dim: int, herd_xy=(8, 1), tile_rows: int 
     them needs another symbol (as gemv's second K does); the declaration records the C kernel."""
     positive(rows=rows, n_heads=n_heads, head_dim=head_dim)
     if head_dim % 2:
-        from ...errors import LlamanbError
+        from ....errors import LlamanbError
         raise LlamanbError(f"{name}: head_dim must be even for half-split pairs, got {head_dim}")
     hx, hy = herd_shape(herd_xy)
     tiles, width = hx * hy, n_heads * head_dim

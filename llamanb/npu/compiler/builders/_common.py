@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ...errors import LlamanbError
+from ....errors import LlamanbError
 from ..mlir import Body, memref, quote, seg_sizes
 
 
@@ -23,7 +23,7 @@ def divides(what: str, n: int, d: int, hint: str = "") -> None:
 
 
 def fits(spec):
-    """The spec, once the emulated NPU2 array model (llamanb.npu.array) has placed every launch's
+    """The spec, once the emulated NPU2 array model (llamanb.npu.compiler.array) has placed every launch's
     herds and checked their L1 and L2 buffers: a tile configuration that would not fit is
     rejected here, at build time, as the real compiler would reject it. L1 is counted with
     ping-pong (a second copy of each DMA-fed buffer) unless the spec's compile options omit it."""

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import LlamanbError
+from ...errors import LlamanbError
 from .textir import Module, Op, memref_info, read_module
 
 _HIER = {"air.launch": "air.launch_terminator", "air.segment": "air.segment_terminator",

@@ -28,7 +28,7 @@ formulas against the bytes the emulated device counts.
 """
 from __future__ import annotations
 
-from ..config import LlamaConfig
+from ...config import LlamaConfig
 
 BF16 = 2
 

@@ -6,7 +6,7 @@ Three kinds of time, three columns, never added together:
     measured   what this machine spent, per call (KernelCache.load_and_run's own clock). On the
                emulated NPU2 that is the host emulating the device; on a real NPU2 it is the
                XRT call, with the device's run inside "run".
-    estimated  the calibrated NPU2 cost model's time for the same call (llamanb.npu.cost: five
+    estimated  the calibrated NPU2 cost model's time for the same call (llamanb.npu.perf.cost: five
                constants fitted to five published figures, the rest predicted).
     published  upstream's measured per-call time for Llama-3.2-1B bf16 on NPU2 (Strix), from
                Xilinx/mlir-air programming_examples/llms/llama32_1b/docs/profile.md: a different
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from .cost import BY_KEY, CALIBRATION, PUBLISHED_DECODE_KERNELS, PUBLISHED_KERNELS
 
 # Llama-3.2-1B bf16 on NPU2, milliseconds per call, from upstream's docs/profile.md (prefill at
-# seq_len 2048; decode with the 8-launch o_gemv_ffn the emulated backend runs): llamanb.npu.cost.
+# seq_len 2048; decode with the 8-launch o_gemv_ffn the emulated backend runs): llamanb.npu.perf.cost.
 PUBLISHED_MS = {**{("prefill", k): 1e3 * v for k, v in PUBLISHED_KERNELS.items()},
                 **{("decode", k): 1e3 * v for k, v in PUBLISHED_DECODE_KERNELS.items()}}
 # The same page's prefill sum over its 49 XRT calls, ms: BO write / NPU run / BO read.

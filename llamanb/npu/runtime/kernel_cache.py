@@ -14,7 +14,7 @@ Three caches:
            text + backend_kwargs + toolchain; a stale entry (fingerprint differs) is rebuilt, a
            corrupt one (unreadable manifest, missing file) is reported and rebuilt.
   process  name -> the loaded kernel (for a real NPU: the ELF's xrt.elf, hw_context and
-           xrt.ext.kernel "main:<func>", llamanb.npu.runtime.XrtDevice)
+           xrt.ext.kernel "main:<func>", llamanb.npu.runtime.devices.XrtDevice)
   real     an entry built for a real NPU holds <name>.elf beside its manifest, whose "elf" and
            "kernel" fields are what upstream's manifest keeps per entry (output_binary, kernel;
            Xilinx/mlir-air programming_examples/llms/shared/infra/cache.py:397-410, 473-489)
@@ -23,7 +23,7 @@ Three caches:
            inputs and reads back only `output_indices`. One bo_key per layer keeps each layer's
            weights resident: memory for speed.
 
-Every written byte goes through the device's counters (llamanb.npu.runtime), so the bytes a call
+Every written byte goes through the device's counters (llamanb.npu.runtime.devices), so the bytes a call
 moves are measured, not computed.
 
 Against upstream's KernelCache.load_and_run (Xilinx/mlir-air, programming_examples/llms/shared/
@@ -60,9 +60,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import LlamanbError
-from .runtime import FROM_DEVICE, TO_DEVICE, EmulatedDevice, read, write
-from .spec import Arg, KernelSpec
+from ...errors import LlamanbError
+from .devices import FROM_DEVICE, TO_DEVICE, EmulatedDevice, read, write
+from ..compiler.spec import Arg, KernelSpec
 
 FORMAT = "llamanb-kernel-cache-v1"
 _EMULATOR_SOURCES = ("emulator.py", "interp_ops.py", "textir.py", "plan.py")
@@ -71,7 +71,7 @@ _EMULATOR_SOURCES = ("emulator.py", "interp_ops.py", "textir.py", "plan.py")
 def toolchain_fingerprint(emulated: bool) -> dict:
     """What built an artifact: for the emulated NPU2 the interpreter's own sources and numpy; for a
     real one, mlir-air's and XRT's versions (looked up lazily)."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent / "compiler"     # the emulator lives there
     h = hashlib.sha256()
     for name in _EMULATOR_SOURCES:
         h.update((here / name).read_bytes())
@@ -87,7 +87,7 @@ def toolchain_fingerprint(emulated: bool) -> dict:
 
 
 def _cache_dir() -> Path:
-    from ..io.store import cache_root
+    from ...io.store import cache_root
     return Path(cache_root()) / "npu-kernels"
 
 
@@ -193,10 +193,10 @@ class KernelCache:
         self.stats["builds"] += 1
 
     def _compile_real(self, spec, out: Path, backend_kwargs) -> dict:
-        """A real build through llamanb.npu.compile (mlir-air's XRTBackend + Peano, ELF output);
+        """A real build through llamanb.npu.compiler.compile (mlir-air's XRTBackend + Peano, ELF output);
         the ELF is copied in beside this entry's manifest as <name>.elf with the kernel name the
         XRTCompileArtifact carried, as upstream's compile_and_cache does (cache.py:473-489)."""
-        from .compile import compile as compile_spec
+        from ..compiler.compile import compile as compile_spec
 
         art = compile_spec(spec, mode="xrt", **{k: v for k, v in _jsonable(backend_kwargs).items()
                                                 if k in ("peano_dir",)})
@@ -228,7 +228,7 @@ class KernelCache:
     def _artifact(self, name, spec):
         if self.device.emulated:
             return spec
-        from .runtime import ElfArtifact
+        from .devices import ElfArtifact
 
         m = json.loads((self.root / name / "manifest.json").read_text())
         if "elf" not in m or "kernel" not in m:

@@ -9,8 +9,8 @@
     add(rows, cols)                                codegen, bare herd [8, 1] (residual adds)
 
 The package llamanb.npu imports nothing heavy: MLIR bindings and compilers load lazily.
-Verify a module with llamanb.npu.verify, read its launch plan with llamanb.npu.plan, run it on the
-emulated NPU2 with llamanb.npu.emulator.
+Verify a module with llamanb.npu.compiler.verify, read its launch plan with llamanb.npu.compiler.plan, run it on the
+emulated NPU2 with llamanb.npu.compiler.emulator.
 """
 from .add import add
 from .flash_attn import flash_attn

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import LlamanbError
-from ...numerics import to_bf16
-from ...ops import softmax_
+from ....errors import LlamanbError
+from ....numerics import to_bf16
+from ....ops import softmax_
 from ..mlir import Body, memref, module_text, quote
 from ..spec import Arg, KernelSpec
 from ._common import fits, divides, generic, herd, launch, pick_tile, positive, segment

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
-from ..errors import LlamanbError
+from ...errors import LlamanbError
 from .plan import HerdPlan, LaunchPlan, read_plan
 
 KIB = 1024

@@ -30,10 +30,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import LlamanbError
-from ..numerics import bf16_bits, from_bf16_bits, to_bf16
-from ..rope import rope_inplace
-from .. import cxx_build as hostbuild
+from ...errors import LlamanbError
+from ...numerics import bf16_bits, from_bf16_bits, to_bf16
+from ...rope import rope_inplace
+from ... import cxx_build as hostbuild
 
 SOURCES = {"rope_halfsplit_bf16": "rope_halfsplit.cc", "silu_and_mul_bf16": "silu_and_mul.cc",
            "matvec_bf16": "mv.cc"}

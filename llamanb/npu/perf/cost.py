@@ -6,7 +6,7 @@ Every number it prints is ESTIMATED. It is built in three layers, each with its 
    from AIE2P tiles, which AMD calls AIE-ML v2; its predecessor NPU1 = Phoenix, AIE2 = AIE-ML):
 
     compute tiles      32 = 8 columns x 4 rows    AIE2P   mlir-aie's npu2 device model
-                                                          (AIETargetModel.h); llamanb.npu.array
+                                                          (AIETargetModel.h); llamanb.npu.compiler.array
     bf16 MACs/cycle    128 per tile               AIE2    AM020 (AIE-ML's vector unit: 128
                                                           bf16 MACs, FP32 accumulation). AMD
                                                           publishes no AIE2P bf16
@@ -61,8 +61,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..config import LlamaConfig
-from ..errors import LlamanbError
+from ...config import LlamaConfig
+from ...errors import LlamanbError
 
 
 @dataclass(frozen=True)
@@ -178,7 +178,7 @@ NOT_PREDICTED = (
     ("compile, six ELFs (33+46+50+3+7+13 s)", 152.0, "s", _PROFILE, "compile time, not run time"),
 )
 
-# Per-call figures by phase (used by llamanb.npu.profile): name -> seconds per call
+# Per-call figures by phase (used by llamanb.npu.perf.profile): name -> seconds per call
 PUBLISHED_KERNELS = {p.call: p.seconds for p in PUBLISHED if p.design == "prefill" and p.call}
 PUBLISHED_DECODE_KERNELS = {p.call: p.seconds for p in PUBLISHED
                             if p.design == "decode8" and p.call}
@@ -418,7 +418,7 @@ _RATES: dict = {}
 def rates() -> Rates:
     """The constants fitted for Llama-3.2-1B at seq_len 2048 (the published figures' setting)."""
     if "r" not in _RATES:
-        from ..config import PRESETS
+        from ...config import PRESETS
         _RATES["r"] = fit(PRESETS["llama3.2-1b"])
     return _RATES["r"]
 

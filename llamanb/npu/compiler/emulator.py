@@ -11,10 +11,10 @@ kernel, linalg bodies run vectorised (see interp_ops). So a wrong DMA offset or 
 in a stitched module changes the numbers, exactly as it would on the device.
 
 External kernels run the g++ host build of the C++ source when one is available
-(`llamanb.npu.extern.kernel`), else its numpy model; the report says which. A declaration may
+(`llamanb.npu.compiler.extern.kernel`), else its numpy model; the report says which. A declaration may
 carry `llamanb.impl = "matvec_bf16"` when it names the same C kernel compiled under another symbol
 (upstream's mv_k8192.o trick). Callers (tests) may pass `externs={symbol: function}` with the numpy
-signature of llamanb.npu.extern (inputs -> output) to supply their own.
+signature of llamanb.npu.compiler.extern (inputs -> output) to supply their own.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import LlamanbError
+from ...errors import LlamanbError
 from .interp_ops import round_results, run_generic, scalar_op
 from .textir import Module, memref_info, read_module
 
@@ -50,7 +50,7 @@ class EmulatedRun:
 
 
 # How each external kernel's C arguments (buffers, then int32 sizes) map onto its numpy signature
-# in llamanb.npu.extern (inputs -> output): the sizes in the call decide how much of each L1
+# in llamanb.npu.compiler.extern (inputs -> output): the sizes in the call decide how much of each L1
 # buffer the kernel reads and writes, as they would for the C++.
 def _abi_rope(fn, x, lut, y, rows, dim):
     n = rows * dim
@@ -79,7 +79,7 @@ def extern_impl(symbol: str):
         from . import extern
     except ImportError:
         raise LlamanbError(f"no implementation of external kernel @{symbol}: "
-                           f"llamanb.npu.extern (host builds and numpy models) is not available")
+                           f"llamanb.npu.compiler.extern (host builds and numpy models) is not available")
     k = extern.kernel(symbol)
     how = "host build" if k.how.startswith("host build") else "numpy model"
     return (lambda *args: C_ABI[symbol](k.fn, *args)), how

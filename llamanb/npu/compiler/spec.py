@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import LlamanbError
+from ...errors import LlamanbError
 
 ROLES = ("weight", "input", "intermediate", "output")
 
@@ -59,9 +59,9 @@ class KernelSpec:
     externs: tuple[str, ...] = ()     # external kernel symbols
     params: dict = field(default_factory=dict)      # scalars of the semantics (eps, causal, ...)
     # keyword arguments for mlir-air's XRTBackend when this module is compiled for the NPU, on top
-    # of llamanb.npu.compile's defaults (ELF output, instance_name = the function, npu2): e.g.
+    # of llamanb.npu.compiler.compile's defaults (ELF output, instance_name = the function, npu2): e.g.
     # {"omit_pingpong": "all", "runtime_loop_tiling_sizes": [1, 1]} (a group's, from upstream's
-    # presets; see llamanb.npu.groups.COMPILE_OPTIONS). The emulated L1 check reads omit_pingpong.
+    # presets; see llamanb.npu.compiler.groups.COMPILE_OPTIONS). The emulated L1 check reads omit_pingpong.
     backend: dict = field(default_factory=dict)
 
     @property
@@ -111,7 +111,7 @@ class KernelSpec:
 
     def make_arrays(self, rng: np.random.Generator, scale: float = 1.0) -> list[np.ndarray]:
         """Random bf16-valued weights and inputs, zeroed intermediates and outputs (float32)."""
-        from ..numerics import to_bf16
+        from ...numerics import to_bf16
 
         out = []
         for a in self.args:

@@ -9,7 +9,7 @@ memories are.
     widget(kernels)          a selector over the same launches redrawing `draw` (ipywidgets)
 
 `kernels` maps a name to a module's text (or anything with a `.text`, such as a KernelSpec), or to
-the list of LaunchUse that llamanb.npu.array.usage returns. Each lit compute tile shows how much
+the list of LaunchUse that llamanb.npu.compiler.array.usage returns. Each lit compute tile shows how much
 of its 64 KiB of L1 the herd's buffers plus the core's stack take (the bar at its foot); the mem
 tile row shows the launch's L2 against all eight mem tiles. matplotlib and ipywidgets are imported
 only when a picture is made.

@@ -9,7 +9,7 @@ programming_examples/llms/shared/infra/external_kernels.py): AIE2P target, -O2, 
 four warnings silenced. Upstream also passes `-I<mlir-aie include>` and
 `-D__AIE_API_AIE_ADF_HPP__`, both for the AIE API headers (aie_api/aie.hpp); our kernels are
 plain C++ over <stdint.h> and include none of them. aiecc links each .o into the tile programs
-through the `link_with` attribute of the kernel's MLIR declaration (llamanb.npu.extern.OBJECTS).
+through the `link_with` attribute of the kernel's MLIR declaration (llamanb.npu.compiler.extern.OBJECTS).
 Nothing here runs unless PEANO_INSTALL_DIR names a Peano install (the llvm-aie wheel).
 """
 from __future__ import annotations
@@ -19,9 +19,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..errors import LlamanbError
+from ...errors import LlamanbError
 from .extern import OBJECTS, SOURCES
-from ..cxx_build import KERNELS_DIR
+from ...cxx_build import KERNELS_DIR
 
 PEANO_FLAGS = ("-O2", "-std=c++20", "--target=aie2p-none-unknown-elf", "-DNDEBUG",
                "-Wno-parentheses", "-Wno-attributes", "-Wno-macro-redefined", "-Wno-empty-body")

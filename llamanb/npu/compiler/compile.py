@@ -45,9 +45,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import LlamanbError
-from ..io.store import cache_root
-from .. import cxx_build as hostbuild
+from ...errors import LlamanbError
+from ...io.store import cache_root
+from ... import cxx_build as hostbuild
 from .extern import SOURCES
 from .plan import read_plan
 from .textir import read_module
@@ -197,7 +197,7 @@ def _verify(text: str) -> str:
         return "skipped: MLIR Python bindings not installed"
     V.verify(text)
     return ("parsed by upstream MLIR (AIR ops unregistered there: no AIR verifier ran), AIR "
-            "structure checked by llamanb.npu.verify")
+            "structure checked by llamanb.npu.compiler.verify")
 
 
 def _compile_emulated(spec, tmp: Path) -> dict:
@@ -294,7 +294,7 @@ def compile(spec, mode: str = "auto", root: Path | None = None, peano_dir=None) 
             _compile_xrt(spec, tmp, lk, peano_dir)
         manifest = {
             "format": FORMAT, "name": spec.name, "mode": mode, "key": key,
-            "note": ("emulated: runs on llamanb's emulated NPU2 (llamanb.npu.emulator), "
+            "note": ("emulated: runs on llamanb's emulated NPU2 (llamanb.npu.compiler.emulator), "
                      "no device code was built" if mode == "emulated" else
                      "compiled by mlir-air's XRTBackend for the NPU"),
             "why_mode": why,

@@ -14,8 +14,8 @@ add's flat output (see add's 2D -> 1D variant). Decode (rows = 1) runs on a 1x1 
 """
 from __future__ import annotations
 
-from ...numerics import to_bf16
-from ...ops import rms_norm
+from ....numerics import to_bf16
+from ....ops import rms_norm
 from ..mlir import Body, f32_attr, memref, module_text
 from ..spec import Arg, KernelSpec
 from ._common import fits, chunk_loop, ddr_type, divides, flatten, generic, herd, herd_shape, \

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 
 def extern_model(symbol: str):
-    """The numpy model of an external C++ kernel (llamanb.npu.extern), imported on first use."""
+    """The numpy model of an external C++ kernel (llamanb.npu.compiler.extern), imported on first use."""
     from .. import extern
 
     return extern.model(symbol)

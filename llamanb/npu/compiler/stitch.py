@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import LlamanbError
+from ...errors import LlamanbError
 from .spec import Arg, KernelSpec
 from .textir import read_module
 

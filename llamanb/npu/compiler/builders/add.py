@@ -12,8 +12,8 @@ variant whose output the next layer's RMSNorm reads as one flat buffer.
 """
 from __future__ import annotations
 
-from ...errors import LlamanbError
-from ...numerics import to_bf16
+from ....errors import LlamanbError
+from ....numerics import to_bf16
 from ..mlir import Body, memref, module_text
 from ..spec import Arg, KernelSpec
 from ._common import fits, block_loop, ddr_type, divides, flatten, generic, herd, herd_shape, \
