@@ -56,7 +56,7 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanit
 test: test-unit test-notebooks test-portability
 
 test-unit: $(VENV)/.test-installed cross-cc
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 # The notebooks: each .py/.ipynb pair must hold the same cells, and every stored output must be
 # reproduced (nbval strict mode).
