@@ -189,28 +189,89 @@ inline void rows_panels(const float* x, int m0, int m1, int K, const WT* P, int 
     }
 }
 
-// Decode rows 0..M (more than one row tile) against panels p0..p1, panel by panel: the first
-// tile streams the panel from memory, the others find it in cache and meanwhile prefetch the
-// next panel, so the weights keep streaming while the later tiles compute.
+// Rows x[0..MR) against one float32 / bfloat16 panel for k = k0..k1, continuing the sums in
+// acc (kept in memory between calls): the same FMA chain per output as micro_float's, cut into
+// pieces -- a float stored and loaded back is the same float, so the bits are micro_float's.
 template <int MR, typename WT>
-inline void tile_panel(const float* x, int m, int K, const WT* P, int p, float* y, int N,
-                       int accumulate, int rnd) {
-    const long ps = panel_stride<WT>(K);
-    micro<MR, 1>(x + (long)m * K, K, K, P + p * ps, ps, y + (long)m * N + (long)p * NP, N,
-                 N - p * NP, accumulate, rnd, m == 0 ? ahead<WT>() : ps);
+inline void micro_part(const float* x, long ldx, int k0, int k1, const WT* P, vf (*acc)[2],
+                       long pf) {
+    vf a[MR][2];
+    for (int i = 0; i < MR; ++i) a[i][0] = acc[i][0], a[i][1] = acc[i][1];
+    for (int k = k0; k < k1; ++k) {
+        vf w0, w1;
+        __builtin_prefetch(P + (long)k * NP + pf, 0, 3);
+        load_pair(P + (long)k * NP, w0, w1);
+#if defined(__AVX__)
+        asm("" : "+x"(w0), "+x"(w1));
+#endif
+        for (int i = 0; i < MR; ++i) {
+            const vf xb = bcast(x[i * ldx + k]);
+            a[i][0] += xb * w0;
+            a[i][1] += xb * w1;
+        }
+    }
+    for (int i = 0; i < MR; ++i) acc[i][0] = a[i][0], acc[i][1] = a[i][1];
+}
+
+template <int MR>
+inline void store_rows(vf (*acc)[2], float* y, long ldy, int cols, int accumulate, int rnd) {
+    vf t[MR][1][2];
+    for (int i = 0; i < MR; ++i) t[i][0][0] = acc[i][0], t[i][0][1] = acc[i][1];
+    store_tile<MR, 1>(t, y, ldy, cols, accumulate, rnd);
+}
+
+// Decode rows 0..M (more than one row tile) against panels p0..p1, panel by panel, and within a
+// panel KC k at a time: the first row tile streams that stretch of the panel from memory (and
+// prefetches the next), the others find it in L1 -- so the weights keep streaming while the later
+// tiles compute, and the panel is read from memory once.
+constexpr int KC = 64;
+
+template <int MR, typename WT>
+inline void part_rows(const float* x, int m, int K, int k0, int k1, const WT* P, vf (*acc)[2]) {
+    micro_part<MR>(x + (long)m * K, K, k0, k1, P, acc + m, m == 0 ? ahead<WT>() : 0);
 }
 
 template <typename WT>
 inline void decode_panels(const float* x, int M, int K, const WT* P, int p0, int p1, float* y,
                           int N, int accumulate, int rnd) {
-    for (int p = p0; p < p1; ++p) {
-        int m = 0;
-        for (; m + 4 <= M; m += 4) tile_panel<4>(x, m, K, P, p, y, N, accumulate, rnd);
-        switch (M - m) {
-            case 3: tile_panel<3>(x, m, K, P, p, y, N, accumulate, rnd); break;
-            case 2: tile_panel<2>(x, m, K, P, p, y, N, accumulate, rnd); break;
-            case 1: tile_panel<1>(x, m, K, P, p, y, N, accumulate, rnd); break;
-            default: break;
+    if constexpr (Quant<WT>::is) {                       // quantised panels, float activations
+        const long ps = panel_stride<WT>(K);
+        for (int p = p0; p < p1; ++p) {
+            int m = 0;
+            auto tile = [&](auto mr) {
+                constexpr int MR = decltype(mr)::value;
+                micro<MR, 1>(x + (long)m * K, K, K, P + p * ps, ps, y + (long)m * N + (long)p * NP,
+                             N, N - p * NP, accumulate, rnd, m == 0 ? ahead<WT>() : ps);
+            };
+            for (; m + 4 <= M; m += 4) tile(std::integral_constant<int, 4>{});
+            switch (M - m) {
+                case 3: tile(std::integral_constant<int, 3>{}); break;
+                case 2: tile(std::integral_constant<int, 2>{}); break;
+                case 1: tile(std::integral_constant<int, 1>{}); break;
+                default: break;
+            }
+        }
+    } else {
+        const long ps = panel_stride<WT>(K);
+        vf acc[DECODE_ROWS][2];
+        for (int p = p0; p < p1; ++p) {
+            const WT* pp = P + p * ps;
+            for (int i = 0; i < M; ++i) acc[i][0] = acc[i][1] = vf{};
+            for (int k0 = 0; k0 < K; k0 += KC) {
+                const int k1 = k0 + KC < K ? k0 + KC : K;
+                int m = 0;
+                for (; m + 4 <= M; m += 4) part_rows<4>(x, m, K, k0, k1, pp, acc);
+                switch (M - m) {
+                    case 3: part_rows<3>(x, m, K, k0, k1, pp, acc); break;
+                    case 2: part_rows<2>(x, m, K, k0, k1, pp, acc); break;
+                    case 1: part_rows<1>(x, m, K, k0, k1, pp, acc); break;
+                    default: break;
+                }
+            }
+            float* yp = y + (long)p * NP;
+            int m = 0;
+            for (; m + 4 <= M; m += 4) store_rows<4>(acc + m, yp + (long)m * N, N, N - p * NP, accumulate, rnd);
+            for (; m < M; ++m) store_rows<1>(acc + m, yp + (long)m * N, N, N - p * NP, accumulate, rnd);
         }
     }
 }
