@@ -228,7 +228,8 @@ constexpr int KC = 64;
 
 template <int MR, typename WT>
 inline void part_rows(const float* x, int m, int K, int k0, int k1, const WT* P, vf (*acc)[2]) {
-    micro_part<MR>(x + (long)m * K, K, k0, k1, P, acc + m, m == 0 ? ahead<WT>() : 0);
+    micro_part<MR>(x + (long)m * K, K, k0, k1, P, acc + m,
+                   m == 0 ? ahead<WT>() : ahead<WT>() + (long)KC * NP);
 }
 
 template <typename WT>
