@@ -76,7 +76,7 @@ def ratios(engines: dict, roofline: float, gb_s: float | None = None) -> list[di
                                  e["decode_tok_s"] / peer["decode_tok_s"],
                                  _paired(e, peer, "decode")))
                     rows.append((f"{b} prefill_512 / {label(CPU_PEER[b])} prefill_512", "x",
-                                 1.0 if b == "cpu" else None,
+                                 1.0 if b in ("cpu", "cpu:bf16") else None,   # fp32, bf16: >= 1.0x
                                  e["prefill_512_tok_s"] / peer["prefill_512_tok_s"],
                                  _paired(e, peer, "prefill_512")))
         elif name in CPU_PEER.values() and gb_s:

@@ -29,6 +29,8 @@ def test_bench_ratios_against_llamacpp_and_roofline():
     bf = rows["cpu:bf16 decode / llama.cpp BF16 decode"]
     assert (bf["value"], bf["pass"]) == (0.8, False)
     assert rows["cpu prefill_512 / llama.cpp F32 prefill_512"]["value"] == 0.8
+    bp = rows["cpu:bf16 prefill_512 / llama.cpp BF16 prefill_512"]
+    assert (bp["value"], bp["target"], bp["pass"]) == (1.2, 1.0, True)
     assert rows["cpu decode / its roofline (40.0 GB/s / 500 MB)"]["value"] == 60.0 / 80.0
     assert rows["cpu:bf16 decode / its roofline (40.0 GB/s / 250 MB)"]["value"] == 100.0 / 160.0
     assert rows["cpu prefill_512 / numpy fp32 prefill_512"]["value"] == 0.8
