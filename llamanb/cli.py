@@ -175,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "the numpy engine, as a ratio in the same run; one of: "
                    + ", ".join({**BACKENDS, **LAZY}))
     b.add_argument("--peer-python", default=None, help="with --backend cpu: a Python that has "
-                   "llama-cpp-python, to measure llama.cpp F32/BF16 beside it (default: "
+                   "llama-cpp-python, to measure llama.cpp F32/BF16 (and the file's own Q4_1) beside it (default: "
                    "$LLAMANB_PEER_PYTHON, or this Python if it can import llama_cpp)")
     b.add_argument("--batching", action="store_true", help="instead: one request at a time vs "
                    "static vs continuous batching (llamanb only, slot counts 1-16)")

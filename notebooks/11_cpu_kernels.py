@@ -304,10 +304,11 @@ print("by hand == the gguf package's dequantisation, bit for bit:",
 # Why decoding can be *exact*: `d` has 11 significant bits and `q < 16` needs 4, so `d q` fits
 # in float32's 24 bits with no rounding; `d q + m` then rounds once, whether or not the compiler
 # fuses it into an FMA. The kernels regroup the blocks so that a panel's `NP` columns share each
-# block of 32 `k` (`cpu_kernels.pack_quant`, `kernels/cpu/quant.h`): per `k` one load of `NP / 2`
-# bytes, two nibble masks, two int-to-float conversions and two FMAs rebuild the two weight
-# vectors the float32 kernel would have loaded -- and the rest of the micro-kernel is unchanged.
-# Every weight of a whole matrix, decoded by the kernels' own code:
+# block of 32 `k`, in 8 groups of 4 consecutive `k` (`cpu_kernels.pack_quant`,
+# `kernels/cpu/quant.h`): in a group, 32-bit lane `j` holds column `j`'s four quants (and column
+# `j + NP/2`'s in the high nibbles), so one vector load brings `NP` columns x 4 `k`. A shift and
+# a mask per `k` then rebuild the two weight vectors the float32 kernel would have loaded. Every
+# weight of a whole matrix, decoded by the kernels' own code:
 
 # %%
 from llamanb.io.gguf import raw_rows
@@ -321,18 +322,104 @@ print(f"{name} [{packed.n}, {packed.k}] {qt}: {packed.nbytes / packed.n / packed
       f"weight; every decoded weight equals gguf's: {np.array_equal(k.unpack(packed), ref)}")
 
 # %% [markdown]
-# Same weights, same order of multiply-adds: so the engine running the file's own blocks gives the
-# float32 engine's logits *bit for bit* (a derived bound of 0), from about a sixth of the bytes.
+# Same weights, same order of multiply-adds: so the engine that decodes each weight to float32
+# (`activations="float32"`) gives the float32 engine's logits *bit for bit* (a derived bound of
+# 0), from about a sixth of the bytes.
 
 # %%
 ids = model.tokenizer.encode_prompt("What is the capital of France?", chat=True)
-engines = {dt: Engine(model, "cpu", dtype=dt) for dt in ("float32", "bf16", "q4_1")}
+engines = {dt: Engine(model, "cpu", dtype=dt, **kw) for dt, kw in
+           (("float32", {}), ("bf16", {}), ("q4_1", {"activations": "float32"}))}
 logits = {dt: e.prefill(ids, e.new_cache(len(ids) + 16)) for dt, e in engines.items()}
 print("q4_1 logits == float32 logits, bit for bit:",
       np.array_equal(logits["q4_1"], logits["float32"]))
 for dt, e in engines.items():
     print(f"  {dt:<8} weights in memory {e.backend.weight_bytes / 1e6:6.1f} MB, next token "
           f"{model.tokenizer.decode([int(np.argmax(logits[dt]))])!r}")
+
+# %% [markdown]
+# ## 5b. 8-bit activations and integer dot products
+#
+# Decoding costs instructions: per weight and row, a shift, a mask, a conversion and an FMA to
+# rebuild it, then the FMA that uses it -- about twice float32's work per weight, so the Q4_1
+# engine is bound by arithmetic, not by its quarter of the bytes. The way out (llama.cpp's for
+# Q4_1 x Q8_1) is to meet the weights in *integers*: quantise each activation row once per
+# product into blocks of 32, `da = max|x| / 127`, `qa = round(x / da)`, and keep each block's sum
+# `sa = da * sum(qa)`. Then a block's dot product is
+#
+# $$\sum_k (d\,q_k + m)\,da\,qa_k \;=\; d\,da \sum_k q_k\,qa_k \;+\; m\,sa ,$$
+#
+# an exact integer sum, two scales and the minimum's term folded through the block sum. The
+# activation blocks in numpy, against the kernels' own (`Kernels.quantize_q8`):
+
+# %%
+rng = np.random.default_rng(0)
+x = rng.standard_normal((3, packed.k)).astype(np.float32)
+xb = x.reshape(3, -1, 32)
+da = (np.abs(xb).max(-1) / np.float32(127)).astype(np.float32)      # float32 division, as in C++
+qa = np.clip(np.rint(xb / da[..., None]), -127, 127).astype(np.int8)  # round half to even
+sa = (da * qa.astype(np.int32).sum(-1).astype(np.float32)).astype(np.float32)
+kq, kd, ks = k.quantize_q8(x)
+print("numpy's blocks == the kernels' (q, d, s), bit for bit:",
+      np.array_equal(qa.reshape(3, -1), kq) and np.array_equal(da, kd) and np.array_equal(sa, ks))
+
+# %% [markdown]
+# The integer sums in numpy from the GGUF's own fields, and the product assembled block by block
+# in float64, against the kernel (`Kernels.matmul(..., act8=True)`). The kernel's float32 part is
+# two roundings per block term and one per addition, so the two agree to within
+# `gamma_(2 nb + 2)` times the sum of the terms' sizes (Higham's bound); the quantisation itself
+# is identical on both sides.
+
+# %%
+gb = np.asarray(rows).reshape(packed.n, -1, 20)                       # [N, nb, 20] GGUF blocks
+dw, mw = (gb[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float64),
+          gb[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float64))
+qw = np.concatenate([gb[..., 4:] & 15, gb[..., 4:] >> 4], axis=-1).astype(np.int64)  # [N, nb, 32]
+isum = np.einsum("nbk,rbk->rnb", qw, qa.astype(np.int64))           # exact integer block dots
+t1 = dw[None] * da.astype(np.float64)[:, None] * isum                # d da isum     [rows, N, nb]
+t2 = mw[None] * sa.astype(np.float64)[:, None]                       # m sa
+y64 = (t1 + t2).sum(-1)
+y8 = k.matmul(x, packed, np.zeros((3, packed.n), np.float32), act8=True)
+nb = packed.k // 32
+gamma = (2 * nb + 2) * 2.0 ** -24 / (1 - (2 * nb + 2) * 2.0 ** -24)
+err = np.abs(y8 - y64) / (gamma * (np.abs(t1) + np.abs(t2)).sum(-1))
+print(f"kernel vs numpy's integer derivation: within the float32 rounding bound: {err.max() <= 1}")
+
+# %% [markdown]
+# What the 8-bit activations cost in accuracy is their rounding, `|x - da qa| <= da / 2 + u |x|`
+# per element (`u = 2^-24`, the division's rounding), times `|w|` summed; add the float32 part
+# above and the one rounding in gguf's float32 weights (`u |w| |x|`), and the kernel must sit
+# within that of the exact product with float32 activations -- and far outside float32's own
+# summation bound, or it would not be the 8-bit path.
+
+# %%
+u, aw = 2.0 ** -24, np.abs(ref.astype(np.float64)) / (1 - 2.0 ** -24)
+exact = x.astype(np.float64) @ ref.astype(np.float64).T
+bound = ((np.repeat(da, 32, axis=1) / 2 + 2 * u * np.abs(x)) @ aw.T
+         + gamma * (np.abs(t1) + np.abs(t2)).sum(-1))
+g_k = packed.k * u / (1 - packed.k * u)
+print("within the derived bound:", bool((np.abs(y8 - exact) <= bound).all()),
+      "| beyond float32's summation bound somewhere:",
+      bool((np.abs(y8 - exact) > g_k * np.abs(x) @ aw.T).any()))
+
+# %% [markdown]
+# On AVX2 (and AVX-512BW) a group of 4 `k` is one `vpmaddubsw` -- 32 unsigned quant bytes times
+# the row's 4 activation bytes broadcast to every lane, adjacent products summed to 16 bits -- and
+# after the 8 groups of a block one `vpmaddwd` against ones sums each lane's pairs into column
+# `j`'s 32-bit total. Per 64 weights and row: a broadcast, two `vpmaddubsw` and two 16-bit adds,
+# plus four decode instructions shared by every row (load, shift, two masks): against about 40
+# for the float path (per 8 weights a shift, a mask, a conversion and an FMA to decode, an FMA to
+# use). Q4_1's pairs stay under 16 bits (2 x 15 x 127 x 8 groups = 30480 <
+# 32767). This is the engine's default for `--dtype q4_1`; `activations="float32"` (or
+# `LLAMANB_CPU_ACTIVATIONS=float32`) keeps the bit-exact path above. It still passes the
+# reference gate of chapter 3 (`verify --backend cpu --dtype q4_1`), with logit differences of
+# about 1 where the float path had 1e-4: the price of 8-bit activations.
+
+# %%
+engines["q4_1 int8"] = Engine(model, "cpu", dtype="q4_1")
+logits["q4_1 int8"] = engines["q4_1 int8"].prefill(ids, engines["q4_1 int8"].new_cache(len(ids) + 16))
+top5 = set(np.argsort(logits["q4_1"].reshape(-1))[-5:])
+print("int8 engine's first choice in the float path's top 5:", int(np.argmax(logits["q4_1 int8"])) in top5)
 
 # %% [markdown]
 # ## 6. Threads and their hand-offs

@@ -16,7 +16,7 @@
 // same order with the same arguments, so both give the same bits; this one only saves the
 // Python between them (about 10 calls and their arrays per layer). Weights are packed panels
 // (matmul.cc), each matrix in its own format fmt[6 l + i] (0 float32, 1 bfloat16 bits, 2 Q4_1,
-// 3 Q8_0: quant.h); `rnd` rounds every op's output to bfloat16.
+// 3 Q8_0: quant.h; 4 Q4_1 and 5 Q8_0 with 8-bit activations); `rnd` rounds every op's output to bfloat16.
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -32,6 +32,10 @@ void llamanb_cpu_matmul_q4_1(const float* x, int M, int K, const uint8_t* P, int
                              int accumulate, int rnd);
 void llamanb_cpu_matmul_q8_0(const float* x, int M, int K, const uint8_t* P, int N, float* y,
                              int accumulate, int rnd);
+void llamanb_cpu_matmul_q4_1_q8(const float* x, int M, int K, const uint8_t* P, int N, float* y,
+                                int accumulate, int rnd);
+void llamanb_cpu_matmul_q8_0_q8(const float* x, int M, int K, const uint8_t* P, int N, float* y,
+                                int accumulate, int rnd);
 void llamanb_cpu_rmsnorm(const float* x, const float* w, float* out, int M, int H, float eps,
                          int rnd);
 void llamanb_cpu_rope(float* x, int R, long ld, int n_heads, int d, const float* cos,
@@ -68,6 +72,8 @@ void mm(const Dims& D, int fmt, const float* x, int M, int K, const void* P, int
         case 1: llamanb_cpu_matmul_bf16(x, M, K, static_cast<const uint16_t*>(P), N, y, acc, D.rnd); break;
         case 2: llamanb_cpu_matmul_q4_1(x, M, K, static_cast<const uint8_t*>(P), N, y, acc, D.rnd); break;
         case 3: llamanb_cpu_matmul_q8_0(x, M, K, static_cast<const uint8_t*>(P), N, y, acc, D.rnd); break;
+        case 4: llamanb_cpu_matmul_q4_1_q8(x, M, K, static_cast<const uint8_t*>(P), N, y, acc, D.rnd); break;
+        case 5: llamanb_cpu_matmul_q8_0_q8(x, M, K, static_cast<const uint8_t*>(P), N, y, acc, D.rnd); break;
         default: llamanb_cpu_matmul_f32(x, M, K, static_cast<const float*>(P), N, y, acc, D.rnd);
     }
 }

@@ -28,6 +28,7 @@
 // multiplied exactly as a float32 row would be.
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "pool.h"
 #include "quant.h"
@@ -188,28 +189,90 @@ inline void rows_panels(const float* x, int m0, int m1, int K, const WT* P, int 
     }
 }
 
-// Decode rows 0..M (more than one row tile) against panels p0..p1, panel by panel: the first
-// tile streams the panel from memory, the others find it in cache and meanwhile prefetch the
-// next panel, so the weights keep streaming while the later tiles compute.
+// Rows x[0..MR) against one float32 / bfloat16 panel for k = k0..k1, continuing the sums in
+// acc (kept in memory between calls): the same FMA chain per output as micro_float's, cut into
+// pieces -- a float stored and loaded back is the same float, so the bits are micro_float's.
 template <int MR, typename WT>
-inline void tile_panel(const float* x, int m, int K, const WT* P, int p, float* y, int N,
-                       int accumulate, int rnd) {
-    const long ps = panel_stride<WT>(K);
-    micro<MR, 1>(x + (long)m * K, K, K, P + p * ps, ps, y + (long)m * N + (long)p * NP, N,
-                 N - p * NP, accumulate, rnd, m == 0 ? ahead<WT>() : ps);
+inline void micro_part(const float* x, long ldx, int k0, int k1, const WT* P, vf (*acc)[2],
+                       long pf) {
+    vf a[MR][2];
+    for (int i = 0; i < MR; ++i) a[i][0] = acc[i][0], a[i][1] = acc[i][1];
+    for (int k = k0; k < k1; ++k) {
+        vf w0, w1;
+        __builtin_prefetch(P + (long)k * NP + pf, 0, 3);
+        load_pair(P + (long)k * NP, w0, w1);
+#if defined(__AVX__)
+        asm("" : "+x"(w0), "+x"(w1));
+#endif
+        for (int i = 0; i < MR; ++i) {
+            const vf xb = bcast(x[i * ldx + k]);
+            a[i][0] += xb * w0;
+            a[i][1] += xb * w1;
+        }
+    }
+    for (int i = 0; i < MR; ++i) acc[i][0] = a[i][0], acc[i][1] = a[i][1];
+}
+
+template <int MR>
+inline void store_rows(vf (*acc)[2], float* y, long ldy, int cols, int accumulate, int rnd) {
+    vf t[MR][1][2];
+    for (int i = 0; i < MR; ++i) t[i][0][0] = acc[i][0], t[i][0][1] = acc[i][1];
+    store_tile<MR, 1>(t, y, ldy, cols, accumulate, rnd);
+}
+
+// Decode rows 0..M (more than one row tile) against panels p0..p1, panel by panel, and within a
+// panel KC k at a time: the first row tile streams that stretch of the panel from memory (and
+// prefetches the next), the others find it in L1 -- so the weights keep streaming while the later
+// tiles compute, and the panel is read from memory once.
+constexpr int KC = 64;
+
+template <int MR, typename WT>
+inline void part_rows(const float* x, int m, int K, int k0, int k1, const WT* P, vf (*acc)[2]) {
+    micro_part<MR>(x + (long)m * K, K, k0, k1, P, acc + m,
+                   m == 0 ? ahead<WT>() : ahead<WT>() + (long)KC * NP);
 }
 
 template <typename WT>
 inline void decode_panels(const float* x, int M, int K, const WT* P, int p0, int p1, float* y,
                           int N, int accumulate, int rnd) {
-    for (int p = p0; p < p1; ++p) {
-        int m = 0;
-        for (; m + 4 <= M; m += 4) tile_panel<4>(x, m, K, P, p, y, N, accumulate, rnd);
-        switch (M - m) {
-            case 3: tile_panel<3>(x, m, K, P, p, y, N, accumulate, rnd); break;
-            case 2: tile_panel<2>(x, m, K, P, p, y, N, accumulate, rnd); break;
-            case 1: tile_panel<1>(x, m, K, P, p, y, N, accumulate, rnd); break;
-            default: break;
+    if constexpr (Quant<WT>::is) {                       // quantised panels, float activations
+        const long ps = panel_stride<WT>(K);
+        for (int p = p0; p < p1; ++p) {
+            int m = 0;
+            auto tile = [&](auto mr) {
+                constexpr int MR = decltype(mr)::value;
+                micro<MR, 1>(x + (long)m * K, K, K, P + p * ps, ps, y + (long)m * N + (long)p * NP,
+                             N, N - p * NP, accumulate, rnd, m == 0 ? ahead<WT>() : ps);
+            };
+            for (; m + 4 <= M; m += 4) tile(std::integral_constant<int, 4>{});
+            switch (M - m) {
+                case 3: tile(std::integral_constant<int, 3>{}); break;
+                case 2: tile(std::integral_constant<int, 2>{}); break;
+                case 1: tile(std::integral_constant<int, 1>{}); break;
+                default: break;
+            }
+        }
+    } else {
+        const long ps = panel_stride<WT>(K);
+        vf acc[DECODE_ROWS][2];
+        for (int p = p0; p < p1; ++p) {
+            const WT* pp = P + p * ps;
+            for (int i = 0; i < M; ++i) acc[i][0] = acc[i][1] = vf{};
+            for (int k0 = 0; k0 < K; k0 += KC) {
+                const int k1 = k0 + KC < K ? k0 + KC : K;
+                int m = 0;
+                for (; m + 4 <= M; m += 4) part_rows<4>(x, m, K, k0, k1, pp, acc);
+                switch (M - m) {
+                    case 3: part_rows<3>(x, m, K, k0, k1, pp, acc); break;
+                    case 2: part_rows<2>(x, m, K, k0, k1, pp, acc); break;
+                    case 1: part_rows<1>(x, m, K, k0, k1, pp, acc); break;
+                    default: break;
+                }
+            }
+            float* yp = y + (long)p * NP;
+            int m = 0;
+            for (; m + 4 <= M; m += 4) store_rows<4>(acc + m, yp + (long)m * N, N, N - p * NP, accumulate, rnd);
+            for (; m < M; ++m) store_rows<1>(acc + m, yp + (long)m * N, N, N - p * NP, accumulate, rnd);
         }
     }
 }
@@ -247,6 +310,114 @@ void matmul(const float* x, int M, int K, const WT* P, int N, float* y, int accu
         const int m0 = int(c / groups) * MB, m1 = m0 + MB < M ? m0 + MB : M;
         const int p0 = int(c % groups) * PER, p1 = p0 + PER < panels ? p0 + PER : panels;
         for (int p = p0; p < p1; ++p) rows_panels(x, m0, m1, K, P, p, p + 1, y, N, accumulate, rnd);
+    });
+}
+
+// ---- quantised panels x 8-bit activations (quant.h's IDot) -------------------------------------
+//
+// The activation rows are quantised once per product (quantize_q8: per row and block of 32, int8
+// quants, a scale and the block's sum), then each output element is, over the blocks b,
+//     y[i, n] = sum_b  d[n, b] da[i, b] isum[i, n, b]  +  m[n, b] sa[i, b]
+// accumulated in one vector lane in block order (the integer isum is exact): as in the float
+// path, a row's result depends on nothing but its own activations.
+
+struct Q8Rows {
+    const int8_t* q;                // [M, K]
+    const float* d;                 // [M, K / 32]
+    const float* s;                 // [M, K / 32]
+};
+
+template <int MR, typename WT>
+inline void micro_q8(const Q8Rows& x, int K, const uint8_t* P, float* y, long ldy, int cols,
+                     int accumulate, int rnd, long pf) {
+    using Q = Quant<WT>;
+    using D = IDot<WT>;
+    const int nb = K / 32;
+    vf acc[MR][1][2];
+    for (int i = 0; i < MR; ++i) acc[i][0][0] = acc[i][0][1] = vf{};
+    for (int b = 0; b < nb; ++b) {
+        const uint8_t* blk = P + b * Q::block;
+        for (long c = 0; c < Q::block; c += 64) __builtin_prefetch(blk + pf + c, 0, 3);
+        typename D::Acc a[MR];
+        for (int i = 0; i < MR; ++i) D::zero(a[i]);
+        for (int g = 0; g < 8; ++g) {
+            const typename D::G q = D::decode(blk + Q::head + g * Q::group);
+            for (int i = 0; i < MR; ++i) D::step(a[i], q, x.q + (long)i * K + 32 * b + 4 * g);
+        }
+        vf s[Q::n_scales];
+        Q::scales(blk, s);
+        for (int i = 0; i < MR; ++i) {
+            vi lo, hi;
+            D::sums(a[i], lo, hi);
+            const vf da = bcast(x.d[(long)i * nb + b]);
+            acc[i][0][0] += __builtin_convertvector(lo, vf) * (s[0] * da);
+            acc[i][0][1] += __builtin_convertvector(hi, vf) * (s[1] * da);
+            if constexpr (Q::n_scales == 4) {                       // Q4_1: + m sa
+                const vf sa = bcast(x.s[(long)i * nb + b]);
+                acc[i][0][0] += s[2] * sa;
+                acc[i][0][1] += s[3] * sa;
+            }
+        }
+    }
+    store_tile<MR, 1>(acc, y, ldy, cols, accumulate, rnd);
+}
+
+// Rows m0..m1 against one panel p, in tiles of 4 rows.
+template <typename WT>
+inline void rows_panel_q8(const Q8Rows& x, int m0, int m1, int K, const uint8_t* P, int p,
+                          float* y, int N, int accumulate, int rnd) {
+    const long ps = panel_stride<WT>(K), nb = K / 32;
+    const uint8_t* pp = P + p * ps;
+    auto at = [&](int m) { return Q8Rows{x.q + (long)m * K, x.d + m * nb, x.s + m * nb}; };
+    int m = m0;
+    for (; m + 4 <= m1; m += 4)
+        micro_q8<4, WT>(at(m), K, pp, y + (long)m * N + (long)p * NP, N, N - p * NP, accumulate,
+                        rnd, m == m0 ? ahead<WT>() : ps);
+    float* ym = y + (long)m * N + (long)p * NP;
+    const long pf = m == m0 ? ahead<WT>() : ps;
+    switch (m1 - m) {
+        case 3: micro_q8<3, WT>(at(m), K, pp, ym, N, N - p * NP, accumulate, rnd, pf); break;
+        case 2: micro_q8<2, WT>(at(m), K, pp, ym, N, N - p * NP, accumulate, rnd, pf); break;
+        case 1: micro_q8<1, WT>(at(m), K, pp, ym, N, N - p * NP, accumulate, rnd, pf); break;
+        default: break;
+    }
+}
+
+template <typename WT>
+void matmul_q8(const float* x, int M, int K, const uint8_t* P, int N, float* y, int accumulate,
+               int rnd) {
+    static thread_local std::vector<int8_t> q;
+    static thread_local std::vector<float> ds;
+    const long nb = K / 32;
+    q.resize((size_t)M * K);
+    ds.resize((size_t)2 * M * nb);
+    for (int i = 0; i < M; ++i)
+        quantize_q8(x + (long)i * K, K, q.data() + (long)i * K, ds.data() + i * nb,
+                    ds.data() + (M + i) * nb);
+    const Q8Rows xr{q.data(), ds.data(), ds.data() + M * nb};
+    const int panels = (N + NP - 1) / NP;
+    const long ps = panel_stride<WT>(K);
+    if (M <= DECODE_ROWS) {                     // as matmul: chunks of panels, all rows each
+        const int T = llamanb_cpu::pool_threads();
+        const int per = panels >= 32 * T ? 4 : panels >= 16 * T ? 2 : 1;
+        const int small = per > 1 && panels > 2 * T ? 2 * T : 0;
+        const int64_t chunks = small + (panels - small + per - 1) / per;
+        llamanb_cpu::parallel_for(chunks, [&](int64_t c) {
+            const int p0 = c < small ? int(c) : small + int(c - small) * per;
+            const int p1 = c < small ? p0 + 1 : p0 + per < panels ? p0 + per : panels;
+            for (int p = p0; p < p1; ++p)
+                for (long b = 0; b < ahead<WT>() && b < ps; b += 64)
+                    __builtin_prefetch(P + p * ps + b, 0, 2);
+            for (int p = p0; p < p1; ++p) rows_panel_q8<WT>(xr, 0, M, K, P, p, y, N, accumulate, rnd);
+        });
+        return;
+    }
+    constexpr int PER = 4;
+    const int64_t groups = (panels + PER - 1) / PER, blocks = (M + MB - 1) / MB;
+    llamanb_cpu::parallel_for(groups * blocks, [&](int64_t c) {
+        const int m0 = int(c / groups) * MB, m1 = m0 + MB < M ? m0 + MB : M;
+        const int p0 = int(c % groups) * PER, p1 = p0 + PER < panels ? p0 + PER : panels;
+        for (int p = p0; p < p1; ++p) rows_panel_q8<WT>(xr, m0, m1, K, P, p, y, N, accumulate, rnd);
     });
 }
 
@@ -310,6 +481,30 @@ void llamanb_cpu_matmul_q8_0(const float* x, int M, int K, const uint8_t* P, int
                              int accumulate, int rnd) {
     matmul(x, M, K, reinterpret_cast<const q8_0_t*>(P), N, y, accumulate, rnd);
 }
+
+// The same products with each activation row quantised to 8 bits per block of 32 (quant.h's
+// IDot): integer dot products, the float path's results to within the activations' rounding.
+void llamanb_cpu_matmul_q4_1_q8(const float* x, int M, int K, const uint8_t* P, int N, float* y,
+                                int accumulate, int rnd) {
+    matmul_q8<q4_1_t>(x, M, K, P, N, y, accumulate, rnd);
+}
+
+void llamanb_cpu_matmul_q8_0_q8(const float* x, int M, int K, const uint8_t* P, int N, float* y,
+                                int accumulate, int rnd) {
+    matmul_q8<q8_0_t>(x, M, K, P, N, y, accumulate, rnd);
+}
+
+// Rows x [M, K] -> their 8-bit blocks as the q8 products make them: q int8 [M, K], d and s
+// float32 [M, K / 32] (quant.h's quantize_q8), for the tests and chapter 11.
+void llamanb_cpu_quantize_q8(const float* x, int M, int K, int8_t* q, float* d, float* s) {
+    for (int i = 0; i < M; ++i)
+        quantize_q8(x + (long)i * K, K, q + (long)i * K, d + (long)i * (K / 32),
+                    s + (long)i * (K / 32));
+}
+
+// 1 when the q8 products use byte dot products (vpmaddubsw: AVX2, AVX-512BW), 0 when they
+// multiply in 32-bit lanes.
+int llamanb_cpu_int_dot_bytes() { return INT_DOT_BYTES ? 1 : 0; }
 
 // Quantised panels [ceil(N/NP), K/32, block] -> W [N, K] float32, through the decode the matmul
 // uses (quant.h): what each weight is, for the tests against the gguf package. fmt: 2 Q4_1, 3 Q8_0.

@@ -1,32 +1,49 @@
 // GGUF's Q4_1 and Q8_0 blocks, repacked into panels and decoded in registers by the matmul.
 //
 // A GGUF row of K weights is K/32 blocks; llamanb.backends.cpu_kernels.pack_quant regroups them so
-// that NP = 2 VW output columns (one panel, as for float32) share each block of 32 k:
+// that NP = 2 VW output columns (one panel, as for float32) share each block of 32 k, and the 32 k
+// of a block form 8 groups of 4 consecutive k. In a group, 32-bit lane j holds column j's 4 quants
+// (byte t = k 4g + t), so one vector load brings VW columns x 4 k:
 //
 //   Q4_1 panel block (20 NP bytes, as many as GGUF's 20 per 32 weights):
 //       uint16 d[NP], m[NP]        float16 scale and minimum of each column's block
-//       uint8  q[32][VW]           row kk: low nibble = column j, high nibble = column j + VW
+//       uint8  q[8][VW][4]         group g, lane j, byte t: low nibble = column j, high nibble =
+//                                  column j + VW, at k = 4 g + t
 //       w[k, j] = d[j] * q + m[j]
 //   Q8_0 panel block (34 NP bytes):
 //       uint16 d[NP]               float16 scale of each column's block
-//       int8   q[32][NP]           row kk: column j
+//       int8   q[8][2][VW][4]      group g, half h, lane j, byte t: column h VW + j at k = 4 g + t
 //       w[k, j] = d[j] * q
 //
-// Each decoded weight is bit for bit the float32 the `gguf` package's dequantisation gives (and
-// that the model cache stores): a float16 widens to float32 exactly; d has 11 significant bits and
-// q at most 4 (Q4_1) or 8 (Q8_0), so d * q is exact in float32's 24; Q4_1's d * q + m then rounds
-// once, whether or not the compiler fuses it (an exact product rounds the same either way). So the
-// matmul over quantised panels multiplies the same numbers in the same order as over float32
-// panels of the dequantised weights: the same bits, from a quarter (Q4_1) of the bytes.
+// Two ways to multiply them (matmul.cc):
+//
+// * float activations (Quant<WT>::row): each weight decoded to float32 and multiplied as a float32
+//   panel's would be. Each decoded weight is bit for bit the float32 the `gguf` package's
+//   dequantisation gives (and that the model cache stores): a float16 widens to float32 exactly; d
+//   has 11 significant bits and q at most 4 (Q4_1) or 8 (Q8_0), so d * q is exact in float32's 24;
+//   Q4_1's d * q + m then rounds once, whether or not the compiler fuses it (an exact product
+//   rounds the same either way). So this path computes the float32 engine's bits.
+//
+// * 8-bit activations (IDot<WT>): each activation row is quantised once per product into blocks of
+//   32 (quantize_q8 below: scale da = max|x| / 127, qa = round(x / da), and the block's sum
+//   sa = da * sum qa), and a block's dot product is then integer:
+//       sum_k w x  ~  d da sum_k q qa  +  m sa             (Q8_0: no m term)
+//   the minimum's term folded through the activation block's sum. With AVX2 / AVX-512BW, a group
+//   is one vpmaddubsw (unsigned quant bytes x signed activation bytes, adjacent pairs summed to
+//   16 bits) against the row's 4 activation bytes broadcast to every lane, and one vpmaddwd
+//   against ones sums the pairs into lane j's 32-bit total: no horizontal sums, as in the float
+//   path. Elsewhere the same sums in 32-bit lanes. The integer sums are exact; what this path
+//   adds is the activations' rounding, |x - da qa| <= da / 2 (+ |x| u for the division), times
+//   |w| summed (tests/backends/test_cpu_backend.py derives the bound).
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
 #include "vec.h"
 
 typedef int32_t vi __attribute__((vector_size(VW * 4)));
-typedef uint8_t vb __attribute__((vector_size(VW)));
-typedef int8_t vsb __attribute__((vector_size(VW)));
+typedef uint32_t vq __attribute__((vector_size(VW * 4)));
 
 // float16 bits -> float32, exactly (normal, subnormal, zero, inf, NaN)
 static inline float half_to_float(uint16_t h) {
@@ -61,8 +78,16 @@ static inline vf load_half(const uint16_t* p) {
 #endif
 }
 
+template <typename V>
+static inline V loadv(const void* p) {
+    V v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
 // Weight formats of the panels: the matmul's WT for quantised panels is one of these byte types
-// (pointer arithmetic in bytes); `block` is the bytes of one panel block of 32 k.
+// (pointer arithmetic in bytes); `block` is the bytes of one panel block of 32 k, `head` the
+// bytes of its scales, `group` the bytes of one group of 4 k.
 struct q4_1_t { uint8_t byte; };
 struct q8_0_t { uint8_t byte; };
 
@@ -70,7 +95,7 @@ template <typename WT> struct Quant { static constexpr bool is = false; };
 
 template <> struct Quant<q4_1_t> {
     static constexpr bool is = true;
-    static constexpr long block = 20L * 2 * VW;
+    static constexpr long head = 8L * VW, group = 4L * VW, block = head + 8 * group;
     static constexpr int n_scales = 4;
     // d (columns 0..VW-1, VW..2VW-1), then m likewise
     static inline void scales(const uint8_t* b, vf* s) {
@@ -81,17 +106,15 @@ template <> struct Quant<q4_1_t> {
         s[3] = load_half(h + 3 * VW);
     }
     static inline void row(const uint8_t* b, int kk, const vf* s, vf& lo, vf& hi) {
-        vb q;
-        std::memcpy(&q, b + 8 * VW + kk * VW, sizeof q);
-        const vi v = __builtin_convertvector(q, vi);
-        lo = __builtin_convertvector(v & 15, vf) * s[0] + s[2];
-        hi = __builtin_convertvector(v >> 4, vf) * s[1] + s[3];
+        const vq v = loadv<vq>(b + head + (kk >> 2) * group) >> (8 * (kk & 3));
+        lo = __builtin_convertvector((vi)(v & 15), vf) * s[0] + s[2];
+        hi = __builtin_convertvector((vi)((v >> 4) & 15), vf) * s[1] + s[3];
     }
 };
 
 template <> struct Quant<q8_0_t> {
     static constexpr bool is = true;
-    static constexpr long block = 34L * 2 * VW;
+    static constexpr long head = 4L * VW, group = 8L * VW, block = head + 8 * group;
     static constexpr int n_scales = 2;
     static inline void scales(const uint8_t* b, vf* s) {
         const uint16_t* h = reinterpret_cast<const uint16_t*>(b);
@@ -99,11 +122,186 @@ template <> struct Quant<q8_0_t> {
         s[1] = load_half(h + VW);
     }
     static inline void row(const uint8_t* b, int kk, const vf* s, vf& lo, vf& hi) {
-        vsb a, c;
-        const uint8_t* q = b + 4 * VW + kk * 2 * VW;
-        std::memcpy(&a, q, sizeof a);
-        std::memcpy(&c, q + VW, sizeof c);
-        lo = __builtin_convertvector(__builtin_convertvector(a, vi), vf) * s[0];
-        hi = __builtin_convertvector(__builtin_convertvector(c, vi), vf) * s[1];
+        const uint8_t* g = b + head + (kk >> 2) * group;
+        const int up = 24 - 8 * (kk & 3);                   // byte t to the top, then back down
+        lo = __builtin_convertvector((loadv<vi>(g) << up) >> 24, vf) * s[0];
+        hi = __builtin_convertvector((loadv<vi>(g + 4 * VW) << up) >> 24, vf) * s[1];
     }
 };
+
+// ---- 8-bit activations ------------------------------------------------------------------------
+
+// One row of K activations -> K/32 blocks: q (int8, K), d and s (float32, K/32) with
+//   d = max|x| / 127 (float32 division), q = round-half-even(x / d) in [-127, 127] (0 where d is
+//   0), s = d * (sum of the block's q)                          (one float32 rounding each)
+// A block with a NaN or an infinity gets d = s = NaN (and q = 0), so its products are NaN, as the
+// float path's would be.
+static inline void quantize_q8(const float* x, int K, int8_t* q, float* d, float* s) {
+    for (int b = 0; b < K / 32; ++b) {
+        const float* xb = x + 32 * b;
+        float amax = 0.0f;
+        bool finite = true;
+        for (int i = 0; i < 32; ++i) {
+            const float a = std::fabs(xb[i]);
+            finite &= a <= 3.4028235e38f;
+            amax = a > amax ? a : amax;
+        }
+        const float dd = amax / 127.0f;
+        int sum = 0;
+        for (int i = 0; i < 32; ++i) {
+            float t = (finite && dd != 0.0f) ? std::nearbyint(xb[i] / dd) : 0.0f;
+            t = t > 127.0f ? 127.0f : t < -127.0f ? -127.0f : t;
+            q[32 * b + i] = int8_t(t);
+            sum += int(t);
+        }
+        d[b] = finite ? dd : NAN;
+        s[b] = finite ? dd * float(sum) : NAN;
+    }
+}
+
+// IDot<WT>: a group's integer dot products for one activation row. Acc holds a block's running
+// sums (two vectors: columns 0..VW-1 and VW..2VW-1), G one group's decoded quants; step adds
+// sum_t q[4g + t, j] qa[4g + t] to lane j, and `sums` returns the block's 32-bit totals.
+#if (LLAMANB_VW == 8 && defined(__AVX2__)) || (LLAMANB_VW == 16 && defined(__AVX512BW__))
+#if LLAMANB_VW == 8
+typedef __m256i iv;
+static inline iv iload(const uint8_t* p) { return _mm256_loadu_si256((const __m256i*)p); }
+static inline iv set1_32(int32_t v) { return _mm256_set1_epi32(v); }
+static inline iv set1_16(int16_t v) { return _mm256_set1_epi16(v); }
+static inline iv set1_8(int8_t v) { return _mm256_set1_epi8(v); }
+static inline iv izero() { return _mm256_setzero_si256(); }
+static inline iv band(iv a, iv b) { return _mm256_and_si256(a, b); }
+static inline iv srl16(iv a, int n) { return _mm256_srli_epi16(a, n); }
+static inline iv add16(iv a, iv b) { return _mm256_add_epi16(a, b); }
+static inline iv add32(iv a, iv b) { return _mm256_add_epi32(a, b); }
+static inline iv dot_u8s8(iv u, iv s) { return _mm256_maddubs_epi16(u, s); }     // vpmaddubsw
+static inline iv pairs16(iv a) { return _mm256_madd_epi16(a, set1_16(1)); }       // vpmaddwd
+static inline iv abs8(iv a) { return _mm256_abs_epi8(a); }
+static inline iv sign8(iv a, iv w) { return _mm256_sign_epi8(a, w); }   // -a where w < 0
+#else
+typedef __m512i iv;
+static inline iv iload(const uint8_t* p) { return _mm512_loadu_si512(p); }
+static inline iv set1_32(int32_t v) { return _mm512_set1_epi32(v); }
+static inline iv set1_16(int16_t v) { return _mm512_set1_epi16(v); }
+static inline iv set1_8(int8_t v) { return _mm512_set1_epi8(v); }
+static inline iv izero() { return _mm512_setzero_si512(); }
+static inline iv band(iv a, iv b) { return _mm512_and_si512(a, b); }
+static inline iv srl16(iv a, int n) { return _mm512_srli_epi16(a, n); }
+static inline iv add16(iv a, iv b) { return _mm512_add_epi16(a, b); }
+static inline iv add32(iv a, iv b) { return _mm512_add_epi32(a, b); }
+static inline iv dot_u8s8(iv u, iv s) { return _mm512_maddubs_epi16(u, s); }
+static inline iv pairs16(iv a) { return _mm512_madd_epi16(a, set1_16(1)); }
+static inline iv abs8(iv a) { return _mm512_abs_epi8(a); }
+static inline iv sign8(iv a, iv w) {                         // -a where w < 0 (w = 0: |w| = 0)
+    return _mm512_mask_sub_epi8(a, _mm512_movepi8_mask(w), izero(), a);
+}
+#endif
+constexpr bool INT_DOT_BYTES = true;
+
+// Keep a block's running sums in registers, added group by group: left to itself GCC computed
+// all of a block's products first and parked them on the stack (int16 adds reassociate freely).
+#if LLAMANB_VW == 16
+#define LLAMANB_KEEP(a, b) asm("" : "+v"(a), "+v"(b))
+#else
+#define LLAMANB_KEEP(a, b) asm("" : "+x"(a), "+x"(b))
+#endif
+
+template <typename WT> struct IDot;
+
+// Q4_1: quants 0..15, activations -127..127: a pair is at most 2 * 15 * 127 = 3810, so the 8
+// groups of a block add up in 16 bits (8 * 3810 = 30480 < 32767) before one vpmaddwd.
+template <> struct IDot<q4_1_t> {
+    struct Acc { iv lo, hi; };
+    struct G { iv lo, hi; };
+    static inline void zero(Acc& a) { a.lo = a.hi = izero(); }
+    static inline G decode(const uint8_t* p) {
+        const iv v = iload(p), m = set1_8(15);
+        return {band(v, m), band(srl16(v, 4), m)};
+    }
+    static inline void step(Acc& a, const G& g, const int8_t* x4) {
+        int32_t w;
+        std::memcpy(&w, x4, 4);
+        const iv x = set1_32(w);
+        a.lo = add16(a.lo, dot_u8s8(g.lo, x));
+        a.hi = add16(a.hi, dot_u8s8(g.hi, x));
+        LLAMANB_KEEP(a.lo, a.hi);
+    }
+    static inline void sums(const Acc& a, vi& lo, vi& hi) {
+        lo = (vi)pairs16(a.lo);
+        hi = (vi)pairs16(a.hi);
+    }
+};
+
+// Q8_0: signed quants; vpmaddubsw wants one unsigned operand, so |q| times the activation with
+// q's sign. A pair is at most 2 * 128 * 127 = 32512 < 32767, but two are not: each group's
+// pairs go to 32 bits at once.
+template <> struct IDot<q8_0_t> {
+    struct Acc { iv lo, hi; };
+    struct G { iv lo, hi; };
+    static inline void zero(Acc& a) { a.lo = a.hi = izero(); }
+    static inline G decode(const uint8_t* p) { return {iload(p), iload(p + 4 * VW)}; }
+    static inline void step(Acc& a, const G& g, const int8_t* x4) {
+        int32_t w;
+        std::memcpy(&w, x4, 4);
+        const iv x = set1_32(w);
+        a.lo = add32(a.lo, pairs16(dot_u8s8(abs8(g.lo), sign8(x, g.lo))));
+        a.hi = add32(a.hi, pairs16(dot_u8s8(abs8(g.hi), sign8(x, g.hi))));
+        LLAMANB_KEEP(a.lo, a.hi);
+    }
+    static inline void sums(const Acc& a, vi& lo, vi& hi) {
+        lo = (vi)a.lo;
+        hi = (vi)a.hi;
+    }
+};
+#else
+constexpr bool INT_DOT_BYTES = false;
+
+template <typename WT> struct IDot;
+
+// Without byte dot products: lane j's 4 quants taken apart by shifts, each multiplied in 32 bits.
+template <> struct IDot<q4_1_t> {
+    struct Acc { vi lo, hi; };
+    struct G { vi lo[4], hi[4]; };
+    static inline void zero(Acc& a) { a.lo = a.hi = vi{}; }
+    static inline G decode(const uint8_t* p) {
+        const vq v = loadv<vq>(p);
+        G g;
+        for (int t = 0; t < 4; ++t) {
+            g.lo[t] = (vi)((v >> (8 * t)) & 15);
+            g.hi[t] = (vi)((v >> (8 * t + 4)) & 15);
+        }
+        return g;
+    }
+    static inline void step(Acc& a, const G& g, const int8_t* x4) {
+        for (int t = 0; t < 4; ++t) {
+            const vi x = int32_t(x4[t]) - vi{};
+            a.lo += g.lo[t] * x;
+            a.hi += g.hi[t] * x;
+        }
+    }
+    static inline void sums(const Acc& a, vi& lo, vi& hi) { lo = a.lo; hi = a.hi; }
+};
+
+template <> struct IDot<q8_0_t> {
+    struct Acc { vi lo, hi; };
+    struct G { vi lo[4], hi[4]; };
+    static inline void zero(Acc& a) { a.lo = a.hi = vi{}; }
+    static inline G decode(const uint8_t* p) {
+        const vi v = loadv<vi>(p), w = loadv<vi>(p + 4 * VW);
+        G g;
+        for (int t = 0; t < 4; ++t) {
+            g.lo[t] = (v << (24 - 8 * t)) >> 24;
+            g.hi[t] = (w << (24 - 8 * t)) >> 24;
+        }
+        return g;
+    }
+    static inline void step(Acc& a, const G& g, const int8_t* x4) {
+        for (int t = 0; t < 4; ++t) {
+            const vi x = int32_t(x4[t]) - vi{};
+            a.lo += g.lo[t] * x;
+            a.hi += g.hi[t] * x;
+        }
+    }
+    static inline void sums(const Acc& a, vi& lo, vi& hi) { lo = a.lo; hi = a.hi; }
+};
+#endif

@@ -10,8 +10,10 @@ then on. `dtype="bf16"` stores them as bfloat16 bits, halving the bytes a decode
 `dtype="q4_1"` (or "q8_0", or "auto": each matrix as the file stores it) runs a GGUF's own blocks:
 they are regrouped into panels (cpu_kernels.pack_quant) and decoded in registers inside the
 matmul (kernels/cpu/quant.h), never expanded in memory -- a Q4_1 model streams 0.625 bytes a
-weight instead of 4. Each decoded weight is exactly the float32 the cache's dequantised copy
-holds, so the q4_1 engine computes the float32 engine's bits from a sixth of its bytes.
+weight instead of 4. By default (activations="int8") each activation row is quantised once per
+product to 8-bit blocks of 32 and the blocks' dot products are integer (vpmaddubsw on AVX2);
+with activations="float32" each decoded weight is exactly the float32 the cache's dequantised
+copy holds, so that engine computes the float32 engine's bits from a sixth of its bytes.
 The kernel streams each panel once per step and multiplies every activation row against it, so
 a step of 8 decoding sequences reads the weights once, as one does.
 
@@ -45,6 +47,21 @@ from .base import Backend
 
 
 QUANT_DTYPES = ("q4_1", "q8_0", "auto")
+# How quantised panels meet the activations: "int8" quantises each activation row to 8-bit
+# blocks of 32 and takes integer dot products (the default: about 3x fewer instructions a weight),
+# "float32" decodes each weight to float32 (the float32 engine's bits). $LLAMANB_CPU_ACTIVATIONS
+# picks it where the backend is made by name (the CLI); the `activations` option overrides it.
+ACTIVATIONS = ("int8", "float32")
+ACTIVATIONS_VAR = "LLAMANB_CPU_ACTIVATIONS"
+
+
+def default_activations() -> str:
+    import os
+
+    value = os.environ.get(ACTIVATIONS_VAR, "").strip() or "int8"
+    if value not in ACTIVATIONS:
+        raise LlamanbError(f"{ACTIVATIONS_VAR}={value!r}: use int8 or float32")
+    return value
 
 
 def release_pages(a: np.ndarray) -> None:
@@ -79,9 +96,13 @@ class CpuBackend(Backend):
 
     DTYPES = ("float32", "bf16", "q4_1", "q8_0", "auto")
 
-    def __init__(self, weights: Weights, dtype: str = "float32"):
+    def __init__(self, weights: Weights, dtype: str = "float32", activations: str | None = None):
         if dtype not in self.DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(self.DTYPES)}, got {dtype!r}")
+        activations = activations or default_activations()
+        if activations not in ACTIVATIONS:
+            raise ValueError(f"activations must be one of {', '.join(ACTIVATIONS)}, got "
+                             f"{activations!r}")
         self.k = cpu_kernels.load()                  # LlamanbError (one line) without a compiler
         super().__init__(weights)
         c = self.config
@@ -92,13 +113,17 @@ class CpuBackend(Backend):
         if dtype in ("q4_1", "q8_0", "auto"):
             dtype = "float32" if not quant else dtype
         self.dtype, self.bf16 = dtype, dtype == "bf16"
+        # quantised panels multiplied with 8-bit activations (kernels/cpu/quant.h's IDot)
+        self.act8 = bool(quant) and activations == "int8"
+        self.activations = "int8" if self.act8 else "float32"
         isa = {"native": "-march=native", "portable": "portable flags"}.get(
             self.k.flavour, f"-march={self.k.flavour}")
         if quant:
             kinds = sorted({q for q, _ in quant.values()})
             what = " + ".join(f"{sum(q == k for q, _ in quant.values())} {k}" for k in kinds) + \
                 " matrices as stored in the GGUF" + \
-                (f", {len(mats) - len(quant)} float32" if len(quant) < len(mats) else "")
+                (f", {len(mats) - len(quant)} float32" if len(quant) < len(mats) else "") + \
+                (", 8-bit activations" if self.act8 else ", float32 activations")
         else:
             what = f"{dtype} weights"
         self.description = (f"compiled C++ kernels on the host CPU ({what}, "
@@ -123,13 +148,21 @@ class CpuBackend(Backend):
         # each one's panel format (norm vectors: float32, ignored)
         ptrs = [(a.data if isinstance(a, cpu_kernels.Packed) else a).ctypes.data
                 for lw in self.layer_w for a in lw.values()]
-        fmts = [cpu_kernels.FORMATS[a.fmt] if isinstance(a, cpu_kernels.Packed) else 0
+        fmts = [cpu_kernels.FORMATS[a.fmt + ("_q8" if self._act8(a) else "")]
+                if isinstance(a, cpu_kernels.Packed) else 0
                 for lw in self.layer_w for a in lw.values()]
         self._wptrs = (ctypes.c_void_p * len(ptrs))(*ptrs)
         self._fmts = (ctypes.c_int32 * len(fmts))(*fmts)
         self._dims = cpu_kernels.Dims(c.n_layers, c.hidden, c.n_heads, c.n_kv_heads, c.head_dim,
                                       c.ffn, int(self.bf16), c.rms_eps, self.scale,
                                       ctypes.cast(self._fmts, ctypes.c_void_p))
+
+    def _act8(self, w: cpu_kernels.Packed) -> bool:
+        """Whether products with w take 8-bit activations (quantised panels, activations=int8)."""
+        return self.act8 and w.fmt in ("q4_1", "q8_0")
+
+    def _mm(self, x: np.ndarray, w: cpu_kernels.Packed, y: np.ndarray, accumulate: bool = False):
+        return self.k.matmul(x, w, y, accumulate=accumulate, rnd=self.bf16, act8=self._act8(w))
 
     @staticmethod
     def _quantised(weights: Weights, dtype: str, c) -> dict:
@@ -245,7 +278,7 @@ class CpuBackend(Backend):
         # --- attention sub-block -------------------------------------------------------------
         h = k.rmsnorm(x, w["attn_norm"], c.rms_eps, rnd)                  # [R, H]
         Q = (Nh + 2 * Nkv) * d
-        qkv = k.matmul(h, w["wqkv"], np.empty((R, Q), np.float32), rnd=rnd)   # [R, (Nh+2Nkv) d]
+        qkv = self._mm(h, w["wqkv"], np.empty((R, Q), np.float32))      # [R, (Nh+2Nkv) d]
         cos, sin = self.rope_tables(step.positions)                      # [R, d/2]
         k.lib.llamanb_cpu_rope(qkv.ctypes.data, R, Q, Nh + Nkv, d, cos.ctypes.data,
                                sin.ctypes.data, int(rnd))                # q and k, in place
@@ -264,14 +297,14 @@ class CpuBackend(Backend):
                                         d, keys.ctypes.data, vals.ctypes.data,
                                         keys.strides[0] // 4, attn[seg.row:].ctypes.data,
                                         self.scale, int(rnd))
-        k.matmul(attn, w["wo"], x, accumulate=True, rnd=rnd)              # x += attn @ wo.T
+        self._mm(attn, w["wo"], x, accumulate=True)                      # x += attn @ wo.T
 
         # --- FFN sub-block (SwiGLU) ----------------------------------------------------------
         h = k.rmsnorm(x, w["ffn_norm"], c.rms_eps, rnd)                   # [R, H]
-        gu = k.matmul(h, w["gate_up"], np.empty((R, 2 * c.ffn), np.float32), rnd=rnd)  # [R, 2 F]
+        gu = self._mm(h, w["gate_up"], np.empty((R, 2 * c.ffn), np.float32))   # [R, 2 F]
         a = np.empty((R, c.ffn), dtype=np.float32)                       # [R, F]
         k.lib.llamanb_cpu_silu_mul(gu.ctypes.data, a.ctypes.data, R, c.ffn, int(rnd))
-        k.matmul(a, w["down"], x, accumulate=True, rnd=rnd)               # x += a @ down.T
+        self._mm(a, w["down"], x, accumulate=True)                       # x += a @ down.T
         return x
 
     @staticmethod
@@ -285,5 +318,5 @@ class CpuBackend(Backend):
     def head(self, x: np.ndarray) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float32)
         h = self.k.rmsnorm(x, self.final_norm, self.config.rms_eps, self.bf16)   # [n, H]
-        return self.k.matmul(h, self.lm_head, np.empty((x.shape[0], self.lm_head.shape[0]),
-                                                      np.float32), rnd=self.bf16)  # [n, V]
+        return self._mm(h, self.lm_head, np.empty((x.shape[0], self.lm_head.shape[0]),
+                                                 np.float32))                    # [n, V]

@@ -121,7 +121,8 @@ class CacheDesc(ctypes.Structure):
 
 
 # a panel format's code in kernels/cpu (forward.cc's fmt, llamanb_cpu_unpack_quant)
-FORMATS = {"f32": 0, "bf16": 1, "q4_1": 2, "q8_0": 3}
+# ("q4_1_q8", "q8_0_q8": the same panels, multiplied with 8-bit activations)
+FORMATS = {"f32": 0, "bf16": 1, "q4_1": 2, "q8_0": 3, "q4_1_q8": 4, "q8_0_q8": 5}
 # GGUF block formats the kernels decode in registers: name -> (GGUF bytes per block of 32, panel
 # block bytes per output column) -- kernels/cpu/quant.h
 QUANT_FORMATS = {"Q4_1": ("q4_1", 20, 20), "Q8_0": ("q8_0", 34, 34)}
@@ -132,8 +133,10 @@ def pack_quant(raw: np.ndarray, qtype: str, np_width: int) -> np.ndarray:
 
     raw: uint8 [N, K/32 * bytes per block], row n = output column n (HF order). Returns uint8
     [ceil(N / NP), K/32, block bytes]: per panel and block of 32 k, the NP columns' float16
-    scales (Q4_1: then their minimums) and their 32 rows of quants, NP per row (Q4_1: two
-    columns j, j + NP/2 per byte). Columns past N are zero blocks (weight 0)."""
+    scales (Q4_1: then their minimums), then their quants in 8 groups of 4 k, each group column
+    j's 4 bytes (k = 4 g + t) at bytes 4 j .. 4 j + 3 (Q4_1: columns j and j + NP/2 share a byte,
+    low and high nibble; Q8_0: columns NP/2 .. NP-1 follow as a second half). Columns past N are
+    zero blocks (weight 0)."""
     name, gb, _ = QUANT_FORMATS[qtype]
     raw = np.ascontiguousarray(raw, dtype=np.uint8)
     N = raw.shape[0]
@@ -150,11 +153,13 @@ def pack_quant(raw: np.ndarray, qtype: str, np_width: int) -> np.ndarray:
     if qtype == "Q4_1":
         qs = blocks[..., 4:]                                             # [P, nb, NP, 16]
         q = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)                # weight kk of the block
-        q = q.transpose(0, 1, 3, 2)                                      # [P, nb, 32, NP]
-        packed = q[..., :VW] | (q[..., VW:] << 4)                        # [P, nb, 32, VW]
-        parts = [cols(blocks[..., 0:2]), cols(blocks[..., 2:4]), cols(packed)]
+        q = q.transpose(0, 1, 3, 2).reshape(P, nb, 8, 4, NP)            # [P, nb, g, t, NP]
+        packed = q[..., :VW] | (q[..., VW:] << 4)                        # [P, nb, g, t, VW]
+        parts = [cols(blocks[..., 0:2]), cols(blocks[..., 2:4]),
+                 cols(packed.transpose(0, 1, 2, 4, 3))]                  # [P, nb, g, VW, t]
     else:
         q = blocks[..., 2:].transpose(0, 1, 3, 2)                        # [P, nb, 32, NP] int8
+        q = q.reshape(P, nb, 8, 4, 2, VW).transpose(0, 1, 2, 4, 5, 3)   # [P, nb, g, h, VW, t]
         parts = [cols(blocks[..., 0:2]), cols(q)]
     return np.concatenate(parts, axis=-1)
 
@@ -195,6 +200,10 @@ class Kernels:
                "llamanb_cpu_matmul_bf16": (P, I, I, P, I, P, I, I),
                "llamanb_cpu_matmul_q4_1": (P, I, I, P, I, P, I, I),
                "llamanb_cpu_matmul_q8_0": (P, I, I, P, I, P, I, I),
+               "llamanb_cpu_matmul_q4_1_q8": (P, I, I, P, I, P, I, I),
+               "llamanb_cpu_matmul_q8_0_q8": (P, I, I, P, I, P, I, I),
+               "llamanb_cpu_quantize_q8": (P, I, I, P, P, P),
+               "llamanb_cpu_int_dot_bytes": (),
                "llamanb_cpu_unpack_quant": (I, P, I, I, P),
                "llamanb_cpu_rmsnorm": (P, P, P, I, I, F, I),
                "llamanb_cpu_rope": (P, I, L, I, I, P, P, I),
@@ -206,7 +215,7 @@ class Kernels:
                "llamanb_cpu_threads": ()}
         for name, args in sig.items():
             fn = getattr(lib, name)
-            fn.argtypes, fn.restype = list(args), (ctypes.c_int if name.endswith(("width", "threads", "order", "isa")) else
+            fn.argtypes, fn.restype = list(args), (ctypes.c_int if name.endswith(("width", "threads", "order", "isa", "bytes")) else
                                                    ctypes.c_double if name.endswith("_sum") else None)
         self.vector_width = lib.llamanb_cpu_vector_width()
         self.panel_width = lib.llamanb_cpu_panel_width()
@@ -216,6 +225,8 @@ class Kernels:
         bits = lib.llamanb_cpu_isa()
         # the instruction-set macros the compiler defined for this build (kernels/cpu/vec.h)
         self.isa = tuple(n for i, n in enumerate(ISA_MACROS) if bits >> i & 1)
+        # whether the 8-bit-activation products use byte dot products (vpmaddubsw)
+        self.int_dot_bytes = bool(lib.llamanb_cpu_int_dot_bytes())
 
     def pack(self, w: np.ndarray, bf16: bool = False) -> Packed:
         """W [N, K] -> panels [ceil(N / NP), K, NP] (kernels/cpu/matmul.cc), float32 or bfloat16
@@ -229,12 +240,15 @@ class Kernels:
         return Packed(N, K, data)
 
     # y [M, N] (+)= x [M, K] @ W[N, K]^T
+    # act8: quantised panels only -- each activation row quantised to 8-bit blocks of 32 and the
+    # block dot products taken in integers (kernels/cpu/quant.h)
     def matmul(self, x: np.ndarray, w: Packed, y: np.ndarray, accumulate: bool = False,
-               rnd: bool = False) -> np.ndarray:
+               rnd: bool = False, act8: bool = False) -> np.ndarray:
         M, K = x.shape
         N = w.n
         assert w.k == K and y.shape == (M, N) and x.flags.c_contiguous and y.flags.c_contiguous
-        fn = getattr(self.lib, f"llamanb_cpu_matmul_{w.fmt}")
+        assert not act8 or w.fmt in ("q4_1", "q8_0")
+        fn = getattr(self.lib, f"llamanb_cpu_matmul_{w.fmt}" + ("_q8" if act8 else ""))
         fn(x.ctypes.data, M, K, w.data.ctypes.data, N, y.ctypes.data, int(accumulate), int(rnd))
         return y
 
@@ -249,6 +263,18 @@ class Kernels:
         self.lib.llamanb_cpu_unpack_quant(FORMATS[w.fmt], w.data.ctypes.data, w.n, w.k,
                                           out.ctypes.data)
         return out
+
+    def quantize_q8(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Rows x [M, K] (K a multiple of 32) -> the 8-bit blocks the act8 products use: q int8
+        [M, K], d and s float32 [M, K / 32] (scale max|x| / 127 and d * sum q, per block)."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        M, K = x.shape
+        assert K % 32 == 0
+        q = np.empty((M, K), np.int8)
+        d, s = np.empty((M, K // 32), np.float32), np.empty((M, K // 32), np.float32)
+        self.lib.llamanb_cpu_quantize_q8(x.ctypes.data, M, K, q.ctypes.data, d.ctypes.data,
+                                         s.ctypes.data)
+        return q, d, s
 
     def read_sum(self, a: np.ndarray) -> float:
         """The float64 sum of a float32 array, read by every pool thread (a bandwidth probe)."""

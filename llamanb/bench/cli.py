@@ -50,6 +50,13 @@ def main(args) -> int:
 
     model = load_model(args.model)                 # weights are memory-mapped, not read yet
     cfg = model.config
+    if backend == "cpu":                           # and the file's own blocks (Q4_1), as stored
+        from .peer import QUANT_PEERS, source_quant
+
+        quant = source_quant(model.source)
+        if quant:
+            engines.insert(engines.index("llamanb@cpu:bf16") + 1,
+                           f"llamanb@cpu:{QUANT_PEERS[quant]}")
     ids = prompt_ids(model.tokenizer, max(PREFILL_LENS), cfg.vocab)
     model_info = {"name": cfg.name, "n_params": cfg.n_params(),
                   "weights_bytes": model.weights.nbytes(), "source": str(model.source),
@@ -67,8 +74,10 @@ def main(args) -> int:
         else:
             progress(f"llama.cpp peer: llama-cpp-python {version} in {py}; writing F32/BF16 GGUFs")
             files = make_ggufs(model.source, cache_root() / "peer")
-            peers = {e: (py, files[prec]) for e, prec in PEERS.items()}
-            engines += list(PEERS)
+            if quant:                                   # llama.cpp runs the model's own file
+                files[quant] = Path(model.source)
+            peers = {e: (py, files[prec]) for e, prec in PEERS.items() if prec in files}
+            engines += list(peers)
     del model
 
     machine = machine_info()

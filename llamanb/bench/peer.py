@@ -3,6 +3,8 @@ runner in a child process of whichever Python has `llama_cpp` installed.
 
     the model's GGUF (any quantisation) --gguf package--> $LLAMANB_CACHE/peer/<name>-<hash>.F32.gguf
                                                                           .../<name>-<hash>.BF16.gguf
+    the model's GGUF itself, where its layer matrices are Q4_1     (llama.cpp's Q4_1 engine, beside
+                                                                    the cpu backend's --dtype q4_1)
 
 Both files hold the weights llamanb computes with (dequantised by the `gguf` package, exactly as
 llamanb does, tests/io/test_gguf.py), as float32 or rounded to bfloat16 (1-D norms stay float32, as
@@ -26,7 +28,22 @@ from pathlib import Path
 
 from ..errors import LlamanbError
 
-PEERS = {"llamacpp_f32": "F32", "llamacpp_bf16": "BF16"}
+PEERS = {"llamacpp_f32": "F32", "llamacpp_bf16": "BF16", "llamacpp_q4_1": "Q4_1"}
+# the peers that run the model's own file, and the cpu backend dtype that runs it beside them
+QUANT_PEERS = {"Q4_1": "q4_1"}
+
+
+def source_quant(source) -> str | None:
+    """The block format every layer matrix of a GGUF file is stored in, when the cpu backend and
+    llama.cpp can both run it as stored ("Q4_1"); None for anything else (or not a GGUF)."""
+    from ..io.gguf import tensor_index
+
+    source = Path(source)
+    if source.suffix != ".gguf" or not source.is_file():
+        return None
+    kinds = {q for name, (q, dims, _, _) in tensor_index(source).items()
+             if name.startswith("blk.") and len(dims) == 2}
+    return next(iter(kinds)) if len(kinds) == 1 and next(iter(kinds)) in QUANT_PEERS else None
 RUNNER = Path(__file__).with_name("peer_llamacpp.py")
 
 
@@ -100,10 +117,11 @@ class PeerProcess:
 
     def __init__(self, engine: str, python: str, gguf: Path, ids: list[int], steps: int):
         self.engine = engine
+        precision = PEERS.get(engine, "")
         self.proc = subprocess.Popen([python, str(RUNNER)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                      start_new_session=True)
-        self._send({"gguf": str(gguf), "ids": ids, "steps": steps,
+        self._send({"gguf": str(gguf), "ids": ids, "steps": steps, "precision": precision,
                     "threads": os.cpu_count() or 1})
 
     def _send(self, msg) -> None:

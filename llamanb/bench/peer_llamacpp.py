@@ -1,7 +1,7 @@
 """llama.cpp's side of `bench --backend cpu`, run by the peer's own Python (stdlib + llama_cpp +
 numpy only; llamanb is not importable there). One JSON message per line on stdin/stdout:
 
-    in:  {"gguf", "ids", "steps", "threads"}    out: ["ready", info]
+    in:  {"gguf", "ids", "steps", "precision", "threads"}    out: ["ready", info]
     in:  "round"                                out: ["round", [{prefill_128, prefill_512, decode}, tokens]]
     in:  "finish"                               out: ["finished", {"peak_rss_mb"}]
 
@@ -31,9 +31,10 @@ def main() -> None:
     llm = llama_cpp.Llama(model_path=cfg["gguf"], n_ctx=1024, n_batch=512, n_ubatch=512,
                           n_threads=cfg["threads"], n_threads_batch=cfg["threads"],
                           verbose=False)
+    prec = cfg.get("precision") or cfg["gguf"].rsplit(".", 2)[-2]
     info = {"load_s": time.perf_counter() - t0,
-            "backend": f"llama.cpp (llama-cpp-python {llama_cpp.__version__}) {cfg['gguf'].rsplit('.', 2)[-2]}",
-            "dtype": cfg["gguf"].rsplit(".", 2)[-2], "threads": f"llama.cpp {cfg['threads']}"}
+            "backend": f"llama.cpp (llama-cpp-python {llama_cpp.__version__}) {prec}",
+            "dtype": prec, "threads": f"llama.cpp {cfg['threads']}"}
     print(json.dumps(["ready", info]), flush=True)
     ids, steps = cfg["ids"], cfg["steps"]
 

@@ -15,7 +15,7 @@ BACKEND_DECODE_TARGETS = {"npu2-emulated": 0.5}
 
 
 # The cpu backend against llama.cpp at the same precision, in the same run (issue 18's targets).
-CPU_PEER = {"cpu": "llamacpp_f32", "cpu:bf16": "llamacpp_bf16"}
+CPU_PEER = {"cpu": "llamacpp_f32", "cpu:bf16": "llamacpp_bf16", "cpu:q4_1": "llamacpp_q4_1"}
 
 # A ratio between engines is decided per round: the rounds are interleaved (every engine runs once
 # in each), so round r's two rates met the same state of a shared machine, and their ratio is one
@@ -76,13 +76,17 @@ def ratios(engines: dict, roofline: float, gb_s: float | None = None) -> list[di
                                  e["decode_tok_s"] / peer["decode_tok_s"],
                                  _paired(e, peer, "decode")))
                     rows.append((f"{b} prefill_512 / {label(CPU_PEER[b])} prefill_512", "x",
-                                 1.0 if b == "cpu" else None,
+                                 1.0 if b in ("cpu", "cpu:bf16") else None,   # fp32, bf16: >= 1.0x
                                  e["prefill_512_tok_s"] / peer["prefill_512_tok_s"],
                                  _paired(e, peer, "prefill_512")))
         elif name in CPU_PEER.values() and gb_s:
-            nbytes = engines["llamanb"].get("weight_bytes")
+            # the bytes the cpu engine at the same precision reads per token (the same format)
+            mine = next((engines.get(f"llamanb@{b}") for b, p in CPU_PEER.items() if p == name), None)
+            nbytes = (mine or {}).get("weight_bytes")
+            if nbytes is None and not name.endswith("q4_1"):
+                nbytes = engines["llamanb"].get("weight_bytes")
+                nbytes = nbytes and (nbytes // 2 if name.endswith("bf16") else nbytes)
             if nbytes:
-                nbytes = nbytes // 2 if name.endswith("bf16") else nbytes
                 rows.append((f"{label(name)} decode / roofline ({nbytes / 1e6:.0f} MB)", "%", None,
                              e["decode_tok_s"] / (gb_s * 1e9 / nbytes)))
     out = []

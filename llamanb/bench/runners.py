@@ -13,7 +13,7 @@ PREFILL_LENS = (128, 512)
 DECODE_CONTEXT = 128                     # prompt length before the decode steps
 LABELS = {"llamanb": "llamanb (numpy fp32)", "transformers_fp32": "transformers fp32",
           "transformers_bf16": "transformers bf16", "llamacpp_f32": "llama.cpp F32",
-          "llamacpp_bf16": "llama.cpp BF16"}
+          "llamacpp_bf16": "llama.cpp BF16", "llamacpp_q4_1": "llama.cpp Q4_1"}
 
 
 def label(engine: str) -> str:

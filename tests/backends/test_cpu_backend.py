@@ -406,7 +406,7 @@ def test_quantised_matmul_equals_float32_panels_bitwise(kernels, portable_kernel
 def q4_engine(smollm, kernels):
     from llamanb.engine import Engine
 
-    return Engine(smollm, "cpu", dtype="q4_1")
+    return Engine(smollm, "cpu", dtype="q4_1", activations="float32")
 
 
 def test_q4_1_engine_is_the_float32_engine_from_a_sixth_of_the_bytes(q4_engine, cpu_engine,

@@ -29,6 +29,8 @@ def test_bench_ratios_against_llamacpp_and_roofline():
     bf = rows["cpu:bf16 decode / llama.cpp BF16 decode"]
     assert (bf["value"], bf["pass"]) == (0.8, False)
     assert rows["cpu prefill_512 / llama.cpp F32 prefill_512"]["value"] == 0.8
+    bp = rows["cpu:bf16 prefill_512 / llama.cpp BF16 prefill_512"]
+    assert (bp["value"], bp["target"], bp["pass"]) == (1.2, 1.0, True)
     assert rows["cpu decode / its roofline (40.0 GB/s / 500 MB)"]["value"] == 60.0 / 80.0
     assert rows["cpu:bf16 decode / its roofline (40.0 GB/s / 250 MB)"]["value"] == 100.0 / 160.0
     assert rows["cpu prefill_512 / numpy fp32 prefill_512"]["value"] == 0.8
@@ -93,3 +95,35 @@ def test_bandwidth_probe_takes_the_kernels_streaming_sum(kernels):
     meds = {n: m["median_gb_s"] for n, m in bw["methods"].items()}
     assert "cpu sum" in meds and len(meds) == 5
     assert bw["gb_s"] == max(meds.values()) and bw["best"] == max(meds, key=meds.get)
+
+
+def test_q4_1_row_against_llamacpp_on_the_same_file(smollm_gguf_path, tmp_path):
+    """The shipped GGUF's layers are Q4_1 (counted from its header by the gguf package's reader,
+    independently of llamanb's own header parser): the bench then runs the cpu backend on those
+    blocks beside llama.cpp on that very file, the ratio row pairs them, and llama.cpp's Q4_1
+    roofline divides by the q4_1 engine's own bytes. A float32 file has no such row."""
+    from gguf import GGUFReader, GGUFWriter
+
+    from llamanb.bench.peer import source_quant
+    from llamanb.bench.report import ratios
+
+    kinds = {t.tensor_type.name for t in GGUFReader(str(smollm_gguf_path)).tensors
+             if t.name.startswith("blk.") and len(t.shape) == 2}
+    assert source_quant(smollm_gguf_path) == "Q4_1" == "".join(kinds)
+    src = tmp_path / "tiny.gguf"
+    w = GGUFWriter(str(src), "llama")
+    w.add_tensor("blk.0.ffn_down.weight", np.ones((4, 32), np.float32))
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    assert source_quant(src) is None and source_quant(tmp_path / "none.gguf") is None
+
+    eng = {"llamanb": {"decode_tok_s": 40.0, "prefill_128_tok_s": 400.0,
+                       "prefill_512_tok_s": 500.0, "weight_bytes": 500e6},
+           "llamanb@cpu:q4_1": {"decode_tok_s": 150.0, "prefill_128_tok_s": 600.0,
+                                "prefill_512_tok_s": 600.0, "weight_bytes": 100e6,
+                                "samples_tok_s": {"decode": [150.0] * 7, "prefill_512": [600.0] * 7}},
+           "llamacpp_q4_1": {"decode_tok_s": 200.0, "prefill_512_tok_s": 500.0,
+                             "samples_tok_s": {"decode": [200.0] * 7, "prefill_512": [500.0] * 7}}}
+    rows = {r["name"]: r for r in ratios(eng, roofline=60.0, gb_s=40.0)}
+    q = rows["cpu:q4_1 decode / llama.cpp Q4_1 decode"]
+    assert (q["value"], q["target"], q["pass"], q["spread"]["n"]) == (0.75, 1.0, False, 7)
+    assert rows["llama.cpp Q4_1 decode / roofline (100 MB)"]["value"] == 200.0 / 400.0
