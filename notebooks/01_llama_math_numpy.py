@@ -379,9 +379,6 @@ check("rope k", k_rot, hk[0].transpose(0, 1).numpy())
 print(q_rot.shape, k_rot.shape)
 
 # %% [markdown]
-# (Meta's original checkpoints and GGUF files pair dimensions `2i` and `2i+1` instead: the same
-# rotation on a permuted head, notebook 02.)
-# %% [markdown]
 # **Grouped-query attention with a causal mask.** Query head j uses K/V head `j // G`. Its scores
 # are `q·kᵀ / √d_h` for every (query, key) pair, `[S, S]` per head; positions after the query are
 # set to −∞ so that softmax gives them weight 0 (a token may not look at the future). Each row of

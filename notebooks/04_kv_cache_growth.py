@@ -214,7 +214,7 @@ print("\ntext so far:", repr(tok.decode(generated)))
 #
 # An aside on "rows ≥ length are zero". Prefill may run more rows than the prompt has: the numpy
 # backend pads every prefill to a multiple of `row_multiple` rows (8 or 48, depending on the BLAS
-# kernels; notebook 03 explains why). Those extra rows are *padding rows* of the engine's step:
+# kernels; notebook 03b explains why). Those extra rows are *padding rows* of the engine's step:
 # they go through every projection (the row count is what matters to BLAS) but belong to no
 # sequence, so they are never written to the cache and never attended to. The cache holds exactly
 # the real positions, even for a 2-token prompt:
