@@ -70,8 +70,9 @@ test-notebooks: check-pairs notebook-env cross-cc
 PORTABLE_TESTS := tests/test_blas.py tests/bench/test_serve_bench.py tests/mesh/test_mesh_ttnn.py \
   tests/check/test_hf_parity.py tests/check/test_reference_gate.py tests/test_engine.py tests/check/test_float64.py
 PORTABLE_NOTEBOOKS := notebooks/00_overview.ipynb notebooks/01_llama_math_numpy.ipynb \
-  notebooks/02_rope_einsum_tables.ipynb notebooks/03_masks_padding_proofs.ipynb \
-  notebooks/04_kv_cache_growth.ipynb notebooks/09_galaxy_mesh.ipynb
+  notebooks/01b_prefill_flops.ipynb notebooks/02_rope_einsum_tables.ipynb \
+  notebooks/03_attention_masks.ipynb notebooks/03b_padded_prefill.ipynb \
+  notebooks/04_kv_cache_growth.ipynb notebooks/04b_sampling.ipynb notebooks/09_galaxy_mesh.ipynb
 test-portability: notebook-env
 	$(PY) tests/run_portability.py -q -p no:cacheprovider $(PORTABLE_TESTS)
 	$(PY) tests/run_portability.py -q -p no:cacheprovider $(NBVAL) $(PORTABLE_NOTEBOOKS)

@@ -3,6 +3,8 @@
     notebooks/NN_name.py     py:percent, the file you edit
     notebooks/NN_name.ipynb  generated from it, executed, committed with outputs
 
+A chapter split off after chapter NN takes a letter, NNb_name, and sorts right after it.
+
 `check` converts both files of each pair to cells and compares them; it never writes (unlike
 `jupytext --sync`, which on a fresh clone picks a direction from file times and may overwrite the
 wrong file). When a pair drifted it says which side is newer -- the side whose cells changed since
@@ -37,7 +39,8 @@ from pathlib import Path
 from .errors import LlamanbError
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
-NAME = re.compile(r"^\d\d_[a-z0-9_]+$")
+# NN_name, or NNx_name for a chapter split off after NN (01b_prefill_flops follows 01_llama_math_numpy)
+NAME = re.compile(r"^\d\d[a-z]?_[a-z0-9_]+$")
 # (cell type, source): what a reader sees and runs; outputs and metadata are not compared.
 Cell = tuple[str, str]
 
@@ -203,8 +206,8 @@ def build(py: Path, timeout: int = 600) -> float:
 # ---- exercises: running a notebook as a completed student copy ----------------------------------
 SOLUTIONS_DIR = NOTEBOOK_DIR.parent / "solutions"
 STUB = "raise NotImplementedError"
-VERDICT = re.compile(r"^\d\d\.\d+ \w+: (passed|FAILED|not attempted)")
-VERDICT_PASSED = re.compile(r"^\d\d\.\d+ \w+: passed")
+VERDICT = re.compile(r"^\d\d[a-z]?\.\d+ \w+: (passed|FAILED|not attempted)")
+VERDICT_PASSED = re.compile(r"^\d\d[a-z]?\.\d+ \w+: passed")
 
 
 def solution_file(py: Path) -> Path:

@@ -48,10 +48,13 @@ print("llamanb", llamanb.__version__)
 # %%
 CHAPTERS = [
     ("00", "overview", "this map; the machine; one answer", "hardware, generate"),
-    ("01", "llama_math_numpy", "symbols, parameters, one block op by op, FLOPs", "config, flops, backends.numpy_ref"),
+    ("01", "llama_math_numpy", "symbols, parameters, one block op by op", "config, backends.numpy_ref"),
+    ("01b", "prefill_flops", "FLOPs of a prefill and a decode step, against torch", "flops"),
     ("02", "rope_einsum_tables", "RoPE frequencies, 2x2 rotation tables, GGUF Q/K order", "rope, rope_tables"),
-    ("03", "masks_padding_proofs", "GQA einsums, causal mask, exact padded prefill", "engine"),
-    ("04", "kv_cache_growth", "KV cache layout and growth, sampling", "kv, generate"),
+    ("03", "attention_masks", "GQA einsums, the causal mask, which ops mix positions", "backends.numpy_ref"),
+    ("03b", "padded_prefill", "exact padded prefill, the real length, a one-row head", "engine"),
+    ("04", "kv_cache_growth", "KV cache layout, growth and cost; decode = recompute", "kv"),
+    ("04b", "sampling", "greedy, temperature, top-k, top-p against transformers", "generate"),
     ("05", "npu_kernels", "MLIR-AIR kernels for AMD NPU2, compiled per kernel", "npu.builders, npu.emulator"),
     ("06", "elf_stitching", "several launches stitched into one ELF", "npu.stitch, npu.groups"),
     ("07", "buffer_objects", "buffer objects, KernelCache, the emulated NPU2", "npu.runtime, npu.backend"),
@@ -61,6 +64,7 @@ CHAPTERS = [
     ("11", "cpu_kernels", "the CPU: roofline, panels, register tiles, bf16, Q4_1", "backends.cpu"),
     ("12", "cuda_kernels", "min_llm_inference's CUDA kernels, simulated and compiled", "cuda"),
     ("13", "hardware_chat", "the whole model through the NPU2 runtime; profile; a chat", "hardware, chat, npu.profile"),
+    ("14", "appendix_cost_models", "Appendix: the three cost models on one calibration", "npu.perf.cost, tcp.cost, mesh.cost"),
 ]
 print(f"{'#':<3} {'notebook':<22} {'what it builds':<56} llamanb")
 for num, name, what, where in CHAPTERS:

@@ -19,12 +19,11 @@
 # notebook you name those integers, count every parameter and byte they imply (for the 135 M
 # model that runs on this laptop, for Llama-3.2-1B and for Llama 3 70B), then run one transformer
 # block of the real SmolLM2-135M operation by operation in numpy, checking every intermediate
-# against HF transformers. Last, you count the floating-point work of a 2048-token prefill of
-# Llama-3.2-1B op by op and check the count against torch's own FLOP counter. The counting ends up
-# in `llamanb.flops`; the block is the one `llamanb`'s numpy backend runs.
+# against HF transformers. The block is the one `llamanb`'s numpy backend runs; counting its
+# floating-point work is notebook 01b.
 #
-# Every claim below is an `assert`: against the published config, against transformers, against
-# torch, or against closed-form arithmetic.
+# Every claim below is an `assert`: against the published config, against transformers, or against
+# closed-form arithmetic.
 
 # %%
 import warnings
@@ -34,7 +33,6 @@ import numpy as np
 from IPython.display import Markdown, display
 
 from llamanb import LLAMA3_70B, LLAMA32_1B, SMOLLM2_135M, Engine, LlamaConfig, load_model
-from llamanb.numerics import matmul_bound
 
 
 def roundup(err: float) -> float:
@@ -146,94 +144,42 @@ for c in MODELS:
     print(f"{c.name:22s} by hand {sum(mine.values()):>15,}   LlamaConfig {c.n_params():>15,}")
 
 # %% [markdown]
-# ### 2.2 Llama-3.2-1B: tied, 1.24 B, not "untied, 1.50 B"
+# ### 2.2 Llama-3.2-1B is tied: 1.24 B parameters
 #
-# The MLIR-AIR Llama-3.2-1B guide (Xilinx/mlir-air, `programming_examples/llms/llama32_1b`,
-# docs/explain.md) states: "Llama-3.2-1B uses untied embeddings (LM Head is a separate parameter
-# from the embedding table)", and its parameter table ends in "Grand total ≈ 1.50 B, ~3.0 GB bf16".
-# The published `config.json` says otherwise. Here are its fields, as published for
-# `meta-llama/Llama-3.2-1B-Instruct` (the base model's differs only in `eos_token_id`, 128001),
-# less a few training-only entries:
+# Its published `config.json` (`meta-llama/Llama-3.2-1B-Instruct`) says `"tie_word_embeddings":
+# true`: the logits are computed with the embedding table itself, so the LM head adds no parameter.
+# Counting it a second time gives 1.50 B, the figure the MLIR-AIR Llama-3.2-1B guide prints
+# (`docs/corrections.md`). The fields that fix the count, as published:
 
 # %%
-published_llama32_1b = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 2048,
-    "intermediate_size": 8192,
-    "num_hidden_layers": 16,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 64,
-    "vocab_size": 128256,
-    "max_position_embeddings": 131072,
-    "rms_norm_eps": 1e-05,
-    "rope_theta": 500000.0,
-    "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-    "tie_word_embeddings": True,
-    "hidden_act": "silu",
-    "attention_bias": False,
-    "mlp_bias": False,
-    "torch_dtype": "bfloat16",
-    "bos_token_id": 128000,
-    "eos_token_id": [128001, 128008, 128009],
-}
-from_json = LlamaConfig.from_hf(published_llama32_1b, name="Llama-3.2-1B")
-assert from_json == LLAMA32_1B                                  # the preset is the published config
-print("preset == published config.json:", from_json == LLAMA32_1B)
-
-# %% [markdown]
-# Count it with the formulas, one term at a time:
-
-# %%
+published_llama32_1b = {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+                        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
+                        "vocab_size": 128256, "tie_word_embeddings": True}
 pc = published_llama32_1b
+assert (LLAMA32_1B.hidden, LLAMA32_1B.ffn, LLAMA32_1B.n_layers, LLAMA32_1B.n_heads, LLAMA32_1B.n_kv_heads,
+        LLAMA32_1B.head_dim, LLAMA32_1B.vocab, LLAMA32_1B.tie_embeddings) == tuple(pc.values())
 H, F, V, L = pc["hidden_size"], pc["intermediate_size"], pc["vocab_size"], pc["num_hidden_layers"]
 q_w = pc["num_attention_heads"] * pc["head_dim"]          # N_h d_h  = 32 * 64 = 2048
 kv_w = pc["num_key_value_heads"] * pc["head_dim"]         # N_kv d_h =  8 * 64 =  512
 block = 2 * H + H * q_w + 2 * H * kv_w + q_w * H + 3 * H * F
-embedding = V * H
-assert pc["tie_word_embeddings"]                         # so the LM head reuses the embedding
-tied_total = embedding + L * block + H
-print(f"one block            {block:>15,}")
-print(f"16 blocks            {L * block:>15,}")
-print(f"embedding (V x H)    {embedding:>15,}")
-print(f"final norm           {H:>15,}")
-print(f"total (tied)         {tied_total:>15,}   = {tied_total / 1e9:.2f} B")
-print(f"bf16 bytes           {2 * tied_total:>15,}   = {2 * tied_total / 1e9:.2f} GB")
+tied_total = V * H + L * block + H                        # embedding, 16 blocks, final norm
+untied_total = tied_total + V * H                         # a second [V, H] matrix for the head
 assert tied_total == 1_235_814_400 == LLAMA32_1B.n_params()
-assert LLAMA32_1B.weight_bytes("bf16") == 2_471_628_800
-
-# %% [markdown]
-# Where does 1.50 B come from? Count the LM head as a second `[V, H]` matrix:
-
-# %%
-untied_total = tied_total + V * H
-print(f"total if untied      {untied_total:>15,}   = {untied_total / 1e9:.2f} B, "
-      f"{2 * untied_total / 1e9:.2f} GB bf16")
+assert LLAMA32_1B.weight_bytes("bf16") == 2 * tied_total == 2_471_628_800
 assert untied_total == LLAMA32_1B.replace(tie_embeddings=False).n_params()
-assert round(untied_total / 1e9, 2) == 1.50                # the guide's number
-# the guide's per-layer table: "61.0 M" per block and "976 M" for 16 blocks
-print(f"one block: {block / 1e6:.1f} M (guide: 61.0 M);  16 blocks: {L * block / 1e6:.0f} M (guide: 976 M)")
+print(f"tied (as published): {tied_total:,} = {tied_total / 1e9:.2f} B, {2 * tied_total / 1e9:.2f} GB bf16;"
+      f"  counted untied: {untied_total / 1e9:.2f} B")
 
 # %% [markdown]
-# So the guide's 1.50 B is the untied count, and the published checkpoint is tied: the logits are
-# computed with the embedding table itself. A runtime may still keep a *second copy* of that
-# matrix in another layout for its LM-head kernel. That costs memory (another 0.53 GB in bf16) but
-# adds no parameter: the copy is derived from the embedding, nothing new is learned.
-#
-# `llamanb`'s own numpy backend does exactly this: it keeps a transposed `[H, V]` copy of the
-# embedding because OpenBLAS streams it faster in decode. A different array, the same numbers:
+# A runtime may still keep a *second copy* of the embedding in another layout for its LM-head
+# kernel (`llamanb`'s numpy backend keeps a transposed `[H, V]` one, `lm_head_t`, because OpenBLAS
+# streams it faster in decode): memory, not parameters. The embedded model, for the sections below:
 
 # %%
 model = load_model()                      # SmolLM2-135M-Instruct, memory-mapped from the cache
 engine = Engine(model)
 W = model.weights
-head_copy = engine.backend.lm_head_t                                   # [H, V]
-print("lm_head_t shape:", head_copy.shape, " embedding shape:", W.embed.shape)
-print("shares memory with the embedding:", np.shares_memory(head_copy, W.embed))
-assert np.array_equal(head_copy, W.embed.T)
-print("max |copy - embedding.T|:", float(np.max(np.abs(head_copy - W.embed.T))))
+assert np.array_equal(engine.backend.lm_head_t, W.embed.T)      # the same numbers, another array
 
 # %% [markdown]
 # ### 2.3 Bytes: weights and KV cache
@@ -255,10 +201,8 @@ for c in MODELS:
           f"{no_gqa / 2**20:>12.0f}")
 
 # %% [markdown]
-# The MLIR-AIR guide writes the KV cache of Llama-3.2-1B as "KV cache size = 2 · L · N_kv · max_seq
-# · d_h · 2 bytes = 2 · 16 · 8 · 2048 · 64 · 2 = ~32 MB" (and, elsewhere, "16 × 8 × max_seq × 64 × 2
-# bytes = 16,384 × max_seq bytes ≈ 32 MB at max_seq=2048"). The product with the leading 2 (K *and*
-# V) is 64 MiB; 32 MiB is the keys alone:
+# Llama-3.2-1B's bf16 cache at 2048 positions is 64 MiB for K and V together (32 MiB, the figure
+# the MLIR-AIR guide prints, is the keys alone: `docs/corrections.md`):
 
 # %%
 kv_2048 = 2 * 16 * 8 * 2048 * 64 * 2
@@ -390,7 +334,8 @@ print(q.shape, k.shape, v.shape)
 # angle that grows with the position: pair i turns at frequency `θ^(-2i/d_h)` (θ = `rope_theta`,
 # i = 0 .. d_h/2 - 1), so position p rotates it by `p · θ^(-2i/d_h)`. A dot product of a rotated
 # query and a rotated key then depends only on the *difference* of their positions. HF (and
-# `llamanb`) pair dimension i with dimension i + d_h/2 (the "half-split" layout):
+# `llamanb`) pair dimension i with dimension i + d_h/2 (the "half-split" layout; GGUF files pair
+# 2i with 2i+1, the same rotation on a permuted head: notebook 02):
 #
 # `(x1, x2) → (x1·cos − x2·sin, x2·cos + x1·sin)`, with `x1 = x[:d_h/2]`, `x2 = x[d_h/2:]`.
 #
@@ -432,38 +377,6 @@ hq, hk = apply_rotary_pos_emb(tq, tk, cos_t, sin_t)     # [1, N, S, d_h]
 check("rope q", q_rot, hq[0].transpose(0, 1).numpy())
 check("rope k", k_rot, hk[0].transpose(0, 1).numpy())
 print(q_rot.shape, k_rot.shape)
-
-# %% [markdown]
-# Furiosa's TCP programming book (furiosa-opt, "Transformer Architecture", Llama 3 70B) says its
-# "RoPE operation groups consecutive pairs among d_k values": dimensions 2i and 2i+1, the layout of
-# Meta's original checkpoints and of GGUF files. It is the same rotation on a permuted head: if
-# interleaved slot 2i+t holds half-split dimension t·d_h/2 + i, the two agree element for element,
-# and since q and k are permuted alike their dot products (the attention scores) do not change.
-# That permutation is why converters reorder the rows of q_proj and k_proj.
-
-# %%
-def rope_interleaved(x, cos, sin):                      # pairs (2i, 2i+1)
-    xe, xo = x[..., 0::2], x[..., 1::2]
-    c_, s_ = cos[:, None, :], sin[:, None, :]
-    out = np.empty_like(x)
-    out[..., 0::2], out[..., 1::2] = xe * c_ - xo * s_, xo * c_ + xe * s_
-    return out
-
-perm = np.array([t * d // 2 + i for i in range(d // 2) for t in range(2)])   # [d_h]
-assert np.array_equal(rope_interleaved(q_heads[..., perm], cos, sin), q_rot[..., perm])
-scores_a = np.einsum("sd,td->st", q_rot[:, 0], k_rot[:, 0])
-scores_b = np.einsum("sd,td->st", q_rot[:, 0, perm], k_rot[:, 0, perm])
-# the scores sum the same d_h products in another order: each side is within gamma_(d_h) |q||k| of
-# the exact dot product (llamanb.numerics.matmul_bound), so they differ by at most twice that
-score_bound = 2 * matmul_bound(q_rot[:, 0], k_rot[:, 0].T)
-assert (np.abs(scores_a - scores_b) <= score_bound).all()
-print("interleaved RoPE on permuted dims: bit-identical to permuted half-split RoPE;  scores: "
-      f"within 2 gamma_{d} |q||k| of each other (proved for any summation order; max |score| "
-      f"{np.max(np.abs(scores_a)):.0f})")
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-print(f"scores: max |difference| <= {roundup(float(np.max(np.abs(scores_a - scores_b)))):.0e}")
 
 # %% [markdown]
 # **Grouped-query attention with a causal mask.** Query head j uses K/V head `j // G`. Its scores
@@ -625,242 +538,27 @@ print("hand-written block vs engine.backend.block, blocks 0, 1, 15, 29: equal wi
 print(f"max |difference| / max |input| on this machine: <= {roundup(worst_block):.0e}")
 
 # %% [markdown]
-# ## 4. FLOPs of a prefill
-#
-# ### 4.1 The counting rule
-#
-# A matrix product `[m, k] @ [k, n]` does `m·n·k` multiply-adds; a multiply-add counts as 2
-# floating-point operations, so it costs `2·m·n·k` FLOPs. Only matrix products are counted here:
-# the norms, RoPE, softmax, SiLU and residual adds do a handful of operations per element of
-# `[S, H]` or `[S, D_ff]`, well under 1% of the total. torch's `FlopCounterMode` uses the same rule,
-# which makes it an independent referee:
-
-# %%
-from torch.utils.flop_counter import FlopCounterMode
-
-counter = FlopCounterMode(display=False)
-with counter:
-    torch.ones(3, 5) @ torch.ones(5, 7)
-assert counter.get_total_flops() == 2 * 3 * 5 * 7
-print("[3, 5] @ [5, 7]:", counter.get_total_flops(), "FLOPs = 2 * 3 * 5 * 7")
-
-# %% [markdown]
-# ### 4.2 Llama-3.2-1B, S = 2048, by hand
-#
-# Per block, with S rows going in:
-#
-# - q_proj `2·S·H·N_h·d_h`, k_proj and v_proj `2·S·H·N_kv·d_h` each, o_proj `2·S·N_h·d_h·H`;
-# - attention scores `Q·Kᵀ`: one `d_h`-long dot product per (query, key) pair per query head,
-#   `2·N_h·d_h·pairs`, and the same again for `P·V`;
-# - gate_proj, up_proj, down_proj `2·S·H·D_ff` each.
-#
-# How many pairs? A causal mask lets query p see keys 0 .. p, so the work that matters is the
-# triangle, `S(S+1)/2` pairs. A plain implementation computes all `S²` scores and masks half of them
-# away; both counts are given. After the blocks, the LM head `2·rows·H·V`: generation needs the
-# logits of the last row only (rows = 1), a naive implementation computes all S rows.
-
-# %%
-S_pf = 2048
-H, F, V, L, Nh, Nkv, dh = 2048, 8192, 128256, 16, 32, 8, 64
-pairs_causal = S_pf * (S_pf + 1) // 2                 # 2,098,176
-pairs_full = S_pf * S_pf                              # 4,194,304
-per_block = {
-    "q_proj": 2 * S_pf * H * Nh * dh,
-    "k_proj": 2 * S_pf * H * Nkv * dh,
-    "v_proj": 2 * S_pf * H * Nkv * dh,
-    "attn_scores": 2 * Nh * dh * pairs_causal,
-    "attn_values": 2 * Nh * dh * pairs_causal,
-    "o_proj": 2 * S_pf * Nh * dh * H,
-    "gate_proj": 2 * S_pf * H * F,
-    "up_proj": 2 * S_pf * H * F,
-    "down_proj": 2 * S_pf * F * H,
-}
-by_hand = {op: L * n for op, n in per_block.items()}
-by_hand["lm_head"] = 2 * 1 * H * V                     # last row only
-by_hand_full = dict(by_hand, attn_scores=L * 2 * Nh * dh * pairs_full,
-                    attn_values=L * 2 * Nh * dh * pairs_full, lm_head=2 * S_pf * H * V)
-for op, n in by_hand.items():
-    print(f"{op:12s} {n / 1e9:9.1f} GFLOP   (full S x S / all rows: "
-          f"{by_hand_full[op] / 1e9:7.1f})")
-print(f"{'total':12s} {sum(by_hand.values()) / 1e12:9.2f} TFLOP   (full S x S / all rows: "
-      f"{sum(by_hand_full.values()) / 1e12:.2f})")
-
-# %% [markdown]
-# `llamanb.flops` holds the same counting as functions of any config. It must give the same
-# numbers:
-
-# %%
-from llamanb import flops
-
-assert flops.prefill_flops(LLAMA32_1B, S_pf) == by_hand              # causal, last row
-assert flops.prefill_flops(LLAMA32_1B, S_pf, lm_head_rows="all", attention="full") == by_hand_full
-assert flops.total(by_hand) == 4_261_267_111_936
-print(f"llamanb.flops.prefill_flops: {flops.total(flops.prefill_flops(LLAMA32_1B, S_pf)):,} FLOPs "
-      f"(causal, last row), hand count {flops.total(by_hand):,}")
-
-# %% [markdown]
-# ### 4.3 The independent check: torch counts the same model
-#
-# `FlopCounterMode` intercepts every matmul torch executes. Build transformers' `LlamaForCausalLM`
-# from the published config on the *meta* device (shapes only, no memory, no arithmetic), run a
-# 2048-token forward pass with eager attention, and read the counts per module. Eager attention
-# computes the full S × S scores and HF computes logits for every row, so this is the
-# "full / all rows" column.
-
-# %%
-from transformers import LlamaConfig as HFLlamaConfig
-from transformers import LlamaForCausalLM
-
-hf_cfg = HFLlamaConfig(**published_llama32_1b)
-hf_cfg._attn_implementation = "eager"
-with torch.device("meta"):
-    meta_1b = LlamaForCausalLM(hf_cfg)
-counter = FlopCounterMode(display=False)
-with torch.no_grad(), counter:
-    meta_1b(torch.zeros((1, S_pf), dtype=torch.long, device="meta"),
-            attention_mask=torch.ones((1, S_pf), dtype=torch.long, device="meta"), use_cache=False)
-per_module = {name: sum(n.values()) for name, n in counter.get_flop_counts().items()}
-
-torch_ops = {op: 0 for op in ("q_proj", "k_proj", "v_proj", "o_proj")}
-torch_ops.update({op: 0 for op in ("gate_proj", "up_proj", "down_proj")})
-torch_attention = 0
-for i in range(L):
-    pre = f"LlamaForCausalLM.model.layers.{i}."
-    for op in ("q_proj", "k_proj", "v_proj", "o_proj"):
-        torch_ops[op] += per_module[pre + "self_attn." + op]
-    for op in ("gate_proj", "up_proj", "down_proj"):
-        torch_ops[op] += per_module[pre + "mlp." + op]
-    # what self_attn does besides its four projections: Q K^T and P V
-    torch_attention += per_module[pre + "self_attn"] - sum(
-        per_module[pre + "self_attn." + op] for op in ("q_proj", "k_proj", "v_proj", "o_proj"))
-torch_ops["lm_head"] = per_module["LlamaForCausalLM.lm_head"]
-
-for op, n in torch_ops.items():
-    assert n == by_hand_full[op], op
-assert torch_attention == by_hand_full["attn_scores"] + by_hand_full["attn_values"]
-assert per_module["Global"] == flops.total(by_hand_full) == 5_611_374_772_224
-print(f"torch FlopCounterMode, Llama-3.2-1B, S=2048: {per_module['Global']:,} FLOPs;  "
-      f"our count: {flops.total(by_hand_full):,} (equal op by op)")
-
-# %% [markdown]
-# ### 4.4 Which ops dominate
-
-# %%
-labels = list(by_hand)
-fig, ax = plt.subplots(figsize=(7.5, 3.8))
-y = np.arange(len(labels))
-ax.barh(y, [by_hand_full[k] / 1e9 for k in labels], color="none", edgecolor="tab:gray",
-        hatch="//", label="full S×S attention / LM head on all 2048 rows")
-ax.barh(y, [by_hand[k] / 1e9 for k in labels], color="tab:blue",
-        label="causal triangle / LM head on the last row")
-ax.set_yticks(y, labels)
-ax.invert_yaxis()
-ax.set_xlabel("GFLOP (whole model, 16 blocks)")
-ax.set_title("Llama-3.2-1B prefill, S = 2048: FLOPs per op")
-ax.legend(loc="upper right", fontsize=8)
-fig.tight_layout()
-plt.show()
-
-# %%
-tot = flops.total(by_hand)
-mlp = by_hand["gate_proj"] + by_hand["up_proj"] + by_hand["down_proj"]
-qo = by_hand["q_proj"] + by_hand["o_proj"]
-kv = by_hand["k_proj"] + by_hand["v_proj"]
-att = by_hand["attn_scores"] + by_hand["attn_values"]
-print(f"MLP gate/up/down   {100 * mlp / tot:5.1f} %")
-print(f"q_proj + o_proj    {100 * qo / tot:5.1f} %")
-print(f"attention QK, PV   {100 * att / tot:5.1f} %   (causal triangle)")
-print(f"k_proj + v_proj    {100 * kv / tot:5.1f} %")
-print(f"LM head, last row  {100 * by_hand['lm_head'] / tot:5.2f} %")
-print(f"LM head on all 2048 rows would cost {by_hand_full['lm_head'] / 1e12:.2f} TFLOP "
-      f"({by_hand_full['lm_head'] // by_hand['lm_head']}x the last row)")
-assert mlp > qo > att > kv > by_hand["lm_head"]
-assert by_hand_full["lm_head"] > qo                       # all-rows head: second only to the MLP
-
-# %% [markdown]
-# The MLP's three GEMMs are three quarters of the work, because D_ff = 4·H and there are three of
-# them. q_proj and o_proj come next. The attention products grow as S²: at S = 2048 each is exactly
-# as large as q_proj when the whole square is computed (`2·N_h·d_h·S²` vs `2·S·H·N_h·d_h`, and S = H
-# here), half that with the triangle.
-# An LM head over all rows would be the second-largest item, 2048 times the single row generation
-# needs.
-#
-# **The MLIR-AIR guide's FLOP figures, checked.** It writes: "Per-block prefill FLOPs: The 3 FFN
-# projections together = 207 GFLOP per layer ≈ 60% of per-layer compute. × 16 layers × 1.27 s
-# prefill ≈ 2.6 TFLOP/s achieved on the NPU." Claim by claim:
-# - "The 3 FFN projections = 207 GFLOP per layer": right (206.2 GFLOP).
-# - "≈ 60% of per-layer compute": no. Per block the MLP is 72.7% of the matmul FLOPs with the full
-#   S × S attention and 77.4% with the causal triangle.
-# - "× 16 layers × 1.27 s prefill ≈ 2.6 TFLOP/s achieved": that divides the MLP FLOPs alone by the
-#   time of the whole prefill. All of the prefill's matmuls (4.26 TFLOP with the triangle and one
-#   LM-head row) in the guide's 1.27 s are 3.36 TFLOP/s.
-# - LM head over all rows "≈ 1 TFLOP" versus "≈ 0.5 GFLOP" for one row: right (1.08 TFLOP and
-#   0.53 GFLOP, a factor of exactly S = 2048).
-
-# %%
-blk_full = flops.layer_flops(LLAMA32_1B, S_pf, attention="full")
-blk_causal = flops.layer_flops(LLAMA32_1B, S_pf, attention="causal")
-mlp_blk = blk_full["gate_proj"] + blk_full["up_proj"] + blk_full["down_proj"]
-assert mlp_blk == 206_158_430_208 and round(mlp_blk / 1e9) == 206
-share_full = 100 * mlp_blk / flops.total(blk_full)
-share_causal = 100 * mlp_blk / flops.total(blk_causal)
-print(f"MLP per block: {mlp_blk / 1e9:.1f} GFLOP;  share of the block: {share_full:.1f} % (full), "
-      f"{share_causal:.1f} % (causal);  guide: ~60 %")
-assert share_full > 70 and share_causal > 75
-guide_seconds = 1.27                                          # the guide's measured NPU prefill
-print(f"MLP only / 1.27 s: {16 * mlp_blk / guide_seconds / 1e12:.1f} TFLOP/s (the guide's 2.6);  "
-      f"all matmuls / 1.27 s: {tot / guide_seconds / 1e12:.2f} TFLOP/s")
-
-# %% [markdown]
-# ### 4.5 Decode: the same weights, one row
-#
-# A decode step runs every matrix on a single row, plus attention of one query over the cache.
-# `flops.decode_flops(cfg, context)` counts it (the new token attends to `context + 1` keys). Per
-# byte of bf16 weight read, prefill does about 1,700 FLOPs and decode about one: that is why
-# decode is limited by memory bandwidth and prefill by arithmetic.
-
-# %%
-for ctx in (0, 2047):
-    dec = flops.decode_flops(LLAMA32_1B, ctx)
-    assert dec == flops.prefill_flops(LLAMA32_1B, 1, start=ctx)
-    print(f"decode after {ctx:4d} tokens: {flops.total(dec) / 1e9:.2f} GFLOP/token, "
-          f"{flops.total(dec) / LLAMA32_1B.weight_bytes('bf16'):.2f} FLOP per weight byte")
-print(f"prefill of 2048 tokens:     {tot / LLAMA32_1B.weight_bytes('bf16'):,.0f} FLOP per weight byte")
-# tied model: the LM head is the embedding matrix, so every parameter but the norms does one
-# multiply-add per decoded token
-dec0 = flops.decode_flops(LLAMA32_1B, 0)
-assert flops.total(dec0) - dec0["attn_scores"] - dec0["attn_values"] == 2 * (
-    LLAMA32_1B.n_params() - 2 * 16 * 2048 - 2048)
-
-# %% [markdown]
 # ## Summary
 #
 # - **Symbols and accounting** live in `llamanb.config.LlamaConfig`: `param_breakdown()`,
 #   `layer_params()`, `n_params()`, `weight_bytes(fmt)`, `kv_bytes_per_token(fmt)`,
 #   `kv_bytes(seq)`, with the presets `SMOLLM2_135M`, `LLAMA32_1B`, `LLAMA3_70B`. Llama-3.2-1B is
-#   tied: 1,235,814,400 parameters, 2.47 GB in bf16 (the MLIR-AIR guide's 1.50 B counts the LM
-#   head twice),
-#   and its bf16 KV cache at 2048 positions is 64 MiB (not 32).
+#   tied: 1,235,814,400 parameters, 2.47 GB in bf16, and its bf16 KV cache at 2048 positions is
+#   64 MiB.
 # - **The block** you wrote by hand is what `llamanb.backends.numpy_ref.NumpyBackend.block` runs,
 #   with `llamanb.rope` for the rotation; `Engine.forward` chains 30 of them and agrees with
 #   transformers to a relative error below 1e-5 at every layer of SmolLM2-135M.
-# - **FLOPs** live in `llamanb.flops`: `prefill_flops(cfg, S, lm_head_rows="last"|"all",
-#   attention="causal"|"full", start=0, batch=1)`, `decode_flops(cfg, context)`, `layer_flops`,
-#   `attention_pairs`, checked here and in `tests/test_flops.py` against torch's `FlopCounterMode`.
-#   A 2048-token prefill of Llama-3.2-1B is 4.26 TFLOP, three quarters of it in the MLP.
 #
-# **Next**, notebook 02 takes RoPE apart: the frequencies (with Llama 3's scaling), the 2×2
-# rotation tables of Furiosa's TCP book, and the Q/K row order of GGUF files. The parameter, byte and FLOP
-# counts from this notebook are the yardstick the hardware chapters hold their measurements against.
+# **Next**, notebook 01b counts the block's floating-point work for a 2048-token prefill of
+# Llama-3.2-1B, against torch's own FLOP counter; notebook 02 takes RoPE apart.
 
 # %% [markdown]
 # ## Exercises
 #
-# Three functions to write; each is checked against the finished code in `llamanb`. Replace
-# `raise NotImplementedError` with your code and run the cell, then run the check below it. The
-# check prints one line: `passed`, the first case that differs (what was expected, what came back,
-# the shapes) with a hint, or `not attempted yet`. One way to solve each, with a sentence on why,
-# is in `solutions/01_llama_math_numpy.py`.
+# Two functions to write; each is checked against the finished code in `llamanb`. Replace
+# `raise NotImplementedError` with your code and run the cell, then run the check below it: one
+# line, `passed`, the first case that differs (expected, got, shapes) with a hint, or `not attempted
+# yet`. One way to solve each, with a sentence on why: `solutions/01_llama_math_numpy.py`.
 
 # %%
 from llamanb.exercises import ch01
@@ -897,19 +595,3 @@ def rms_norm(x: np.ndarray, gamma: np.ndarray, eps: float) -> np.ndarray:   # [S
 
 # %%
 ch01.rms_norm(rms_norm)
-
-# %% [markdown]
-# ### 01.3 FLOPs of a prefill
-#
-# Write `prefill_flops(c, S)`: the total FLOPs of a prefill of `S` tokens through the whole model,
-# causal attention, the LM head on the last row only (what generation needs) -- the number
-# `flops.total(flops.prefill_flops(c, S))` gives. *Hint:* section 4: 2 FLOPs per multiply-add;
-# count the (query, key) pairs of the causal triangle.
-
-# %%
-def prefill_flops(c: LlamaConfig, S: int) -> int:
-    raise NotImplementedError  # your code here
-
-
-# %%
-ch01.prefill_flops(prefill_flops)

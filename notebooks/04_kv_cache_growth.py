@@ -13,21 +13,16 @@
 # ---
 
 # %% [markdown]
-# # 04 · The KV cache: how it grows, what it costs, and sampling from what it gives
+# # 04 · The KV cache: how it grows and what it costs
 #
 # **What you will build.** A decoder writes, for every layer and every position it has seen, one
 # key vector and one value vector per KV head. Keeping them (the *KV cache*) turns each new token
 # into one pass of a single row through the model instead of a pass over the whole text. In this
 # notebook you will look inside `llamanb`'s cache while the embedded SmolLM2-135M-Instruct answers a
 # chat prompt: which rows the prefill fills, how each decode step appends one row, and what the
-# cached keys look like per layer and position (with a slider, and as static pictures). You will
-# derive the memory formula and check it against three real model configurations, where a published
-# guide to running Llama-3.2-1B on AMD's NPU gets the number wrong by a factor of two. You will prove that decoding with the
-# cache gives the same logits as recomputing everything from scratch, against our own full forward
-# pass and against HF transformers. Finally you will turn the logits of a real prompt into the
-# distributions a sampler draws from (greedy, temperature, top-k, top-p), derive each transform in
-# numpy, check them against `llamanb.generate` and transformers' logits warpers, and draw seeded
-# samples to see that the sampler draws from those distributions.
+# cached keys look like per layer and position (slider + static pictures). You will derive the
+# memory formula for three real models, and prove that decoding with the cache gives the logits of
+# recomputing from scratch, against our own full pass and HF transformers. Sampling is 04b.
 
 # %% [markdown]
 # ## 0. Setup
@@ -219,7 +214,7 @@ print("\ntext so far:", repr(tok.decode(generated)))
 #
 # An aside on "rows ≥ length are zero". Prefill may run more rows than the prompt has: the numpy
 # backend pads every prefill to a multiple of `row_multiple` rows (8 or 48, depending on the BLAS
-# kernels; notebook 03 explains why). Those extra rows are *padding rows* of the engine's step:
+# kernels; notebook 03b explains why). Those extra rows are *padding rows* of the engine's step:
 # they go through every projection (the row count is what matters to BLAS) but belong to no
 # sequence, so they are never written to the cache and never attended to. The cache holds exactly
 # the real positions, even for a 2-token prompt:
@@ -416,13 +411,9 @@ print("max |K_decode - K_full| in rows [S, T):", np.abs(cache.k[:, :, S:T] - red
 # after RoPE. We run the 52 tokens through it once and compare its cache with ours, and its logits
 # with our decode logits.
 #
-# Which weights does transformers get? `llamanb.check.hf_reference.load_hf(model)` would read the GGUF
-# file with transformers' own loader, but that takes about half a minute on a 2-core machine. The
-# llamanb cache directory is itself an HF checkpoint (`config.json` + `model.safetensors`), and the
-# test suite (`tests/io/test_gguf.py::test_every_tensor_matches_transformers_gguf_loader`) proves every
-# tensor in it equal, bit for bit, to what transformers' GGUF loader produces. So we load that
-# directory (`load_hf(model, via="converted")`): the same numbers in under a second, and all the
-# arithmetic, RoPE and caching below is transformers' own code.
+# transformers reads llamanb's converted cache directory (`load_hf(model, via="converted")`, an HF
+# checkpoint that `tests/io/test_gguf.py` proves equal, tensor by tensor, to what transformers' own
+# GGUF loader produces); all the arithmetic, RoPE and caching below is transformers' own code.
 
 # %%
 import torch
@@ -464,10 +455,8 @@ print(f"max |decode logits - HF full-pass logits| <= {roundup(float(l_err)):.0e}
 #
 # $$\text{bytes} = 2 \cdot L \cdot N_{kv} \cdot d_h \cdot \text{seq} \cdot \text{batch} \cdot \text{bytes\_per\_element}.$$
 #
-# The query heads do not appear: with grouped-query attention the cache shrinks by the group size
-# `N_h / N_kv` compared with storing one K/V head per query head. We compute it by hand, in integers,
-# for the three models of the course, and assert that `LlamaConfig.kv_bytes(seq, fmt, batch)`
-# agrees. bf16 is what an accelerator would store; fp32 is what our numpy engine stores.
+# The query heads do not appear (grouped-query attention shrinks the cache by `N_h / N_kv`). By hand,
+# in integers, for the course's three models, against `LlamaConfig.kv_bytes(seq, fmt, batch)`:
 
 # %%
 from llamanb import LLAMA3_70B, LLAMA32_1B
@@ -498,16 +487,8 @@ for c, seq, batch in cases:
           f" {per_tok / 1024:13.1f} KiB {mib(row['bf16']):>8s} {mib(row['fp32']):>8s}")
 
 # %% [markdown]
-# **A correction to the MLIR-AIR Llama-3.2-1B guide** (Xilinx/mlir-air,
-# `programming_examples/llms/llama32_1b`, docs/explain.md). The guide writes the right formula and
-# the wrong value: "KV cache size = 2 · L · N_kv · max_seq · d_h · 2 bytes = 2 · 16 · 8 · 2048 · 64 ·
-# 2 = ~32 MB", and "Without GQA (N_kv = N_h = 32), this would be ~128 MB". Its memory-layout section
-# repeats the number from a product with no factor for V: "16 × 8 × max_seq × 64 × 2 bytes =
-# 16,384 × max_seq bytes ≈ 32 MB at max_seq=2048".
-# Multiplied out: the K cache alone is 33,554,432 bytes = **32 MiB**; K and V together, in bf16 at
-# 2048 tokens, are 67,108,864 bytes = **64 MiB**; and without GQA (`N_kv = N_h = 32`) they would be
-# 256 MiB, not 128. (Its "Tiny compared to the 3 GB of weights" is off too: the published checkpoint ties its
-# embeddings and has 1,235,814,400 parameters, 2.47 GB = 2.30 GiB in bf16.)
+# Llama-3.2-1B, 2048 tokens, bf16: 64 MiB for K and V, 256 MiB without GQA (the MLIR-AIR guide's
+# "~32 MB" is the K half alone: `docs/corrections.md`).
 
 # %%
 k_half = LLAMA32_1B.n_layers * LLAMA32_1B.n_kv_heads * 2048 * LLAMA32_1B.head_dim * 2
@@ -560,222 +541,29 @@ print(f"ours: 2 * {L} * {N_kv} * {d_h} * {cache.capacity} * 4 B = {ours:,} B ({o
 print(f"HF DynamicCache: 2 * {L} * {N_kv} * {d_h} * {T} * 4 B = {hf_bytes:,} B")
 
 # %% [markdown]
-# ## 6. Sampling from the model's next-token distribution
-#
-# The logits the cache helps to compute become a token through a *sampler*. We take the
-# distribution the story started from: the logits after the prefill, for the first answer token.
-# Its top candidates are well separated (so the token strings printed here are robust to rounding):
-
-# %%
-z = step_logits[0].astype(np.float64)          # [V] logits for the first answer token
-
-
-def softmax(zz: np.ndarray) -> np.ndarray:
-    e = np.exp(zz - zz.max())                  # subtracting the max: no overflow, same result
-    return e / e.sum()
-
-
-def fmt(x: float, nd: int = 2) -> str:
-    """x rounded to nd decimals, after asserting it is not near a rounding boundary."""
-    assert abs(abs(x * 10**nd - np.floor(x * 10**nd)) - 0.5) > 1e-2, x
-    return f"{x:.{nd}f}"
-
-
-p1 = softmax(z)                                 # [V] temperature 1
-order = np.argsort(-p1)                         # most likely first
-top = order[:20]
-assert all(p1[order[i]] - p1[order[i + 1]] > 4e-3 for i in range(4))
-for i in order[:5]:
-    print(f"{tok.decode([int(i)])!r:8s} p = {fmt(p1[i])}")
-
-# %% [markdown]
-# Each sampling setting is a transform of the logits, applied in this order (the order
-# `llamanb.generate` and transformers use):
-#
-# 1. **Greedy** (`temperature = 0`): all the probability on the arg-max.
-# 2. **Temperature** `T`: softmax of `z / T`. `T < 1` sharpens the distribution, `T > 1` flattens
-#    it; every token keeps a non-zero probability.
-# 3. **Top-k**: keep the `k` largest logits, set the others to `-inf` (probability 0), renormalise.
-# 4. **Top-p** (nucleus): sort by probability and keep the smallest prefix whose mass reaches `p`; a
-#    token is kept when the mass of the tokens *before* it is still below `p`. Renormalise.
-#
-# Here they are in numpy, step by step:
-
-# %%
-def greedy(zz: np.ndarray) -> np.ndarray:
-    out = np.zeros_like(zz)
-    out[np.argmax(zz)] = 1.0
-    return out
-
-
-def top_k_filter(zz: np.ndarray, k: int) -> np.ndarray:
-    kth = np.sort(zz)[-k]                       # the k-th largest logit
-    return np.where(zz >= kth, zz, -np.inf)
-
-
-def top_p_filter(probs: np.ndarray, p: float) -> np.ndarray:
-    idx = np.argsort(-probs)                    # descending
-    before = np.cumsum(probs[idx]) - probs[idx]  # mass of the tokens ranked above each one
-    keep = np.zeros(probs.size, dtype=bool)
-    keep[idx[before < p]] = True
-    kept = np.where(keep, probs, 0.0)
-    return kept / kept.sum()
-
-
-def my_probs(zz: np.ndarray, temperature: float, top_k=None, top_p: float = 1.0) -> np.ndarray:
-    if temperature == 0:
-        return greedy(zz)
-    zz = zz / temperature
-    if top_k is not None:
-        zz = top_k_filter(zz, top_k)
-    probs = softmax(zz)
-    return top_p_filter(probs, top_p) if top_p < 1 else probs
-
-
-def top_p_margin(zz: np.ndarray, temperature: float, top_k, top_p: float) -> float:
-    """How far the cumulative mass is from p at the cut (a small value would make the count
-    of kept tokens depend on rounding)."""
-    probs = my_probs(zz, temperature, top_k)
-    cum = np.cumsum(np.sort(probs)[::-1])
-    return float(np.abs(cum - top_p).min())
-
-
-# %% [markdown]
-# The settings we compare. For the two with top-p we assert that the cumulative mass is at least
-# 0.003 away from `p` at the cut, so the number of surviving tokens is not a matter of rounding.
-
-# %%
-from llamanb.generate import SamplingParams, next_token_probs, sample
-
-SETTINGS = {                                    # name: (temperature, top_k, top_p)
-    "greedy": (0.0, None, 1.0),
-    "T=0.5": (0.5, None, 1.0),
-    "T=1": (1.0, None, 1.0),
-    "T=1.5": (1.5, None, 1.0),
-    "T=1, top-k 5": (1.0, 5, 1.0),
-    "T=1, top-p 0.75": (1.0, None, 0.75),
-    "T=0.7, top-k 50, top-p 0.9": (0.7, 50, 0.9),
-}
-probs = {}
-for name, (temp, k, p) in SETTINGS.items():
-    if p < 1:
-        assert top_p_margin(z, temp, k, p) > 3e-3, name
-    mine = my_probs(z, temp, k, p)                                          # [V]
-    theirs = next_token_probs(step_logits[0], SamplingParams(temperature=temp, top_k=k, top_p=p))
-    assert np.array_equal(mine > 0, theirs > 0)                             # the same survivors
-    np.testing.assert_allclose(mine, theirs, rtol=1e-9, atol=1e-15)
-    probs[name] = theirs
-    print(f"{name:28s} surviving tokens: {int((theirs > 0).sum()):6d}   top-1 p = {fmt(theirs.max())}")
-
-# %% [markdown]
-# Our numpy transforms and `llamanb.generate.next_token_probs` agree (same survivors, probabilities
-# equal to 1e-9). Temperature alone filters nothing: all 49,152 tokens keep some probability, it only
-# moves mass between them. Top-k keeps exactly `k`; top-p keeps as many as the shape of the
-# distribution needs.
-#
-# Now the independent reference: transformers' logits warpers, `TemperatureLogitsWarper`,
-# `TopKLogitsWarper` and `TopPLogitsWarper` (importable from `transformers`; in 5.23 they live in
-# `transformers/generation/logits_process.py`). Transformers' `generate` applies them in the order
-# temperature, top-k, top-p, each to the previous one's output, as we do. Two details: they take
-# `min_tokens_to_keep` (1 unless beam search), which never binds here; and HF's top-p removes a
-# token when the mass of it and every *less* likely token is at most `1 - p`, which is our "mass
-# before it is below `p`" seen from the other end. Greedy in HF is not a warper but `argmax` of the
-# scores.
-
-# %%
-from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
-
-scores0 = torch.tensor(step_logits[0])[None, :]               # [1, V] float32, as HF sees them
-input_ids = torch.tensor([ids])                               # [1, S] (the warpers ignore it)
-for name, (temp, k, p) in SETTINGS.items():
-    if temp == 0:
-        assert int(torch.argmax(scores0)) == int(np.argmax(probs[name]))
-        continue
-    sc = TemperatureLogitsWarper(float(temp))(input_ids, scores0)               # [1, V]
-    if k is not None:
-        sc = TopKLogitsWarper(top_k=k, min_tokens_to_keep=1)(input_ids, sc)
-    if p < 1:
-        sc = TopPLogitsWarper(top_p=p, min_tokens_to_keep=1)(input_ids, sc)
-    hf_p = torch.softmax(sc.double(), dim=-1)[0].numpy()       # [V]
-    assert np.array_equal(hf_p > 0, probs[name] > 0), name
-    np.testing.assert_allclose(hf_p, probs[name], rtol=1e-5, atol=1e-9)
-print("transformers' warpers give the same survivors and probabilities (rtol 1e-5) for all",
-      len(SETTINGS), "settings")
-
-# %% [markdown]
-# Finally, draw. For each setting, 1000 samples from `np.random.default_rng(0)`. `rng.choice(V,
-# size=n, p=probs)` draws exactly what `llamanb.generate.sample` draws one call at a time from the
-# same generator (we check that on the first 100 draws), so this is the sampler `generate` uses.
-
-# %%
-N_DRAWS = 1000
-params = SamplingParams(temperature=1.0, top_p=0.75)
-rng_a, rng_b = np.random.default_rng(0), np.random.default_rng(0)
-one_by_one = [sample(step_logits[0], params, rng_a) for _ in range(100)]
-batched = rng_b.choice(V, size=100, p=next_token_probs(step_logits[0], params))
-assert one_by_one == batched.tolist()
-
-freqs = {}
-for name, pr in probs.items():
-    draws = np.random.default_rng(0).choice(V, size=N_DRAWS, p=pr)          # [N_DRAWS]
-    freqs[name] = np.bincount(draws, minlength=V) / N_DRAWS                 # [V]
-    assert pr[draws].min() > 0                                               # never a filtered token
-    sigma = np.sqrt(pr[top] * (1 - pr[top]) / N_DRAWS)                      # binomial std, top 20
-    assert np.all(np.abs(freqs[name][top] - pr[top]) <= 4 * sigma + 1e-9), name
-print("every draw is a surviving token, and every top-20 frequency is within 4 sigma of its"
-      " probability, for all", len(probs), "settings")
-
-# %% [markdown]
-# The top 20 tokens (ranked at temperature 1) under each setting: bars are the probabilities the
-# sampler uses, dots the frequencies in 1000 seeded draws.
-
-# %%
-labels = [tok.decode([int(i)]).replace("\n", "\\n") for i in top]
-fig, axes = plt.subplots(2, 4, figsize=(14, 6), sharey=True)
-for ax, (name, pr) in zip(axes.flat, probs.items()):
-    ax.bar(np.arange(20), pr[top], color="#4c72b0", label="probability")
-    ax.plot(np.arange(20), freqs[name][top], "o", color="black", ms=3, label="frequency (1000 draws)")
-    n_kept = int((pr > 0).sum())
-    kept = "1 token survives" if n_kept == 1 else f"{n_kept} tokens survive"
-    ax.set_title(f"{name}\n{kept}", fontsize=9)
-    ax.set_xticks(np.arange(20))
-    ax.set_xticklabels(labels, rotation=90, fontsize=7)
-axes.flat[-1].axis("off")
-axes.flat[0].legend(fontsize=7)
-axes[0, 0].set_ylabel("p")
-axes[1, 0].set_ylabel("p")
-fig.tight_layout()
-plt.show()
-
-# %% [markdown]
 # ## Summary
 #
 # * The KV cache is two arrays `[L, N_kv, capacity, d_h]` (`llamanb.kv.contiguous.KVCache`, made by
 #   `Engine.new_cache`), capacity rounded up to a multiple of 256. `Engine.prefill` fills rows
 #   `[0, S)`, each `Engine.decode` writes row `length` in every layer and KV head and advances
-#   `length`. We checked this row by row on the real model, and recomputed layer 0's rows by hand.
+#   `length`: checked row by row on the real model, layer 0's rows recomputed by hand.
 # * Size: `2 · L · N_kv · d_h · seq · batch · bytes_per_element` (`LlamaConfig.kv_bytes`,
 #   `kv_bytes_per_token`). Llama-3.2-1B at 2048 tokens needs 64 MiB in bf16 (the MLIR-AIR guide's
 #   32 MB is the K half); Llama 3 70B at 8192 tokens × 32 sequences needs 80 GiB.
 # * Decoding with the cache equals recomputing from scratch within 1e-3 in the logits, with the same
-#   greedy tokens, for 52 token positions of work instead of 748; not bit for bit, because one-row
-#   and many-row matrix products round differently.
-#   Our cached keys and values match transformers' `DynamicCache` (`[B, N_kv, T, d_h]`).
-# * Sampling (`llamanb.generate.next_token_probs`, `sample`, `SamplingParams`): temperature, then
-#   top-k, then top-p, the same distributions as transformers' logits warpers.
+#   greedy tokens, for 52 token positions of work instead of 748 (not bit for bit: one-row and
+#   many-row products round differently); the cache matches transformers' `DynamicCache`.
 #
-# **Next — 05 · NPU kernels:** the block's matrix products as MLIR-AIR kernels for AMD's NPU2,
-# compiled one kernel at a time. Decode there is the one-row (GEMV) path of section 4; in the
-# published Llama-3.2-1B example the attention over this cache stays on the CPU (about 5 ms per
-# token, host work included).
+# **Next — 04b · Sampling:** the logits this cache helps to compute, turned into a token (greedy,
+# temperature, top-k, top-p), against transformers' logits warpers.
 
 # %% [markdown]
 # ## Exercises
 #
-# Three functions to write; each is checked against the finished code in `llamanb`. Replace
+# Two functions to write; each is checked against the finished code in `llamanb`. Replace
 # `raise NotImplementedError` with your code and run the cell, then run the check below it; it
 # prints one line (`passed`, the first case that differs with a hint, or `not attempted yet`).
-# Solutions: `solutions/04_kv_cache_growth.py`.
+# Solutions: `solutions/04_kv_cache_growth.py`. (The sampling exercise is in 04b.)
 
 # %%
 from llamanb.exercises import ch04
@@ -810,19 +598,3 @@ def kv_bytes_per_token(c, bytes_per_element: int) -> int:
 
 # %%
 ch04.kv_bytes_per_token(kv_bytes_per_token)
-
-# %% [markdown]
-# ### 04.3 Top-p
-#
-# Write `top_p_probs(logits, top_p)`: `logits [V]` -> `[V]` float64, the softmax restricted to the
-# smallest set of most likely tokens whose probability reaches `top_p`, renormalised (temperature
-# 1, no top-k). Checked against `llamanb.generate.next_token_probs`, including a case exactly on a
-# boundary. *Hint:* section 6; is the token that crosses `top_p` kept?
-
-# %%
-def top_p_probs(logits: np.ndarray, top_p: float) -> np.ndarray:    # [V] -> [V] float64
-    raise NotImplementedError  # your code here
-
-
-# %%
-ch04.top_p_probs(top_p_probs)

@@ -1,15 +1,14 @@
-"""Chapter 01 exercises: parameters of a block, RMSNorm, prefill FLOPs.
+"""Chapter 01 exercises: parameters of a block, RMSNorm.
 
     block_params(c: LlamaConfig) -> int                      checked against c.layer_params()
     rms_norm(x [S, H], gamma [H], eps) -> [S, H]             against llamanb.ops.rms_norm
-    prefill_flops(c: LlamaConfig, S) -> int                  against llamanb.flops (causal,
-                                                             LM head on the last row only)
+
+(The FLOP exercises are chapter 01b's: `ch01b`.)
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .. import flops
 from ..config import LLAMA3_70B, LLAMA31_8B, LLAMA32_1B, SMOLLM2_135M, LlamaConfig
 from ..ops import rms_norm as _rms_norm
 from .check import Case, Exercise
@@ -69,18 +68,4 @@ rms_norm = Exercise(
          "mean (not the sum) over the last axis -- then multiply by gamma")
 
 
-def _flops_cases() -> list[Case]:
-    cases = []
-    for c, S in ((SMOLLM2_135M, 1), (SMOLLM2_135M, 64), (LLAMA32_1B, 2048), (LLAMA3_70B, 128),
-                 *((c, S) for c, S in zip(small_configs(3, 3), (1, 7, 33)))):
-        cases.append(Case(f"{c.name}, S={S}", (c, S), flops.total(flops.prefill_flops(c, S))))
-    return cases
-
-
-prefill_flops = Exercise(
-    "01.3", "prefill_flops", _flops_cases,
-    hint="2 FLOPs per multiply-add; the projections are S-row matrix products; causal attention "
-         "has S(S+1)/2 (query, key) pairs per head, for the scores and again for the values; the "
-         "LM head runs on the last row only")
-
-EXERCISES = (block_params, rms_norm, prefill_flops)
+EXERCISES = (block_params, rms_norm)

@@ -1,16 +1,16 @@
-"""Chapter 04 exercises: appending to the KV cache, its bytes per token, top-p sampling.
+"""Chapter 04 exercises: appending to the KV cache, and its bytes per token.
 
     kv_append(k_cache [N_kv, cap, d], length, k_new [n, N_kv, d]) -> (k_cache, length + n)
                                                against llamanb.kv.KVCache.write (one layer)
     kv_bytes_per_token(c, bytes_per_element) -> int    against LlamaConfig.kv_bytes_per_token
-    top_p_probs(logits [V], top_p) -> [V] float64      against llamanb.generate.next_token_probs
+
+(The sampling exercise is chapter 04b's: `ch04b`.)
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..config import LLAMA3_70B, LLAMA31_8B, LLAMA32_1B, SMOLLM2_135M, LlamaConfig
-from ..generate import SamplingParams, next_token_probs
 from ..kv.contiguous import KVCache
 from .ch01 import small_configs
 from .check import Case, Exercise
@@ -58,32 +58,4 @@ kv_bytes_per_token = Exercise(
          "with GQA the query heads share them)")
 
 
-def _top_p_cases() -> list[Case]:
-    rng = np.random.default_rng(9)
-    cases = []
-    for V, p, scale in ((5, 0.5, 1.0), (10, 0.9, 2.0), (50, 0.3, 3.0), (8, 1.0, 1.0), (6, 0.01, 1.0)):
-        logits = (rng.standard_normal(V) * scale).astype(np.float32)
-        cases.append(Case(f"V={V}, top_p={p}", (logits, p),
-                          next_token_probs(logits, SamplingParams(temperature=1.0, top_p=p))))
-    # a case on the boundary: the two most likely tokens hold exactly 0.75 of the mass
-    logits = np.log(np.array([0.5, 0.25, 0.125, 0.125])).astype(np.float64)
-    cases.append(Case("probabilities [0.5, 0.25, 0.125, 0.125], top_p=0.6", (logits, 0.6),
-                      next_token_probs(logits, SamplingParams(temperature=1.0, top_p=0.6))))
-    return cases
-
-
-def _top_p_steps(case: Case) -> int:
-    """Roundings of a top-p computed in the logits' own precision: z - max(z) (its error, at most
-    u |z - max z|, comes out of exp as a relative error of that size), exp (1), the softmax sum
-    over V (V - 1) and divide (1), then the renormalising sum (V) and divide (1): relative error
-    <= (max|z - max z| + 2 V + 3) u for every probability (check.py's precision note)."""
-    z = np.asarray(case.args[0], np.float64)
-    return int(np.ceil(np.ptp(z))) + 2 * z.size + 3
-
-
-top_p_probs = Exercise(
-    "04.3", "top_p_probs", _top_p_cases, rtol=1e-9, atol=1e-12, steps=_top_p_steps,
-    hint="softmax, sort descending, keep the smallest prefix whose mass reaches top_p (the token "
-         "that crosses top_p is kept), zero the rest, renormalise")
-
-EXERCISES = (kv_append, kv_bytes_per_token, top_p_probs)
+EXERCISES = (kv_append, kv_bytes_per_token)

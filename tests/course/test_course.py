@@ -196,6 +196,30 @@ def test_cli_exit_codes(tmp_path):
     assert unknown.stderr.count("\n") == 1 and "unknown command" in unknown.stderr
 
 
+def test_a_split_off_chapter_is_a_notebook_and_sorts_after_its_parent(tmp_path):
+    """01b_name (a chapter split off after 01) is found, checked and ordered 01, 01b, 02; names
+    that are not chapters are not."""
+    for name in ("02_next", "01b_split_off", "01_first"):
+        make_pair(tmp_path, name=name)
+    (tmp_path / "1_short.py").write_text(HEADER)                  # one digit: not a chapter
+    (tmp_path / "01bb_two_letters.py").write_text(HEADER)         # two letters: not a chapter
+    (tmp_path / "01B_upper.py").write_text(HEADER)
+    assert [py.stem for py, _ in course.pairs(tmp_path)] == ["01_first", "01b_split_off", "02_next"]
+    assert course.check(tmp_path) == []
+
+
+@pytest.mark.parametrize("line, verdict, passed", [
+    ("01b.2 decode_flops: passed, all 7 cases", True, True),
+    ("03b.1 pad_prompt: FAILED on case 2/6 (...)", True, False),
+    ("04.1 kv_append: not attempted yet (the function still raises NotImplementedError)", True, False),
+    ("1b.1 x: passed", False, False),
+    ("01bb.1 x: passed", False, False),
+])
+def test_verdict_lines_of_split_off_chapters_are_read(line, verdict, passed):
+    assert bool(course.VERDICT.match(line)) is verdict
+    assert bool(course.VERDICT_PASSED.match(line)) is passed
+
+
 def test_committed_notebooks_are_paired():
     found = course.pairs()
     assert found, "no notebooks found"

@@ -19,8 +19,9 @@ from llamanb.exercises.check import NOT_ATTEMPTED, Case, Exercise, difference
 
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = {
-    "ch01": "01_llama_math_numpy", "ch02": "02_rope_einsum_tables", "ch03": "03_masks_padding_proofs",
-    "ch04": "04_kv_cache_growth", "ch05": "05_npu_kernels", "ch06": "06_elf_stitching",
+    "ch01": "01_llama_math_numpy", "ch01b": "01b_prefill_flops", "ch02": "02_rope_einsum_tables",
+    "ch03": "03_attention_masks", "ch03b": "03b_padded_prefill", "ch04": "04_kv_cache_growth",
+    "ch04b": "04b_sampling", "ch05": "05_npu_kernels", "ch06": "06_elf_stitching",
     "ch07": "07_buffer_objects", "ch08": "08_tcp_mapping", "ch09": "09_galaxy_mesh",
     "ch10": "10_continuous_batching", "ch11": "11_cpu_kernels", "ch12": "12_cuda_kernels",
     "ch13": "13_hardware_chat",
@@ -98,6 +99,16 @@ def _flops_all_rows(c, S):
     return flops.total(flops.prefill_flops(c, S, lm_head_rows="all"))
 
 
+def _decode_context_keys(c, ctx):                  # forgets that the new token attends to itself
+    from llamanb import flops
+    return flops.total(flops.decode_flops(c, ctx)) - 4 * c.n_layers * c.n_heads * c.head_dim
+
+
+def _decode_flops_no_head(c, ctx):
+    from llamanb import flops
+    return flops.total(flops.decode_flops(c, ctx)) - 2 * c.hidden * c.vocab
+
+
 def _inv_freq_all_dims(d, theta):
     return (theta ** (-np.arange(d) / d)).astype(np.float32)
 
@@ -154,6 +165,32 @@ def _top_p_excludes_crossing(logits, p):
     keep[o[np.cumsum(pr[o]) <= p]] = True
     out = np.where(keep, pr, 0)
     return out / out.sum()
+
+
+def _top_k_after_softmax_no_renorm(logits, t, k):   # filters the probabilities, never renormalises
+    z = np.asarray(logits, np.float64) / t
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    return np.where(z >= np.sort(z)[-k], p, 0.0)
+
+
+def _top_k_temperature_multiplied(logits, t, k):
+    z = np.asarray(logits, np.float64) * t
+    e = np.where(z >= np.sort(z)[-k], np.exp(z - z.max()), 0.0)
+    return e / e.sum()
+
+
+def _pad_counted_length(ids, length, pad_id):       # recovers the length by counting non-pad ids
+    padded = np.array(list(ids) + [pad_id] * (length - len(ids)), dtype=np.int64)
+    return padded, int(np.sum(padded != pad_id))
+
+
+def _sum_numpy_pairwise(xs):
+    return np.sum(np.asarray(xs, np.float32))
+
+
+def _sum_float64(xs):
+    return np.float32(sum(float(x) for x in xs))
 
 
 def _tile_no_divisor(m, k, t):
@@ -360,8 +397,10 @@ WRONG = [
     ("ch01", "block_params", lambda c: c.hidden * (4 * c.hidden + 3 * c.ffn) + 2 * c.hidden, "N_kv"),
     ("ch01", "rms_norm", _rms_no_eps, "eps=1e-06"),
     ("ch01", "rms_norm", _rms_sum, "values differ"),
-    ("ch01", "prefill_flops", _flops_full_attention, "S=64"),
-    ("ch01", "prefill_flops", _flops_all_rows, "LM head"),
+    ("ch01b", "prefill_flops", _flops_full_attention, "S=64"),
+    ("ch01b", "prefill_flops", _flops_all_rows, "LM head"),
+    ("ch01b", "decode_flops", _decode_context_keys, "context=0"),
+    ("ch01b", "decode_flops", _decode_flops_no_head, "LM head"),
     ("ch02", "inv_freq", _inv_freq_all_dims, "shape: expected (1,), got (2,)"),
     ("ch02", "inv_freq", _inv_freq_wrong_step, "expected 0.1, got 0.3162278"),
     ("ch02", "rotation_table", _table_textbook, "expected 0.841471, got -0.841471"),
@@ -373,7 +412,12 @@ WRONG = [
     ("ch04", "kv_append", _append_forgets_length, "at [1]"),
     ("ch04", "kv_bytes_per_token", lambda c, b: 2 * c.n_layers * c.n_heads * c.head_dim * b, "(3x the expected)"),
     ("ch04", "kv_bytes_per_token", lambda c, b: c.n_layers * c.n_kv_heads * c.head_dim * b, "(0.5x the expected)"),
-    ("ch04", "top_p_probs", _top_p_excludes_crossing, "top_p=0.5"),
+    ("ch04b", "top_p_probs", _top_p_excludes_crossing, "top_p=0.5"),
+    ("ch04b", "top_k_probs", _top_k_after_softmax_no_renorm, "values differ"),
+    ("ch04b", "top_k_probs", _top_k_temperature_multiplied, "temperature=0.5"),
+    ("ch03b", "pad_prompt", _pad_counted_length, "EOS inside: True"),
+    ("ch03b", "in_order_sum", _sum_numpy_pairwise, "fifteen 1s"),
+    ("ch03b", "in_order_sum", _sum_float64, "[1e8, 1, -1e8, 1]"),
     ("ch05", "gemv_tile_m", _tile_no_divisor, "expected 12, got 14"),
     ("ch05", "gemv_l1_bytes", _l1_weights_only, "expected 1,168, got 1,024"),
     ("ch05", "largest_tile_m", _largest_single_buffered, "expected 24, got 36"),
@@ -591,7 +635,7 @@ def _rms_float32(x, g, eps):
     return (x / np.sqrt(np.mean(x * x, -1, keepdims=True) + np.float32(eps)) * g).astype(np.float32)
 
 
-@pytest.mark.parametrize("ch,name,fn", [("ch04", "top_p_probs", _top_p_float32),
+@pytest.mark.parametrize("ch,name,fn", [("ch04b", "top_p_probs", _top_p_float32),
                                         ("ch01", "rms_norm", _rms_float32)])
 def test_right_answer_computed_in_float32_passes(ch, name, fn):
     """Computed in float32 (the inputs' own dtype), not merely cast: judged with the float32
@@ -643,7 +687,7 @@ def test_odd_scalars_fail_in_one_line_without_raising(expected, answer, words):
 
 def test_a_checker_never_raises_on_an_odd_answer():
     """Whatever comes back, the verdict is one line that blames the answer."""
-    ex = exercise("ch04", "top_p_probs")
+    ex = exercise("ch04b", "top_p_probs")
     for odd in (object(), {"a": 1}, [[1, 2], [3]], np.array([1 + 2j] * 5), "probs", 10 ** 400):
         v = ex.verdict(lambda *a, odd=odd: odd)
         assert not v.passed and "\n" not in v.message, v.message

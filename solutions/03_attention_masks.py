@@ -1,4 +1,4 @@
-"""Solutions to the exercises of notebook 03 (masks, padding and proofs)."""
+"""Solutions to the exercises of notebook 03 (attention and its masks)."""
 import numpy as np
 
 
