@@ -506,16 +506,17 @@ big = {"rmsnorm": rmsnorm(2048, L1B.hidden, L1B.rms_eps), "gemm q": gemm(2048, L
        "rope q": rope(2048, L1B.n_heads, L1B.head_dim), "silu_and_mul": silu_and_mul(2048, L1B.ffn),
        "flash_attn": flash_attn(2048, L1B.n_heads, L1B.n_kv_heads, L1B.head_dim),
        "add": add(2048, L1B.hidden)}
-print(f"{'kernel':13s} {'herd':9s} tiles  L1 KiB/tile: single / double / as compiled "
-      f"(of {NPU2.l1_bytes // 1024})")
+print(f"{'kernel':13s} {'herd':9s} tiles  L1 KiB/tile: single / double / as compiled (of "
+      f"{NPU2.l1_bytes // 1024}, {NPU2.l1_for_buffers // 1024} beside the stack; * too big)")
 for name, spec in big.items():
     verify(spec.text)
     h = read_plan(spec.text).launches[0].herds[0]
     herd = f"{h.size[0]}x{h.size[1]}" + (f" x{h.instances}" if h.instances > 1 else "")
     need = l1_need(h, omit_pingpong_of(spec))
-    print(f"{name:13s} {herd:9s} {h.tiles:4d}   {h.l1_bytes / 1024:5.1f} / "
-          f"{l1_need(h, '') / 1024:5.1f} / {need / 1024:5.1f}"
-          + ("" if need <= NPU2.l1_for_buffers else "  DOES NOT FIT")
+    assert need <= NPU2.l1_for_buffers, name                 # as compiled, every kernel fits
+    star = lambda b: f"{b / 1024:5.1f}" + ("*" if b > NPU2.l1_for_buffers else " ")   # noqa: E731
+    print(f"{name:13s} {herd:9s} {h.tiles:4d}   {star(h.l1_bytes)} / {star(l1_need(h, ''))} / "
+          f"{star(need)}"
           + ("   (omit_pingpong='all')" if omit_pingpong_of(spec) else ""))
 
 # %% [markdown]
