@@ -544,7 +544,7 @@ ax.set_xlim(0, 1.15 * max(max(counted.values()), max(max(r) for r in ratios.valu
 ax.set_xlabel("throughput / one at a time (measured, this machine and run)")
 ax.set_title(f"12 requests, {ROUNDS} paired rounds: a noisy demo; the diamonds are counted",
              fontsize=10)
-ax.legend(fontsize=7, loc="lower right")
+ax.legend(fontsize=7, loc="upper left")
 plt.show()
 
 # %% [markdown]
