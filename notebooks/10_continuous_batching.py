@@ -531,7 +531,7 @@ cont = samples["continuous, 4 slots"]
 step_ratio = [c["full_decode_step_s"] / o["decode_step_s"] for c, o in zip(cont, one)]
 print(f"a 4-row decode step takes {np.median(step_ratio):.1f}x a 1-row one (median of "
       f"{ROUNDS} rounds): 4x the tokens for that much time")
-fig, ax = plt.subplots(figsize=(6.5, 2.4))
+fig, ax = plt.subplots(figsize=(8.5, 2.4))
 for y, (m, rs) in enumerate(ratios.items()):
     ax.plot(rs, [y] * len(rs), "o", color="C0", alpha=0.5, label="a round" if y == 0 else None)
     ax.plot([np.median(rs)] * 2, [y - 0.3, y + 0.3], color="C0", lw=2,
@@ -544,7 +544,7 @@ ax.set_xlim(0, 1.15 * max(max(counted.values()), max(max(r) for r in ratios.valu
 ax.set_xlabel("throughput / one at a time (measured, this machine and run)")
 ax.set_title(f"12 requests, {ROUNDS} paired rounds: a noisy demo; the diamonds are counted",
              fontsize=10)
-ax.legend(fontsize=7, loc="upper left")
+ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 plt.show()
 
 # %% [markdown]
