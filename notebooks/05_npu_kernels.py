@@ -22,14 +22,12 @@
 # a function over DDR buffers, and inside it `air.launch` → `air.segment` → `air.herd`, the herd
 # being a rectangle of compute tiles that all run the same body on their own slice of the data.
 #
-# In this notebook you will build each of the seven for the embedded model (SmolLM2-135M, a Llama
-# with the same structure as Llama-3.2-1B, only smaller), read its argument table and its MLIR, have
-# upstream MLIR's own parser read it, and run it on an **emulated NPU2**, an interpreter that
-# executes the module text op by op (DMAs, loops, L1 buffers, calls into the C++ kernels). You will
-# push layer 0 of the real model through the seven kernels and compare every step with its numpy
-# model and with the numpy engine's own op. Along the way you will derive three pieces yourself:
-# how a herd splits work between tiles, the table RoPE reads, and the rule that lets
-# FlashAttention's tiles merge partial softmaxes.
+# You will build each of the seven for the embedded model (SmolLM2-135M, a smaller Llama of the
+# same structure), read its argument table and MLIR, and run it on an **emulated NPU2**, an
+# interpreter that executes the module text op by op (DMAs, loops, L1 buffers, calls into the C++
+# kernels): layer 0 of the real model, every step compared with its numpy model and the numpy
+# engine's op. You will derive how a herd splits work, the table RoPE reads, and the rule that
+# lets FlashAttention's tiles merge partial softmaxes.
 #
 # No NPU is needed: every number below that comes from "the NPU" is **emulated** and says so.
 #
@@ -43,9 +41,8 @@
 # %% [markdown]
 # ## 0. Setup
 #
-# The embedded model and the numpy engine, and the package `llamanb.npu` (builders, verifier,
-# plan reader, emulator). We keep bfloat16 (bf16) everywhere a tensor is stored, as the NPU does:
-# `to_bf16` rounds a float32 array to the nearest bf16 value and keeps it as float32.
+# The embedded model, the numpy engine and `llamanb.npu`. Every stored tensor is bfloat16, as on
+# the NPU: `to_bf16` rounds a float32 array to the nearest bf16 value and keeps it as float32.
 
 # %%
 import warnings
@@ -154,10 +151,12 @@ def excerpt(text, *needles, width=150):
 excerpt(add_spec.text, '"air.herd"', '"scf.for"', "%a_l1, ", '"arith.addf"', "llamanb.op")
 
 # %% [markdown]
-# Upstream MLIR (the `mlir` Python package from PyPI, the same parser mlir-air is built on) parses
-# and verifies the module. Without the AIR dialect its ops are unregistered, so `verify` also checks
-# the AIR rules itself: herds are 2D, hierarchy ops are isolated from above and end with their
-# terminator, DMAs list matching offsets, sizes and strides (see `llamanb.npu.compiler.verify`).
+# Upstream MLIR (the `mlir` Python package from PyPI, the parser mlir-air is built on) parses the
+# module. Its AIR ops are unregistered there, so no AIR verifier runs: `verify` checks the AIR
+# rules itself (herds are 2D, hierarchy ops isolated from above and terminated, DMAs with matching
+# offsets, sizes and strides; `llamanb.npu.compiler.verify`). That is all: no module in this
+# course is compiled by aircc, placed, routed or run on a device, and a real compiler pass may
+# still reject one (notebook 06 §10).
 
 # %%
 from llamanb.npu.compiler.verify import verify
@@ -166,19 +165,8 @@ verify(add_spec.text)
 print("add: parsed by upstream MLIR (generic form; AIR ops unregistered, no AIR verifier ran), "
       "AIR structure checked by llamanb.npu.compiler.verify")
 
-# %% [markdown]
-# **What this check is, and is not.** Every module in this course is checked *structurally* (the
-# rules above) and by upstream MLIR's parser; none is ever compiled by aircc, placed, routed or run
-# on a device. A module that passes here may still be rejected by a pass of the real compiler
-# (notebook 06 §10 lists what that compiler adds and where it has limits).
-
-# %% [markdown]
-# Now run it. `llamanb.npu.compiler.emulator.run` executes the text: the herd's eight tiles one after the
-# other, each DMA copying exactly the elements its offsets name. A wrong offset in the text would
-# give wrong numbers here, as on the device.
-
 # %%
-from llamanb.npu.compiler.emulator import run
+from llamanb.npu.compiler.emulator import run   # executes the text: each tile, each DMA's offsets
 
 rng = np.random.default_rng(0)
 a, b = (to_bf16(rng.standard_normal((S, H)).astype(np.float32)) for _ in range(2))
@@ -294,9 +282,6 @@ lut_mine = to_bf16(np.tile(np.concatenate([cos, sin], axis=-1), (1, Nh)))   # [S
 lut_q, lut_k = rope_lut(np.arange(S), Nh, freqs), rope_lut(np.arange(S), Nkv, freqs)
 print("derived table == rope_lut:", np.array_equal(lut_mine, lut_q), "| shape", lut_q.shape)
 
-# %% [markdown]
-# The kernel, its declaration and its call:
-
 # %%
 rq, rk = rope(S, Nh, d), rope(S, Nkv, d)
 print(rq.table())
@@ -310,17 +295,11 @@ print(f"vs model*: {within(ulps(qr_npu, qr_model), 0, 'rope vs model*')} | vs en
       f"rope_inplace: {within(ulps(qr_npu, to_bf16(qe.reshape(S, -1))), 1, 'rope vs engine')}")
 
 # %% [markdown]
-# Which implementation of the C++ ran? The emulator calls the real C++ source built with the
-# host's g++ when a compiler is present (`llamanb.npu.compiler.extern`), else the kernel's numpy model, and
-# its report says which (this depends on the machine, so the output is not checked). **`vs model*`
-# (with the star) is an independent check only where the host build ran**: without g++ the
-# emulator runs the numpy model in the C++ kernel's place, and that line compares the model with
-# itself; the comparison with the engine's op is independent either way.
-#
-# *Names.* This course's symbols (`rope_halfsplit_bf16`, and `rope_halfsplit_bf16_kv` for the K
-# heads in notebook 06) are its own. Upstream's `rope_halfsplit.cc` exports the *same* name and
-# signature as mlir-air's interleaved `@rope` kernel, so it drops in without changing a builder
-# (the guide's `docs/explain.md`, "Half-Split RoPE Kernel"); the K heads reuse that one `@rope`.
+# Which C++ ran? The emulator calls the real C++ source built with the host's g++ when there is
+# one (`llamanb.npu.compiler.extern`), else the kernel's numpy model; its report says which (not
+# checked: it depends on the machine). **`vs model*` is independent only where g++ ran**; the
+# comparison with the engine's op is independent either way. (The symbol names are the course's
+# own; upstream's differ: `docs/corrections.md`, "NPU2 (chapters 05–07)".)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -354,11 +333,8 @@ print("merged partial softmaxes == full softmax:", np.allclose(merged, full, rto
 
 # %% [markdown]
 # That merge is what each stage does after receiving its predecessor's `(m, l, acc)`. The builder
-# writes every step as a `linalg.generic` on L1 tiles, and the cascade as an `npu_cascade` channel.
-# Upstream's FlashAttention is *not* codegen: its MLIR builder
-# (`flash_attention/kernel_fusion_based/attn_npu2_seqfirst.py`) moves the data and calls about 16
-# C++ primitives compiled from `attn_npu2.cc` into `attn_npu2.o` (the guide's B2 table; `docs/
-# profile.md` lists the object).
+# writes every step as a `linalg.generic` on L1 tiles, and the cascade as an `npu_cascade` channel
+# (upstream's calls C++ primitives instead: `docs/corrections.md`).
 
 # %%
 from llamanb.npu.compiler.builders import flash_attn
@@ -499,13 +475,9 @@ for name, spec in kernels.items():
 
 # %% [markdown]
 # "As compiled" counts what aircc allocates with ping-pong, XRTBackend's default: a second copy of
-# every buffer a DMA fills, so the next block can land while the core works on this one
-# (`air-ping-pong-transform`, Xilinx/mlir-air `tools/aircc/aircc.cpp`). FlashAttention is
-# compiled as upstream compiles it, with `omit_pingpong="all"`: twice its blocks would not fit
-# 64 KiB. Only the GEMM fills the array; the memory-bound kernels use one row of eight tiles. (The
-# FlashAttention herd here is `[2, 4]` per head because 64 rows make only two Q tiles of 32.)
-# The widget lights each launch's tiles on the 8 × 6 grid with its L1 and L2 use; the static figure
-# below it shows every kernel at once (rows named, colours in the legend).
+# every buffer a DMA fills (`air-ping-pong-transform`, Xilinx/mlir-air `tools/aircc/aircc.cpp`);
+# FlashAttention is compiled, as upstream's, with `omit_pingpong="all"`. Only the GEMM fills the
+# array. The widget lights each launch's tiles on the 8 × 6 grid; the static figure shows all.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -520,9 +492,9 @@ plt.show()
 # %% [markdown]
 # ## 5. The same builders at Llama-3.2-1B's shapes
 #
-# The builders are the same for the model the upstream guide runs (hidden 2048, 32 / 8 heads,
-# FFN 8192, sequence 2048). Emitting and verifying is quick; running 1B numerics on an emulator is
-# not the point here.
+# The builders are the same for the model the upstream guide runs (hidden 2048, 32 / 8 heads, FFN
+# 8192, sequence 2048). Emitted and verified only (running 1B numerics on an emulator is not the
+# point); per tile, L1 single- and double-buffered against the 64 KiB a tile has:
 
 # %%
 from llamanb.config import LLAMA32_1B as L1B
@@ -534,60 +506,38 @@ big = {"rmsnorm": rmsnorm(2048, L1B.hidden, L1B.rms_eps), "gemm q": gemm(2048, L
        "rope q": rope(2048, L1B.n_heads, L1B.head_dim), "silu_and_mul": silu_and_mul(2048, L1B.ffn),
        "flash_attn": flash_attn(2048, L1B.n_heads, L1B.n_kv_heads, L1B.head_dim),
        "add": add(2048, L1B.hidden)}
+print(f"{'kernel':13s} {'herd':9s} tiles  L1 KiB/tile: single / double / as compiled (of "
+      f"{NPU2.l1_bytes // 1024}, {NPU2.l1_for_buffers // 1024} beside the stack; * too big)")
 for name, spec in big.items():
     verify(spec.text)
-    lp = read_plan(spec.text).launches[0]
-    h = lp.herds[0]
-    print(f"{name:13s} launch grid {'x'.join(map(str, lp.sizes)) or '-':6s} herd "
-          f"{h.size[0]}x{h.size[1]}{' x' + str(h.instances) if h.instances > 1 else '  '}  "
-          f"{h.tiles:2d} tiles  L1 {h.l1_bytes / 1024:4.1f} / {l1_need(h, '') / 1024:4.1f} KiB "
-          f"single / double  tiles {spec.tiles}")
+    h = read_plan(spec.text).launches[0].herds[0]
+    herd = f"{h.size[0]}x{h.size[1]}" + (f" x{h.instances}" if h.instances > 1 else "")
+    need = l1_need(h, omit_pingpong_of(spec))
+    assert need <= NPU2.l1_for_buffers, name                 # as compiled, every kernel fits
+    star = lambda b: f"{b / 1024:5.1f}" + ("*" if b > NPU2.l1_for_buffers else " ")   # noqa: E731
+    print(f"{name:13s} {herd:9s} {h.tiles:4d}   {star(h.l1_bytes)} / {star(l1_need(h, ''))} / "
+          f"{star(need)}"
+          + ("   (omit_pingpong='all')" if omit_pingpong_of(spec) else ""))
 
 # %% [markdown]
-# At 2048 rows FlashAttention fills the array: two unrolled segments, each a `[4 Q tiles, 4
-# cascade stages]` herd, 32 tiles. Upstream's builder is configured the same way
-# (`llama32_1b_prefill.py` passes `num_q_tiles=4, num_cascade_stages=4`; `attn_npu2_seqfirst.py`
-# defaults `num_heads_per_unroll=2` and says physical columns = heads per unroll × Q tiles = 8),
-# so its FlashAttention runs on 32 tiles too; the guide's tile table ("~16-24 tiles depending on
-# config", `docs/detail/IMPLEMENTATION_GUIDE.html` B2) undercounts it.
-#
-# Two GEMVs with different K in one stitched module need two symbols for the same C++ kernel:
-# `gemv down` declares `@matvec_bf16_k8192` in `mv_k8192.o`, upstream's trick (its `mv_k8192.o` is
-# `mv.cc` compiled with the entry point renamed), with `tile_m = 1` row per L1 block instead of 4
-# because each row is four times longer. Each GEMV block is 16 KiB of weights, upstream's
-# `m_input` rows (4 at K = 2048; `llms/shared/builders/rms_gemv_rope_multi.py` builds with
-# `tile_m=8, m_input=4`). Double-buffered, the K = 2048 GEMV needs 40 KiB and fits; the down
-# projection needs 64 KiB (a row of 8192 and `x` of 8192, twice) and does not, which is why
-# upstream compiles its `o_gemv_ffn` with `omit_pingpong="all"` (`shared/infra/
-# backend_presets.py`) and this builder is asked for the same. FlashAttention (48.9 KiB single,
-# 68.9 double) is compiled without ping-pong too. Upstream's GEMV also moves data differently:
-# the weight panel goes DDR → L2 per launch iteration and `m_input`-row windows L2 → L1, while the
-# vector goes DDR → L1 on every trip (`matrix_vector_multiplication/bf16/matvec.py`); this
-# builder streams weight rows DDR → L1 and stages `x` in L2 once, a simplification it keeps.
+# Double-buffered, the K = 2048 GEMV fits; the down GEMV and FlashAttention do not, so both are
+# built with `omit_pingpong="all"`, as upstream compiles its `o_gemv_ffn` and `flash_attn`
+# (`shared/infra/backend_presets.py`). **The GEMV's data path differs from upstream's, on
+# purpose.** Upstream's is two-level: weight panel DDR → L2 per launch iteration, `m_input`-row
+# windows L2 → L1, the vector DDR → L1 every trip (`matrix_vector_multiplication/bf16/matvec.py`).
+# This builder streams the weight blocks DDR → L1 and stages `x` in L2 once: one loop level less
+# to read, and the L1 blocks, which decide what fits, are the same (16 KiB of weights). More
+# upstream detail: `docs/corrections.md`, "NPU2 (chapters 05–07)".
 
 # %% [markdown]
 # ## Summary
 #
-# Upstream's GEMMs at HEAD call a C++ `mm.o` whose method and tiles come from a kernel registry
-# (`llms/shared/builders/o_ffn_multi.py`); the guide's GEMM is the codegen one built here. No module
-# here was compiled by aircc; §3.8 lists each measured distance behind the ulp bounds. Compiling a
-# module into a cached artifact (and the cache hit after it) is notebook 06 §9; the three cache
-# levels together are notebook 07's `KernelCache`.
-#
-# | kernel | pattern | herd | tiles (embedded model) | external object |
-# |---|---|---|---|---|
-# | RMSNorm | codegen (linalg) | [8, 1], bare (decode [1, 1]) | 8 (decode 1) | — |
-# | GEMM | codegen (linalg) here; C++ `mm.o` at upstream HEAD | [8, 4] | 32 | — here |
-# | GEMV | C++ `matvec_bf16` | [8, 1] | 8 | `mv.o` |
-# | RoPE | C++ `rope_halfsplit_bf16` | [8, 1] (decode [1, 1]) | 8 | `rope.o` |
-# | SwiGLU | C++ `silu_and_mul_bf16` | [8, 1] | 8 | `silu_and_mul.o` |
-# | FlashAttention | codegen here; MLIR + C++ (`attn_npu2.o`) upstream; cascade channel | [Q tiles, stages] × heads per segment | 8 here, 32 at 1B (guide: "~16-24") | — here |
-# | eltwise add | codegen (linalg) | [8, 1], bare | 8 | — |
-#
-# Every module above parsed with upstream MLIR (AIR ops unregistered there, so its structure is
-# checked by `llamanb.npu.compiler.verify`, not by an AIR verifier), ran on the emulated NPU2 within one
-# bf16 ulp of its numpy model, and matched the numpy engine's op. Notebook 06 stitches them into
-# the multi-launch modules upstream compiles into one ELF each.
+# Every module above parsed with upstream MLIR (no AIR verifier there; `llamanb.npu.compiler.verify`
+# checked its structure), ran on the emulated NPU2 within one bf16 ulp of its numpy model, and
+# matched the numpy engine's op; §3.8 lists each measured distance. Where each kernel is codegen
+# here and C++ upstream (the GEMM's `mm.o` at upstream HEAD, FlashAttention's `attn_npu2.o`) is
+# tabled in `docs/corrections.md`. Notebook 06 stitches the kernels into the multi-launch modules
+# upstream compiles into one ELF each, and compiles one into a cached artifact.
 
 # %% [markdown]
 # ## Exercises

@@ -422,32 +422,16 @@ print(f"measured here: worst {worst:.3f} ulp, median relative error {typical:.2e
       f"(2^{np.log2(typical):.2f}), new K {k_ulps:.3f} ulp")
 
 # %% [markdown]
-# ## 8b. Fewer launches, and what upstream's 3-launch FFN really is
+# ## 8b. Fewer launches
 #
-# Upstream's decode FFN went from 8 launches to 3 (Xilinx/mlir-air commit 462bf133b; its message
-# reports 91 -> 78 ms per token on the device, quoted, not measured here). Those 3 launches are not
-# the 8 member kernels regrouped. They are three *different, fused* kernels
-# (`llms/shared/builders/o_gemv_ffn_multi.py`):
-#
-# 1. `matvec_2tile_add`: the O GEMV on two tiles per column (16 tiles), the upper one streaming
-#    weight rows, the lower one receiving its partial sums over a cascade and adding the residual;
-# 2. `matvec_swiglu_rms`: RMSNorm done inside a gate/up GEMV over *interleaved* gate and up rows,
-#    whose K dimension is split over an 8 × 4 herd (32 tiles) and summed down a cascade, with
-#    SwiGLU applied in the cascade's last tile;
-# 3. `matvec_2tile_add` again: down GEMV + residual add.
-#
-# Each stage is its own device configuration inside the one ELF (the builder's docstring: "each as
-# its own aie.device"). Both designs are **one `xrt.run` per layer**: the host does not see the
-# launches. What a launch costs inside an ELF is the array's reconfiguration between launches (an
-# upstream comment on `rms_gemms_rope`: "each air.launch reconfigures L1/L2"), plus the DDR round
-# trip of its intermediates; fusing kernels removes both.
-#
-# `o_gemv_ffn3` below is this course's simpler packing, to show what `stitch(..., launches=[[0,
-# 1], [2, 3, 4], [5, 6]])` does: several members' herds in one launch and segment, with gate and up
-# as ONE GEMV over the checkpoint's packed `w_gate_up` [2·D_ff, H] (gate rows, then up rows). It
-# reproduces none of upstream's fusions and predicts nothing about their speed. Run on the same
-# inputs as above it gives the same bits: the arithmetic is the same, only the launch structure
-# changed.
+# Upstream's decode FFN went from 8 launches to 3 (Xilinx/mlir-air commit 462bf133b), but its 3
+# launches are three *different, fused* kernels (`llms/shared/builders/o_gemv_ffn_multi.py`), not
+# the 8 members regrouped; `docs/corrections.md`, "NPU2 (chapters 05–07)", describes them. Both
+# designs are one `xrt.run` per layer: the host does not see the launches. `o_gemv_ffn3` below is
+# this course's simpler packing, to show what `stitch(..., launches=[[0, 1], [2, 3, 4], [5, 6]])`
+# does: several members' herds in one launch, with gate and up as ONE GEMV over the packed
+# `w_gate_up` [2·D_ff, H]. It reproduces none of upstream's fusions and predicts nothing about
+# their speed; on the same inputs it gives the same bits, since only the launch structure changed.
 
 # %%
 g8, g3 = dg["o_gemv_ffn"], dg["o_gemv_ffn3"]
@@ -490,63 +474,19 @@ assert second.cache_hit and second.path == first.path
 # %% [markdown]
 # ## 10. What the real compiler and runtime add
 #
-# None of the above has been through the real toolchain. What it adds, each point from upstream
-# (Xilinx/mlir-air, `programming_examples/llms/`; "the guide": `llama32_1b/docs/detail/
-# IMPLEMENTATION_GUIDE.html`).
-#
-# **The pipeline.** `XRTBackend.compile(module)` runs **aircc**, about 47 AIR passes (dependency
-# analysis, broadcast detection, herd placement, `air-to-aie`, `air-opt-shim-dma-bds`), then
-# **aiecc**, the AIE passes (routing, per-core code, packaging) (`docs/explain.md`, "Step 3", also
-# lists vectorisation, but aircc lowers `linalg` with `convert-linalg-to-loops`, `tools/aircc/
-# aircc.cpp`: only vector ops or C++ kernels run vectorised). The product is one `.elf` per group
-# (`output_format="elf"`, kernel `main:<group>`), loaded by `xrt.elf` → `hw_context(device, elf)`
-# → `xrt.ext.kernel` (`python/air/backend/xrt.py`, `llms/shared/infra/cache.py`). **Peano**
-# compiles the C++ kernels (`mv.cc`, `rope_halfsplit.cc`, `silu_and_mul.cc`, `attn_npu2.cc`) into
-# the `.o` files that `link_with` names.
-#
-# **Buffer descriptors.** A DMA engine is programmed by *buffer descriptors* (BDs): an address, a
-# multi-dimensional walk of sizes and strides, and the next BD to chain to. A shim tile has only 16
-# BDs for its four DMA channels (the AIE-ML figure, in AMD's Vitis AI Engine tutorial "Buffer
-# Descriptors overview"), so the shim DMAs of a whole multi-launch ELF must be packed into and
-# recycled through them: that is what `air-opt-shim-dma-bds` optimises, the pass whose time grows
-# super-linearly with FlashAttention (§6). At HEAD the 12-launch `o_ffn` also needs `runtime_loop_tiling_sizes=[2,2]` for "BD-ID
-# recycling" (`o_ffn_multi.py`).
-#
-# **Ping-pong buffering.** By default aircc doubles the buffers a herd's loop allocates (the
-# blocks its DMAs fill), so a DMA fills one while the core computes on the other; notebook 05's
-# L1 check counts that second copy. `omit_pingpong` drops that to save L1, and it applies to the whole
-# module: the down GEMV (K = 8192) does not fit twice, so the stitched `o_gemv_ffn` is compiled
-# with `omit_pingpong: "all"` (`shared/infra/backend_presets.py`), and its K = 2048 GEMVs lose
-# their overlap as well, which the guide prices at about 19 ms per token (`docs/explain.md`,
-# "Compiler Limitations"; the same presets file notes that dropping ping-pong took an int4 decode
-# from 12.4 to 7.8 tok/s). `flash_attn` is compiled with `omit_pingpong: "all"` too
-# (`llama32_1b_prefill.py`).
-#
-# **Layout.** The DMA cannot walk a bf16 array with a non-unit innermost stride, so it cannot
-# transpose bf16 data: the host pre-transposes the decode GEMV weights once (~2 s at start-up,
-# `docs/profile.md`), and since RoPE and FlashAttention produce K and V sequence-major (`[seq,
-# heads·dim]`) while the host's KV cache is head-major, the host transposes each layer's K and V
-# (~1 ms per layer; the guide, B4). At head_dim 128 FlashAttention itself needs a host transpose
-# (`llms/README.md`). Preloading keeps two or three copies of each weight in DDR; the guide's D1
-# would make the BO the only one, which the pre-transpose prevents.
-#
-# **Compile time per ELF** (`docs/profile.md`, cached to disk): `rms_gemms_rope` 33 s, `flash_attn`
-# 46 s, `o_ffn` 50 s, `rms_gemv_rope` 3 s, `o_gemv_ffn` 7 s, `lm_head_gemv` 13 s. **The LM head as
-# one row.** Prefill only needs the last position's logits, so upstream normalises
-# that one row on the CPU and reuses the decode `lm_head_gemv` (~14 ms) instead of an 8-partition
-# GEMM over all 2048 rows: "Saves ~150 ms" (`docs/profile.md`, "Recent optimizations").
-#
-# **Decode attention on the CPU** ("NPU launch overhead > compute", `llms/README.md`; 0.3 ms per
-# layer, `docs/profile.md`). An NPU design exists (`programming_examples/attention_decode`, 714 µs
-# per call after PR #1592); its bring-up hit issue #1600, a read-after-write hazard that read the
-# new token's cache slot as stale zeros (the fix reads K/V from L1, `attn_decode_npu2.py`).
-#
-#
-# **Where a call's time goes.** `docs/profile.md` splits the prefill's XRT calls into BO write 46
-# ms, NPU run 1062 ms, BO read 5 ms (4 % / 95 % / 0 % of 1113 ms). Its text calls BO read "zero-copy
-# view construction", but the code times the `sync(FROM_DEVICE)` of every read-back buffer too
-# (`llms/shared/infra/cache.py`, `load_and_run`, phase 3). Notebook 07 takes a call apart into
-# these steps.
+# None of the above has been through the real toolchain. On a Ryzen AI machine, mlir-air's
+# `XRTBackend.compile` runs **aircc** (the AIR passes, then aiecc's AIE passes) into one `.elf`
+# per group, loaded as kernel `main:<group>`, with **Peano** compiling the C++ kernels that
+# `link_with` names. aircc lowers `linalg` with `convert-linalg-to-loops` (`tools/aircc/aircc.cpp`):
+# only vector ops or C++ kernels run vectorised. It packs each ELF's shim DMAs into 16 buffer
+# descriptors per shim tile, doubles every DMA-fed L1 buffer unless the group omits ping-pong
+# (notebook 05's L1 check counts that copy; `o_gemv_ffn` and `flash_attn` are compiled with
+# `omit_pingpong: "all"`, `shared/infra/backend_presets.py`), and needs the host to pre-transpose
+# bf16 weights and K/V (the DMA cannot transpose bf16). Upstream keeps decode attention on the CPU
+# ("NPU launch overhead > compute", `llms/README.md`). Each of these points, with its upstream
+# file, the published compile times per ELF, the one-row LM head in prefill and where a call's
+# time goes (BO write / NPU run / BO read, and why "BO read" is more than a zero-copy view), is in
+# `docs/corrections.md`, "NPU2 (chapters 05–07)"; notebook 07 takes a call apart.
 
 # %% [markdown]
 # **Summary.** One stitched function per group makes a decode layer 2 dispatches; stitching is

@@ -42,6 +42,9 @@ class Backend(ABC):
     row_align: int = 1
     kv_dtype = np.float32
     kv_position_multiple: int = 1
+    # prefill attention runs in blocks of this many query rows (llamanb.attention): prompt chunks
+    # that are a multiple of it keep chunked prefill bit-identical to one shot; 1 = no blocks
+    query_tile: int = 1
 
     def __init__(self, weights: Weights):
         self.weights = weights

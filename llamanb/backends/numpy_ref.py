@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..attention import BLOCK_Q, KEY_TILE, attention
 from ..blas import row_align, row_multiple
 from ..kv.base import KVStore
 from ..step import Step
 from ..numerics import to_bf16
-from ..ops import rms_norm, silu_mul, softmax_
+from ..ops import rms_norm, silu_mul
 from ..rope import cos_sin, rope_for, rope_inplace, rotation_tables
 from ..weights import Weights
 from .base import Backend
 
-BLOCK_Q = 128       # query rows per prefill attention block
-KEY_TILE = 256      # prefill key ranges are rounded up to this (the KV cache is allocated to match)
 
 
 class NumpyBackend(Backend):
@@ -40,6 +39,7 @@ class NumpyBackend(Backend):
         self.row_multiple = row_multiple()         # see llamanb.blas: rows computed uniformly
         self.row_align = row_align()               # ... and at which offsets within a GEMM
         self.kv_position_multiple = KEY_TILE        # prefill attention reads whole key tiles
+        self.query_tile = BLOCK_Q                   # ... in blocks of this many query rows
         self.rnd = to_bf16 if dtype == "bf16" else (lambda a: a)
         if dtype == "bf16":
             weights = weights.map_arrays(to_bf16)
@@ -101,44 +101,11 @@ class NumpyBackend(Backend):
     def attention(self, q: np.ndarray, cache: KVStore, layer: int, slot: int, start: int) -> np.ndarray:
         """Causal grouped-query attention for q [S, Nh, d] at positions start..start+S-1 of the
         sequence in cache slot `slot`, over its cached keys/values [Nkv, T, d]. Returns [S, Nh*d].
-
-        The G query heads that share a K/V head are laid side by side, so each K/V head needs one
-        GEMM for its scores and one for its output; K and V are never repeated. Scores are laid
-        out [Nkv, keys, G * queries].
-
-        Prefill goes in blocks of BLOCK_Q query rows; a block ending at row r1 needs keys
-        0..start+r1 only, so most of the upper triangle is never computed. Every block has the
-        same shape (queries zero-padded to BLOCK_Q, keys rounded up to KEY_TILE and masked): BLAS
-        picks its kernel by matrix size, and a fixed shape makes each row's result independent of
-        how long the prompt is -- that is what makes padded prefill bit-identical."""
-        c = self.config
-        S, d, Nkv, G = q.shape[0], c.head_dim, c.n_kv_heads, c.group
-        qg = q.reshape(S, Nkv, G, d)                                      # [S, Nkv, G, d]
-        if S == 1:         # decode: one query row, no padding to be invariant to: keys contiguous
-            T = start + 1
-            scores = qg[0] @ cache.keys(layer, slot, T).swapaxes(-1, -2)       # [Nkv, G, T]
-            scores *= self.scale
-            p = self.rnd(softmax_(scores, axis=-1))
-            out = p @ cache.values(layer, slot, T)                             # [Nkv, G, d]
-            return out.reshape(1, c.n_heads * d)
-        B = BLOCK_Q
-        out = np.empty((S, Nkv, G, d), dtype=np.float32)
-        qt = np.zeros((Nkv, d, G, B), dtype=np.float32)                  # one padded query tile
-        for r0 in range(0, S, B):
-            r1 = min(r0 + B, S)
-            Tp = -(-(start + r1) // KEY_TILE) * KEY_TILE                  # keys, rounded up
-            qt[..., :r1 - r0] = qg[r0:r1].transpose(1, 3, 2, 0)           # [Nkv, d, G, s]
-            qt[..., r1 - r0:] = 0.0
-            scores = cache.keys(layer, slot, Tp) @ qt.reshape(Nkv, d, G * B)    # [Nkv, Tp, G B]
-            scores *= self.scale
-            # query row j (position start+r0+j) sees keys 0 .. start+r0+j
-            hidden = np.arange(Tp)[:, None] > (start + r0 + np.arange(B))[None, :]    # [Tp, B]
-            scores.reshape(Nkv, Tp, G, B)[...] += np.where(hidden, -np.inf, 0.0).astype(
-                np.float32)[:, None, :]
-            p = self.rnd(softmax_(scores, axis=-2))                       # [Nkv, Tp, G B]
-            ob = p.swapaxes(-1, -2) @ cache.values(layer, slot, Tp)             # [Nkv, G B, d]
-            out[r0:r1] = ob.reshape(Nkv, G, B, d)[:, :, :r1 - r0].transpose(2, 0, 1, 3)
-        return out.reshape(S, c.n_heads * d)                              # [S, Nh d]
+        llamanb.attention computes it: decode one row against its keys, prefill in blocks of
+        BLOCK_Q query rows over whole KEY_TILEs of keys (what makes padded prefill bit-identical)."""
+        return attention(q, lambda T: cache.keys(layer, slot, T),
+                         lambda T: cache.values(layer, slot, T), start, self.scale,
+                         self.config.n_kv_heads, rnd=self.rnd, block_q=self.query_tile)
 
     def head(self, x: np.ndarray) -> np.ndarray:
         h = self.rnd(rms_norm(x, self.weights.final_norm, self.config.rms_eps))  # [n, H]

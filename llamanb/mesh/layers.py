@@ -37,10 +37,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..attention import attention
 from ..config import LlamaConfig
 from ..errors import LlamanbError
 from ..kv.base import KVStore
-from ..ops import silu_mul, softmax_
+from ..ops import silu_mul
 from ..rope import cos_sin, rope_for, rotation_tables, rope_inplace
 from ..step import Step
 from ..weights import Weights
@@ -225,17 +226,10 @@ class MeshLayers:
         return qkv.map_rc(lambda r, cc, a: out[_pq(mesh, r, cc)[0]], {})
 
     def _attend(self, q: np.ndarray, keys: np.ndarray, vals: np.ndarray, start: int) -> np.ndarray:
-        """q [S, nq, d] at positions start.., keys/vals [nkv, T, d] -> [S, nq d]."""
-        S, nq, d = q.shape
-        nkv, T = keys.shape[0], keys.shape[1]
-        G = nq // nkv
-        qg = q.reshape(S, nkv, G, d).transpose(1, 2, 0, 3)                           # [nkv, G, S, d]
-        scores = np.matmul(qg, keys[:, None].swapaxes(-1, -2)) * self.scale          # [nkv, G, S, T]
-        hidden = np.arange(T)[None, :] > (start + np.arange(S))[:, None]             # [S, T]
-        scores[..., hidden] = -np.inf
-        p = softmax_(scores, axis=-1)
-        o = np.matmul(p, vals[:, None])                                              # [nkv, G, S, d]
-        return o.transpose(2, 0, 1, 3).reshape(S, nq * d)
+        """q [S, nq, d] at positions start.., keys/vals [nkv, T, d] -> [S, nq d]: llamanb.attention,
+        all rows against all keys in one block."""
+        return attention(q, lambda T: keys[:, :T], lambda T: vals[:, :T], start, self.scale,
+                         keys.shape[0], block_q=None)
 
     # --- the LM head -----------------------------------------------------------------------------
     def head(self, x: MeshTensor) -> np.ndarray:

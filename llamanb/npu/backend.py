@@ -30,16 +30,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..attention import BLOCK_Q, KEY_TILE, attention
 from ..backends.base import Backend
 from ..errors import LlamanbError
 from ..kv.base import KVStore
 from ..numerics import to_bf16
-from ..ops import softmax_
 from ..rope import rope_for
 from ..step import PAD, Step
 from ..weights import Weights
 
-KEY_TILE = 256
 
 
 def lm_parts_for(vocab: int, want: int = 8, tiles: int = 8) -> int:
@@ -60,15 +59,16 @@ def have_real_npu() -> tuple[bool, str]:
 
 
 class _Attn:
-    """Host attention exactly as the numpy reference computes it in its bf16 mode."""
+    """Host attention as the numpy reference computes it in its bf16 mode (llamanb.attention,
+    probabilities rounded to bf16, prefill in BLOCK_Q query-row blocks)."""
 
     def __init__(self, cfg):
-        from ..backends.numpy_ref import NumpyBackend
-        self.config, self.scale, self.rnd = cfg, np.float32(cfg.head_dim ** -0.5), to_bf16
-        self._attention = NumpyBackend.attention
+        self.config, self.scale = cfg, np.float32(cfg.head_dim ** -0.5)
 
     def __call__(self, q, cache, layer, slot, start):
-        return self._attention(self, q, cache, layer, slot, start)
+        return attention(q, lambda T: cache.keys(layer, slot, T),
+                         lambda T: cache.values(layer, slot, T), start, self.scale,
+                         self.config.n_kv_heads, rnd=to_bf16, block_q=BLOCK_Q)
 
 
 class NPU2Backend(Backend):
@@ -78,6 +78,7 @@ class NPU2Backend(Backend):
     kv_dtype = np.float32
     row_multiple = 1
     kv_position_multiple = KEY_TILE
+    query_tile = BLOCK_Q             # a chunk's host attention is llamanb.attention's blocks
 
     def __init__(self, weights: Weights, seq: int = 128, execute: str = "model",
                  device=None, cache_root=None, lm_parts: int | None = None, real: bool = False,

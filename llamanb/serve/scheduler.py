@@ -34,7 +34,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from ..backends.numpy_ref import BLOCK_Q
+from ..attention import BLOCK_Q
 from ..errors import LlamanbError
 from ..kv.paged import PagedKVCache
 from .request import Request, Status
@@ -71,15 +71,15 @@ class Plan:
 
 class Scheduler:
     def __init__(self, cache: PagedKVCache, token_budget: int = 256, chunk: int = BLOCK_Q,
-                 policy: str = "continuous"):
+                 policy: str = "continuous", query_tile: int = BLOCK_Q):
         if not isinstance(cache, PagedKVCache):
             raise LlamanbError("the scheduler needs a paged KV cache (engine.new_cache(..., "
                                "block=, n_blocks=))")
         if policy not in POLICIES:
             raise LlamanbError(f"policy must be one of {POLICIES}, got {policy!r}")
-        if chunk < 1 or chunk % BLOCK_Q:
-            raise LlamanbError(f"chunk must be a multiple of {BLOCK_Q} (the attention's query "
-                               f"tile), got {chunk}")
+        if chunk < 1 or chunk % query_tile:
+            raise LlamanbError(f"chunk must be a multiple of {query_tile} (the backend's attention "
+                               f"query tile, Backend.query_tile), got {chunk}")
         if token_budget < max(chunk, cache.slots):
             raise LlamanbError(f"token_budget {token_budget} must be >= the chunk ({chunk}) "
                                f"and the slot count ({cache.slots})")

@@ -55,6 +55,26 @@ def rows(phase: str, counters) -> list[GroupRow]:
     return out
 
 
+def derived_bytes(spec, cfg, rows: int) -> tuple[int, int]:
+    """(bytes written to the device, bytes read back) per call of a group, from its arguments'
+    roles (llamanb.npu.compiler.spec.Arg) and the model config alone -- not from the runtime's
+    index sets, so that it checks what KernelCache counted:
+
+        to    every "input" argument (the activation, new each call), plus the RoPE tables of a
+              group that calls the RoPE kernel: role "weight" because they are a table, but they
+              hold this call's positions, so they travel every call: `rows` positions x
+              (N_h + N_kv) heads x d_h bf16 values (cos | sin of d_h / 2 angles per head);
+        from  every "output" argument.
+
+    Weights are preloaded once and intermediates never leave the device, so neither counts. This
+    is the steady state: the first call on a buffer set also writes its intermediates' initial
+    zeros, once (KernelCache.load_and_run)."""
+    to = sum(a.nbytes for a in spec.args if a.role == "input")
+    if any(e.startswith("rope") for e in spec.externs):
+        to += rows * (cfg.n_heads + cfg.n_kv_heads) * cfg.head_dim * 2
+    return to, sum(a.nbytes for a in spec.args if a.role == "output")
+
+
 def _ms(v: float | None) -> str:
     return "--" if v is None else f"{v:.2f}"
 
