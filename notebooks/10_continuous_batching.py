@@ -347,7 +347,7 @@ plt.show()
 #
 # A request's tokens must not depend on who shares its steps. In `Engine(model,
 # batch_invariant=True)` every row's arithmetic is independent of the other rows in its step
-# (each GEMM runs at a row count where the BLAS computes every row the same way; see notebook 03),
+# (each GEMM runs at a row count where the BLAS computes every row the same way; see notebook 03b),
 # so batched and alone must agree bit for bit -- greedy, and sampled with the same per-request
 # seed, because each request carries its own random generator.
 #

@@ -13,7 +13,7 @@
 # ---
 
 # %% [markdown]
-# # 11 · The whole model on the accelerator runtime, and a chat you can talk to
+# # 13 · The whole model on the accelerator runtime, and a chat you can talk to
 #
 # **What you will build.** Chapters 01–10 built every piece separately: the block's math, RoPE
 # tables, the padded prefill and its causal mask, the KV cache, the seven MLIR-AIR kernels, their
@@ -94,7 +94,7 @@ print(f"compiled prefill length {b.prefill_lengths[0]}; groups: {', '.join(b.gro
 # The prefill ELFs are compiled for one sequence length (`seq = 128` here; 2048 for Llama-3.2-1B
 # upstream). A shorter prompt is padded with EOS rows up to that length, and the real length is
 # carried alongside — never recovered by searching for EOS, since a prompt may contain EOS
-# itself (chapter 03 proves why the padded rows change nothing before the real length).
+# itself (chapter 03b proves why the padded rows change nothing before the real length).
 
 # %%
 from llamanb.engine import pad_to
