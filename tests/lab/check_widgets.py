@@ -270,10 +270,32 @@ def reopen_problems(browser, port: int, name: str, figure_widgets: int) -> list[
     return problems
 
 
+def settled(root, responded, timeout_s: float = 120, quiet_s: float = 2.0) -> bool:
+    """Whether the widget has responded and stayed so for quiet_s: two key presses redraw twice,
+    and between the two the output is empty for a moment."""
+    deadline, since, last = time.time() + timeout_s, None, None
+    while time.time() < deadline:
+        if responded():
+            now = (root.evaluate(IMAGES_JS), root.text_content())
+            if now != last:
+                since, last = time.time(), now
+            elif time.time() - since >= quiet_s:
+                return True
+        else:
+            since, last = None, None
+        time.sleep(0.5)
+    return False
+
+
 def check_notebook(browser, port: int, name: str, work: Path, widgets: bool) -> tuple[list[str], float]:
     """Everything above for one notebook; returns its problems and its Run All time in Lab."""
     problems = []
     page = open_notebook(browser, port, name)
+    if widgets:                                # the committed file, before it runs: no widget
+        time.sleep(2)                          # state is committed, so each shows Lab's message
+        unrendered = any("Error displaying widget" in e for e in collect_errors(page, stops=10))
+        print("  before running: " + ("the widgets say 'Error displaying widget' (no state is "
+              "committed; the static twin beside each shows it)" if unrendered else "no widget error"))
     seconds = run_all_and_wait(page, port, timeout_s=600)
     print(f"  ran in {seconds:.0f} s", flush=True)
     time.sleep(2)
@@ -307,16 +329,13 @@ def check_notebook(browser, port: int, name: str, work: Path, widgets: bool) -> 
                 return bool(set(root.evaluate(IMAGES_JS)) - images_before)
             return root.inner_html() != before and bool(root.text_content().strip())
 
-        deadline = time.time() + 120
-        while time.time() < deadline and not responded():
-            time.sleep(0.5)
         if "chat send" in done:                 # wait for streamed tokens after "assistant>"
             deadline = time.time() + 180
             while time.time() < deadline and len(
                     root.text_content().split("assistant>")[-1].strip()) < 12:
                 time.sleep(1)
+        changed = settled(root, responded)
         root.screenshot(path=str(SHOTS / f"{name}-w{i}-after.png"))
-        changed = responded()
         print(f"  widget {i}: {', '.join(done) or 'no control'} -> "
               f"{'responded' if changed else 'NO CHANGE'}")
         if done and not changed:
