@@ -248,24 +248,32 @@ def save(page, path: Path, timeout_s: float = 60) -> bool:
     return False
 
 
-def reopen_problems(browser, port: int, name: str, figure_widgets: int) -> list[str]:
+RENDERED_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output .jupyter-widgets.widget-vbox, ' +
+                                             '.jp-OutputArea-output > .jupyter-widgets')]
+  .map(w => w.querySelectorAll('img').length > 0)"""
+
+
+def reopen_problems(browser, port: int, name: str, figure_widgets: int, timeout_s: float = 90) -> list[str]:
     """Open the saved notebook again with no kernel behind its widgets: each must render from
-    the saved state, the figure widgets with their figure."""
+    the saved state, the figure widgets with their figure. Lab renders a cell's outputs when it
+    comes near the view, so the notebook is scrolled through until every one has shown."""
     page = open_notebook(browser, port, name)
-    time.sleep(3)
+    widgets = with_figure = 0
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and with_figure < figure_widgets:
+        for i in range(21):
+            page.evaluate(SCROLL_JS, i / 20)
+            time.sleep(0.3)
+            shown = page.evaluate(RENDERED_JS)
+            widgets, with_figure = max(widgets, len(shown)), max(with_figure, sum(shown))
     problems = []
-    roots = widget_roots(page)
-    with_figure = 0
-    for root in roots:
-        root.scroll_into_view_if_needed()
-        with_figure += bool(root.evaluate(IMAGES_JS))
     page.screenshot(path=str(SHOTS / f"{name}-reopened.png"), full_page=False)
     errors = collect_errors(page)
     if errors:
         problems.append("after reopening: " + "; ".join(errors[:3]))
     if with_figure < figure_widgets:
         problems.append(f"after reopening: {with_figure} of {figure_widgets} figure widgets show a figure")
-    print(f"  reopened with the kernel shut down: {len(roots)} widgets, {with_figure} with their figure")
+    print(f"  reopened with the kernel shut down: {widgets} widgets, {with_figure} with their figure")
     page.close()
     return problems
 
