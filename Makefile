@@ -22,7 +22,8 @@ help:
 	@echo "make bench   llamanb vs transformers fp32/bf16 on this machine (JSON=file to save;"
 	@echo "             BACKEND=cpu: the compiled kernels too, beside llama.cpp if PEER_PYTHON has it)"
 	@echo "make test-portability  numerics tests + notebooks again on a second BLAS/torch kernel family"
-	@echo "make test-lab   every widget of chapters 04-11 in a real JupyterLab in Debian's chromium"
+	@echo "make test-lab   the course in a real JupyterLab in Debian's chromium: widgets, reopen, figure widths;"
+	@echo "             then no cell silent > 10 s (LAB_ARGS=--all: every chapter, and a table of run times)"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -101,18 +102,31 @@ solutions: notebook-env
 # JupyterLab for reading the course (not needed by run or test): the `lab` extra pins JupyterLab
 # and jupyter_server; jupytext's contents manager is named explicitly, so a notebook saved in Lab
 # also writes its .py (pairing: notebooks/jupytext.toml). --allow-root: containers run as root.
-lab: notebook-env
+# The course's Lab settings (scripts/jupyterlab_overrides.json: widget state saved in the notebook,
+# so a closed and reopened chapter still shows its widgets; no news prompt) go into this venv's
+# Lab as defaults a reader can still change (overrides.d).
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.d/llamanb.json
+$(LAB_OVERRIDES): scripts/jupyterlab_overrides.json | $(PY)
+	mkdir -p $(@D) && cp $< $@
+
+lab: notebook-env $(LAB_OVERRIDES)
 	$(PIP) install -e '.[lab]'
 	$(VENV)/bin/jupyter lab --allow-root \
 	  --ServerApp.contents_manager_class=jupytext.TextFileContentsManager \
 	  --ServerApp.root_dir=notebooks
 
-# The widgets as a reader meets them: JupyterLab in Debian's chromium (no browser download),
-# driven by playwright's Python API; not part of `make test` (it needs apt and a few minutes).
-test-lab: notebook-env
-	$(PIP) install -e '.[lab]' playwright==1.65.2
-	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
-	$(PY) tests/lab/check_widgets.py
+# The course as a reader meets it in JupyterLab, in Debian's chromium (no browser download) driven
+# by playwright's Python API: every widget used, closed and reopened, every figure's width in the
+# column, no error in any cell; then every chapter run in a kernel, failing on a cell silent for
+# more than 10 s. Not part of `make test` (it needs apt and about 15 minutes).
+# LAB_ARGS=--all runs every chapter in Lab and prints the README's table of run times.
+test-lab: notebook-env $(LAB_OVERRIDES)
+	$(PIP) install -e '.[labtest]'
+	@command -v chromium >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
+	$(PY) tests/lab/check_widgets.py $(LAB_ARGS)
+	$(PY) tests/lab/silent_cells.py
 
 verify: $(VENV)/.run-installed
 	$(PY) -m llamanb verify $${MODEL:+--model "$$MODEL"} $${BACKEND:+--backend "$$BACKEND"}

@@ -159,10 +159,15 @@ def check(directory: Path = NOTEBOOK_DIR) -> list[str]:
 
 def _strip(nb) -> None:
     """Keep the committed file stable and offline-clean: no widget state, no per-cell timings,
-    cell ids that do not change from one build to the next."""
+    no emptied progress displays (llamanb.progress: present only when a step ran long), cell ids
+    that do not change from one build to the next."""
+    from .progress import is_leftover
+
     nb.metadata.pop("widgets", None)
     for i, c in enumerate(nb.cells):
         c.metadata.pop("execution", None)
+        if c.cell_type == "code":
+            c.outputs = [o for o in c.outputs if not is_leftover(o)]
         c.id = f"cell-{i:03d}"              # jupytext draws random ids; keep rebuilds diff-free
 
 

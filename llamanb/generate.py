@@ -8,6 +8,7 @@ import numpy as np
 
 from .engine import Engine, _count
 from .errors import LlamanbError
+from .progress import stages
 
 
 def _is_int(v) -> bool:
@@ -175,23 +176,25 @@ def generate(engine: Engine, prompt_ids, max_new_tokens: int = 64,
     out, kept, reason, steps = [], [], "length", 0
     shown = ""
     t1 = time.perf_counter()
-    while True:
-        if keep_logits:
-            kept.append(logits)
-        nxt = sample(logits, params, rng)
-        out.append(nxt)
-        if on_token is not None:
-            text = tok.decode([t for t in out if t not in stop], skip_special_tokens=True)
-            if not text.endswith("\ufffd"):        # wait for a multi-byte character to complete
-                on_token(nxt, text[len(shown):])
-                shown = text
-        if nxt in stop:
-            reason = "eos"
-            break
-        if len(out) >= budget:
-            break
-        logits = engine.decode(nxt, cache)
-        steps += 1
+    with stages(after_s=3.0) as say:         # a notebook shows the count on a long generation
+        while True:
+            if keep_logits:
+                kept.append(logits)
+            nxt = sample(logits, params, rng)
+            out.append(nxt)
+            if on_token is not None:
+                text = tok.decode([t for t in out if t not in stop], skip_special_tokens=True)
+                if not text.endswith("\ufffd"):        # wait for a multi-byte character to complete
+                    on_token(nxt, text[len(shown):])
+                    shown = text
+            if nxt in stop:
+                reason = "eos"
+                break
+            if len(out) >= budget:
+                break
+            say(f"generating: token {len(out)} of at most {budget}")
+            logits = engine.decode(nxt, cache)
+            steps += 1
     decode_s = time.perf_counter() - t1
     text = tok.decode([t for t in out if t not in stop], skip_special_tokens=True)
     return GenerationResult(prompt_ids, out, text, reason, prefill_s, decode_s, steps, kept)

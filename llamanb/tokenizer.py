@@ -4,9 +4,12 @@ Two sources: an HF `tokenizer.json` (+ `tokenizer_config.json` for the chat temp
 vocabulary, merges and template stored in a GGUF file, converted once into a `tokenizer.json`.
 
 GGUF conversion follows llama.cpp's pre-tokenizer for each `tokenizer.ggml.pre`. For SmolLM2
-('smollm') llama.cpp splits digits one by one before the GPT-2 regex, as the original HF tokenizer
-does; transformers' GGUF converter (5.23) skips that step, so its ids for multi-digit numbers
-differ from the model's own tokenizer. We follow llama.cpp and the original tokenizer.
+('smollm') llama.cpp splits off every numeral (Unicode class N) on its own before the GPT-2
+regex, as the original HF tokenizer does; transformers' GGUF converter (5.23) skips that step, so
+its ids differ where a numeral follows whitespace (a newline and a tab before "8"; "x ²") or is
+not ASCII. (A bare run of ASCII digits comes out the same: the vocabulary has no token holding two
+digits.) We follow llama.cpp and the original tokenizer; tests/test_tokenizer.py checks both
+against transformers.
 """
 from __future__ import annotations
 

@@ -162,28 +162,4 @@ def test_load_model_with_a_wrong_type():
     raises(lambda: load_model(["a.gguf"]), "path", "list")
 
 
-# ---- text in: str, UTF-8 bytes, and what is neither -----------------------------------------------------
-def test_tokenizer_takes_utf8_bytes(model, tiny):
-    from tokenizers import Tokenizer
-
-    ref = Tokenizer.from_file(str(tiny / "tokenizer.json"))          # the library itself
-    text = "w3 w17 w200"
-    assert model.tokenizer.encode(text.encode("utf-8")) == ref.encode(text).ids
-    assert model.tokenizer.encode_prompt(text.encode(), chat=False) == ref.encode(text).ids
-
-
-@pytest.mark.parametrize("bad, fragments", [
-    (b"w3 \xff w4", ["not valid UTF-8", "0xff", "offset 3"]),
-    (b"w3 \xc3", ["not valid UTF-8", "0xc3"]),
-    ("w3 \udcff w4", ["not valid UTF-8", "0xff", "character 3"]),    # argv's surrogateescape
-    ("w3 \ud800", ["not valid UTF-8", "U+D800"]),
-    (None, ["str", "NoneType"]),
-    (42, ["str", "int"]),
-])
-def test_prompt_text_that_is_not_utf8(model, bad, fragments):
-    raises(lambda: model.tokenizer.encode_prompt(bad, chat=False), *fragments)
-    raises(lambda: model.tokenizer.encode(bad), *fragments[1:])
-
-
-def test_system_message_that_is_not_utf8(model):
-    raises(lambda: model.tokenizer.encode_prompt("w3", chat=True, system=b"\xfe"), "system message", "0xfe")
+# (text in -- str, UTF-8 bytes and what is neither -- is tested in tests/test_tokenizer.py)

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import LlamanbError
+from ..progress import stages
 from .. import cxx_build
 
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels" / "cpu"
@@ -321,7 +322,10 @@ def load(kernels_dir: Path = KERNELS_DIR, flavour_name: str | None = None) -> Ke
     if cxx is None:
         raise LlamanbError(f"backend 'cpu' compiles C++ at first use, but {why} "
                            "(set LLAMANB_CXX, or use --backend numpy)")
-    got = _load(Path(kernels_dir), cache_dir(), wanted)
+    with stages() as say:                      # a notebook shows the line while it compiles
+        if not built(Path(kernels_dir)):
+            say("compiling the cpu backend's C++ kernels for this CPU, once (about 30 s)")
+        got = _load(Path(kernels_dir), cache_dir(), wanted)
     if isinstance(got, str):
         raise LlamanbError(f"backend 'cpu': {got} (use --backend numpy)")
     return got

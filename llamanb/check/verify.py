@@ -17,6 +17,7 @@ import numpy as np
 from ..engine import Engine
 from ..errors import LlamanbError
 from ..paths import reference_file
+from ..progress import stages
 from ..io.store import Model, load_model
 from .greedy import GreedyRun, engine_greedy
 
@@ -89,14 +90,16 @@ def run_reference(model: Model, ref: dict, engine: Engine | None = None, out=Non
     engine = engine or Engine(model)
     results = []
     dec = lambda t: model.tokenizer.decode([t])  # noqa: E731
-    for n, c in enumerate(ref["cases"]):
-        name = c.get("name", f"case{n}")
-        run = greedy_with_top5(engine, c["prompt_ids"], len(c["greedy_ids"]),
-                               stop_ids=model.config.eos_ids, until_differs=c["greedy_ids"])
-        r = compare(name, run, c["greedy_ids"], c["top5"], dec)
-        results.append(r)
-        print(f"{'PASS' if r.passed else 'FAIL'} {name:<16} {r.detail}; "
-              f"max |dlogit| on ref top-5 = {r.max_logit_diff:.2e}", file=out, flush=True)
+    with stages() as say:                        # a notebook shows which case is running
+        for n, c in enumerate(ref["cases"]):
+            name = c.get("name", f"case{n}")
+            say(f"reference gate: case {n + 1} of {len(ref['cases'])} ({name})")
+            run = greedy_with_top5(engine, c["prompt_ids"], len(c["greedy_ids"]),
+                                   stop_ids=model.config.eos_ids, until_differs=c["greedy_ids"])
+            r = compare(name, run, c["greedy_ids"], c["top5"], dec)
+            results.append(r)
+            print(f"{'PASS' if r.passed else 'FAIL'} {name:<16} {r.detail}; "
+                  f"max |dlogit| on ref top-5 = {r.max_logit_diff:.2e}", file=out, flush=True)
     return results
 
 

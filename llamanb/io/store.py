@@ -41,6 +41,7 @@ from ..paths import cache_fault, check_room, ensure_cache_root, os_problem
 from ..errors import LlamanbError
 from . import locks
 from .safetensors import SafetensorsFile, write_safetensors
+from ..progress import stages
 from ..tokenizer import ChatTokenizer
 from ..weights import Weights, check_shapes, tensor_specs
 
@@ -303,7 +304,10 @@ def load_model(spec: str | os.PathLike | None = None) -> Model:
         source = open_source(path)
         check_room(root, conversion_bytes(source.config))   # a full disk: said before any work
         found = cache_dir_for(path, source.config.name)
-        convert(source, found)
+        with stages() as say:             # a notebook shows the line while it runs (~20 s)
+            say(f"converting {path.name} to a float32 checkpoint, once "
+                f"({conversion_bytes(source.config) / 1e6:.0f} MB into {found.parent})")
+            convert(source, found)
         converted = True
     model = load_cached(found)
     model.load_s = time.perf_counter() - t0

@@ -8,8 +8,19 @@ cells, then:
   * every widget view rendered (no "Loading widget..." / "Error displaying widget" left);
   * no cell output holds a traceback;
   * each slider moved with the keyboard, each dropdown set to its next option, and the chat's
-    text box + Send button used: the widget's area must change in response, and still hold no
-    error afterwards.
+    text box + Send button used: the widget's area must change in response (a NEW figure, not an
+    output merely cleared), and still hold no error afterwards;
+  * close and reopen: the notebook is saved, its kernel shut down, and the notebook opened again
+    in a fresh page: every widget must render from the state saved in the notebook (the course's
+    Lab setting `saveState`, scripts/jupyterlab_overrides.json, installed by `make lab` and
+    `make test-lab`), a figure widget with its figure, and none may say "Error displaying widget";
+  * every figure is measured as Lab lays it out: its drawn width over its natural width. A figure
+    shown below MIN_SCALE of its size (a wide figure squeezed into the column) fails.
+
+    python tests/lab/check_widgets.py [NN_name ...]    the widget chapters (default) or those named
+    python tests/lab/check_widgets.py --all            every chapter; ends with a markdown table of
+                                                       each chapter's run time in Lab (Run All to
+                                                       idle) for the README
 
 Screenshots go to $LAB_SHOTS (default /tmp/llamanb-lab). Exit 0 when every notebook passes.
 """
@@ -25,8 +36,27 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-NOTEBOOKS = ["04_kv_cache_growth", "05_npu_kernels", "07_buffer_objects", "08_tcp_mapping",
-             "09_galaxy_mesh", "10_continuous_batching", "13_hardware_chat"]
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+OVERRIDES = REPO / "scripts" / "jupyterlab_overrides.json"
+# Lab scales an image down to the column (max-width: 100%). Below 0.8 a figure's 7-8 pt labels
+# (9.7-11 px at the inline backend's 100 dpi) fall under about 8 px on screen.
+MIN_SCALE = 0.8
+VIEWPORT = {"width": 1400, "height": 1000}     # a laptop screen; Lab's file browser stays open
+
+
+def chapters() -> list[str]:
+    return sorted(p.stem for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def widget_chapters() -> list[str]:
+    """The chapters whose committed notebook displays a widget."""
+    import json
+
+    def has_widget(name: str) -> bool:
+        nb = json.loads((REPO / "notebooks" / f"{name}.ipynb").read_text())
+        return any(WIDGET_MIME in o.get("data", {}) for c in nb["cells"] for o in c.get("outputs", []))
+    return [n for n in chapters() if has_widget(n)]
+
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 SHOTS = Path(os.environ.get("LAB_SHOTS", "/tmp/llamanb-lab"))
 TOKEN = "llamanb-lab-check"
@@ -38,22 +68,47 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_lab(root: Path, port: int) -> subprocess.Popen:
+def start_lab(root: Path, port: int, home: Path) -> subprocess.Popen:
+    """JupyterLab on `root`, with user settings and workspaces in `home` (never the user's own)."""
+    env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
+               JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"))
     cmd = [sys.executable, "-m", "jupyter", "lab", "--allow-root", "--no-browser",
            f"--port={port}", "--ip=127.0.0.1", f"--ServerApp.token={TOKEN}",
            f"--ServerApp.root_dir={root}", "--ServerApp.disable_check_xsrf=True",
            "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
     log = open(SHOTS / "lab.log", "w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    import urllib.request
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     for _ in range(120):
         try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={TOKEN}", timeout=2)
+            api(port, "api/status")
             return proc
         except OSError:
             time.sleep(1)
     proc.kill()
     raise SystemExit("JupyterLab did not start; see " + str(SHOTS / "lab.log"))
+
+
+def api(port: int, path: str, method: str = "GET"):
+    import json
+    import urllib.request
+
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/{path}?token={TOKEN}", method=method)
+    with urllib.request.urlopen(req, timeout=10) as r:
+        body = r.read()
+    return json.loads(body) if body else None
+
+
+def saves_widget_state(port: int) -> bool:
+    """The Lab setting that keeps widgets across close and reopen, as this Lab resolves it: the
+    user's own value, else the schema's default (which an overrides.d file replaces)."""
+    got = api(port, "lab/api/settings/@jupyter-widgets/jupyterlab-manager:plugin")
+    default = got["schema"]["properties"]["saveState"]["default"]
+    return bool(got.get("settings", {}).get("saveState", default))
+
+
+def shutdown_kernels(port: int) -> None:
+    for k in api(port, "api/kernels"):
+        api(port, f"api/kernels/{k['id']}", method="DELETE")
 
 
 # textContent, not innerText: innerText is empty for output JupyterLab has not laid out (a cell
@@ -93,19 +148,45 @@ def collect_errors(page, stops: int = 40) -> list[str]:
 
 IMAGES_JS = "root => [...root.querySelectorAll('img')].map(i => i.src)"
 
+# Every figure Lab has laid out: [which cell, natural width, drawn width].
+SCALE_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output img')]
+  .filter(i => i.naturalWidth > 0 && i.clientWidth > 0)
+  .map(i => [(i.closest('.jp-Cell') && i.closest('.jp-Cell').querySelector('.jp-InputArea-prompt')
+              || {}).textContent || '?', i.naturalWidth, i.clientWidth, i.src.slice(-24)])"""
 
-def run_all_and_wait(page, timeout_s: float) -> None:
+
+def figure_scales(page, stops: int = 40) -> dict[str, tuple[str, int, int]]:
+    """Each figure of the notebook (by the tail of its data URL): its prompt, natural and drawn
+    width, read at `stops` scroll positions as collect_errors does."""
+    seen: dict[str, tuple[str, int, int]] = {}
+    for i in range(stops + 1):
+        if not page.evaluate(SCROLL_JS, i / stops) and i:
+            break
+        time.sleep(0.1)
+        for prompt, natural, drawn, key in page.evaluate(SCALE_JS):
+            seen[key] = (prompt.strip(), natural, drawn)
+    return seen
+
+
+def run_all_and_wait(page, port: int, timeout_s: float) -> float:
+    """Run All Cells; return the seconds until the kernel is idle with no cell queued (the
+    prompts of cells scrolled out of the DOM are not seen, so the kernel's state decides)."""
     page.keyboard.press("Escape")
     page.click("text=Run", timeout=30_000)                        # the menu bar's Run menu
-    page.click("text=Run All Cells", timeout=30_000)
     t0 = time.time()
-    time.sleep(2)
+    page.click("text=Run All Cells", timeout=30_000)
+    idle_since = None
     while time.time() - t0 < timeout_s:
+        time.sleep(0.5)
         busy = page.evaluate("""() => [...document.querySelectorAll('.jp-InputArea-prompt')]
-                                      .some(p => p.innerText.includes('*'))""")
-        if not busy:
-            return
-        time.sleep(1)
+                                      .some(p => p.textContent.includes('*'))""")
+        busy = busy or any(k["execution_state"] != "idle" for k in api(port, "api/kernels"))
+        if busy:
+            idle_since = None
+        elif idle_since is None:
+            idle_since = time.time()
+        elif time.time() - idle_since >= 2.0:                     # idle, and nothing queued next
+            return idle_since - t0
     raise TimeoutError(f"cells still running after {timeout_s} s")
 
 
@@ -137,9 +218,8 @@ def poke(page, root) -> list[str]:
     return done
 
 
-def check_notebook(browser, port: int, name: str) -> list[str]:
-    problems = []
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+def open_notebook(browser, port: int, name: str):
+    page = browser.new_page(viewport=VIEWPORT)
     page.goto(f"http://127.0.0.1:{port}/lab/workspaces/{name}/tree/{name}.ipynb?reset&token={TOKEN}")
     page.wait_for_selector(".jp-Notebook", timeout=120_000)
     try:                                       # "Select Kernel" when the lab asks: the default
@@ -147,19 +227,106 @@ def check_notebook(browser, port: int, name: str) -> list[str]:
     except Exception:                          # noqa: BLE001 -- no dialog: the kernel started
         pass
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
-    run_all_and_wait(page, timeout_s=400)
+    return page
+
+
+def save(page, path: Path, timeout_s: float = 60) -> bool:
+    """Save the notebook (Ctrl+S) and wait until the file on disk holds the widget state."""
+    import json
+
+    page.click(".jp-Notebook")
+    page.keyboard.press("Escape")
+    page.keyboard.press("Control+s")
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        try:
+            if json.loads(path.read_text()).get("metadata", {}).get("widgets"):
+                return True
+        except (OSError, ValueError):          # mid-write
+            pass
+        time.sleep(0.5)
+    return False
+
+
+RENDERED_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output .jupyter-widgets.widget-vbox, ' +
+                                             '.jp-OutputArea-output > .jupyter-widgets')]
+  .map(w => w.querySelectorAll('img').length > 0)"""
+
+
+def reopen_problems(browser, port: int, name: str, figure_widgets: int, timeout_s: float = 90) -> list[str]:
+    """Open the saved notebook again with no kernel behind its widgets: each must render from
+    the saved state, the figure widgets with their figure. Lab renders a cell's outputs when it
+    comes near the view, so the notebook is scrolled through until every one has shown."""
+    page = open_notebook(browser, port, name)
+    widgets = with_figure = 0
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and with_figure < figure_widgets:
+        for i in range(21):
+            page.evaluate(SCROLL_JS, i / 20)
+            time.sleep(0.3)
+            shown = page.evaluate(RENDERED_JS)
+            widgets, with_figure = max(widgets, len(shown)), max(with_figure, sum(shown))
+    problems = []
+    page.screenshot(path=str(SHOTS / f"{name}-reopened.png"), full_page=False)
+    errors = collect_errors(page)
+    if errors:
+        problems.append("after reopening: " + "; ".join(errors[:3]))
+    if with_figure < figure_widgets:
+        problems.append(f"after reopening: {with_figure} of {figure_widgets} figure widgets show a figure")
+    print(f"  reopened with the kernel shut down: {widgets} widgets, {with_figure} with their figure")
+    page.close()
+    return problems
+
+
+def settled(root, responded, timeout_s: float = 120, quiet_s: float = 2.0) -> bool:
+    """Whether the widget has responded and stayed so for quiet_s: two key presses redraw twice,
+    and between the two the output is empty for a moment."""
+    deadline, since, last = time.time() + timeout_s, None, None
+    while time.time() < deadline:
+        if responded():
+            now = (root.evaluate(IMAGES_JS), root.text_content())
+            if now != last:
+                since, last = time.time(), now
+            elif time.time() - since >= quiet_s:
+                return True
+        else:
+            since, last = None, None
+        time.sleep(0.5)
+    return False
+
+
+def check_notebook(browser, port: int, name: str, work: Path, widgets: bool) -> tuple[list[str], float]:
+    """Everything above for one notebook; returns its problems and its Run All time in Lab."""
+    problems = []
+    page = open_notebook(browser, port, name)
+    if widgets:                                # the committed file, before it runs: no widget
+        time.sleep(2)                          # state is committed, so each shows Lab's message
+        unrendered = any("Error displaying widget" in e for e in collect_errors(page, stops=10))
+        print("  before running: " + ("the widgets say 'Error displaying widget' (no state is "
+              "committed; the static twin beside each shows it)" if unrendered else "no widget error"))
+    seconds = run_all_and_wait(page, port, timeout_s=600)
+    print(f"  ran in {seconds:.0f} s", flush=True)
     time.sleep(2)
+    problems += collect_errors(page)
+    for key, (prompt, natural, drawn) in figure_scales(page).items():
+        if drawn < MIN_SCALE * natural:
+            problems.append(f"figure {prompt} drawn at {drawn}/{natural} px ({drawn / natural:.0%})")
+    if not widgets:
+        page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=False)
+        page.close()
+        shutdown_kernels(port)                 # closing a tab leaves its kernel running
+        return problems, seconds
     roots = widget_roots(page)
     if not roots:
         problems.append("no widget rendered")
-    loading = page.evaluate("() => document.body.textContent.includes('Loading widget...')")
-    if loading:
+    if page.evaluate("() => document.body.textContent.includes('Loading widget...')"):
         problems.append("a widget is still 'Loading widget...'")
-    problems += collect_errors(page)
+    figure_widgets = 0
     for i, root in enumerate(roots):
         root.scroll_into_view_if_needed()
         before = root.inner_html()
         images_before = set(root.evaluate(IMAGES_JS))
+        figure_widgets += bool(images_before)
         root.screenshot(path=str(SHOTS / f"{name}-w{i}-before.png"))
         done = poke(page, root)
 
@@ -170,47 +337,58 @@ def check_notebook(browser, port: int, name: str) -> list[str]:
                 return bool(set(root.evaluate(IMAGES_JS)) - images_before)
             return root.inner_html() != before and bool(root.text_content().strip())
 
-        deadline = time.time() + 120
-        while time.time() < deadline and not responded():
-            time.sleep(0.5)
         if "chat send" in done:                 # wait for streamed tokens after "assistant>"
             deadline = time.time() + 180
             while time.time() < deadline and len(
-                    root.inner_text().split("assistant>")[-1].split("\n")[0].strip()) < 12:
+                    root.text_content().split("assistant>")[-1].strip()) < 12:
                 time.sleep(1)
+        changed = settled(root, responded)
         root.screenshot(path=str(SHOTS / f"{name}-w{i}-after.png"))
-        changed = responded()
         print(f"  widget {i}: {', '.join(done) or 'no control'} -> "
               f"{'responded' if changed else 'NO CHANGE'}")
         if done and not changed:
             problems.append(f"widget {i} did not respond to {', '.join(done)}")
     problems += [e for e in collect_errors(page) if e not in problems]
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=False)
+    if not save(page, work / f"{name}.ipynb"):
+        problems.append("saving did not write the widget state (is saveState on?)")
     page.close()
-    return problems
+    shutdown_kernels(port)
+    problems += reopen_problems(browser, port, name, figure_widgets)
+    shutdown_kernels(port)
+    return problems, seconds
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
     from playwright.sync_api import sync_playwright
 
+    every = "--all" in argv
+    names = [a for a in argv if a != "--all"] or (chapters() if every else widget_chapters())
+    with_widgets = set(widget_chapters())
     SHOTS.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="llamanb-lab-"))
-    shutil.copytree(REPO / "notebooks", work / "notebooks")
+    home = Path(tempfile.mkdtemp(prefix="llamanb-lab-"))
+    work = home / "notebooks"
+    shutil.copytree(REPO / "notebooks", work)
     port = free_port()
-    lab = start_lab(work / "notebooks", port)
-    failed = 0
+    lab = start_lab(work, port, home)
+    failed, times = 0, {}
     try:
+        if not saves_widget_state(port):
+            print(f"this JupyterLab does not save widget state; install {OVERRIDES.relative_to(REPO)} "
+                  f"as <sys.prefix>/share/jupyter/lab/settings/overrides.d/llamanb.json (make test-lab does)")
+            return 1
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=[
                 "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--no-first-run"])
-            for name in sys.argv[1:] or NOTEBOOKS:
+            for name in names:
                 t0 = time.time()
                 print(f"{name}:", flush=True)
                 try:
-                    problems = check_notebook(browser, port, name)
+                    problems, times[name] = check_notebook(browser, port, name, work, name in with_widgets)
                 except Exception as e:                      # noqa: BLE001 -- report and go on
                     problems = [f"{type(e).__name__}: {str(e)[:200]}"]
+                    shutdown_kernels(port)
                 failed += bool(problems)
                 print(f"  {'FAIL: ' + '; '.join(problems) if problems else 'ok'} "
                       f"({time.time() - t0:.0f} s)", flush=True)
@@ -218,11 +396,23 @@ def main() -> int:
     finally:
         lab.terminate()
         lab.wait(timeout=30)
-        shutil.rmtree(work, ignore_errors=True)
-    n = len(sys.argv[1:] or NOTEBOOKS)
-    print(f"{n - failed} passed, {failed} failed (screenshots in {SHOTS})")
+        shutil.rmtree(home, ignore_errors=True)
+    if every:
+        load = os.getloadavg()[0]
+        print(f"\nRun All to idle in JupyterLab {lab_version()}, Debian chromium, "
+              f"{os.cpu_count()} cores, load average {load:.1f} at the end:\n")
+        print("| chapter | " + " | ".join(n[:2] for n in times) + " |")
+        print("|---|" + "---|" * len(times))
+        print("| seconds in Lab | " + " | ".join(f"{t:.0f}" for t in times.values()) + " |")
+    print(f"{len(names) - failed} passed, {failed} failed (screenshots in {SHOTS})")
     return 1 if failed else 0
 
 
+def lab_version() -> str:
+    import jupyterlab
+
+    return jupyterlab.__version__
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
