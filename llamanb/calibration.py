@@ -154,9 +154,11 @@ TITLES = {"calibration": "CALIBRATION: the constants are solved from these (erro
 
 
 def report(checks: Sequence[Check], fmt: Callable[[float, str], str] | None = None, width: int = 42,
-           extra: tuple[str, Callable[[Check], str]] | None = None, titles: Mapping[str, str] = TITLES) -> str:
+           extra: tuple[str, Callable[[Check], str]] | None = None, titles: Mapping[str, str] = TITLES,
+           extra_width: int = 10) -> str:
     """The calibration rows, then the validation rows, each section under its own title, one
-    line per figure: name, published, model, error (and one model-specific column if given)."""
+    line per figure: name, published, model, error (and one model-specific column if given,
+    `extra_width` wide)."""
     fmt = fmt or (lambda v, unit: f"{v:.4g} {unit}")
     lines = []
     for role in ROLES:
@@ -164,11 +166,11 @@ def report(checks: Sequence[Check], fmt: Callable[[float, str], str] | None = No
         if not rows:
             continue
         head = f"{'figure':<{width}}{'published':>12}{'model':>12}{'error':>8}"
-        lines += ["", titles[role], head + (f"{extra[0]:>10}" if extra else "")]
+        lines += ["", titles[role], head + (f"{extra[0]:>{extra_width}}" if extra else "")]
         for c in rows:
             line = (f"{c.name:<{width}}{fmt(c.published, c.unit):>12}{fmt(c.model, c.unit):>12}"
                     f"{signed_pct(c.error):>8}")
-            lines.append(line + (f"{extra[1](c):>10}" if extra else ""))
+            lines.append(line + (f"{extra[1](c):>{extra_width}}" if extra else ""))
     return "\n".join(lines[1:])
 
 
