@@ -412,8 +412,9 @@ for what, rows, plan in (("prefill, 4096-row prompt", 4096, cost.prefill_ccl_pla
 
 # %%
 for name in ("TTFT, 128-token prompt", "TTFT, 4K prompt", "decode b32, 128-token prompts (avg of 128)"):
-    pub, pred = next(r[1:3] for r in cost.validation_table() if r[0] == name)
-    print(f"{name:<44} published {pub:9.4g}  model {pred:9.4g}  (estimated)")
+    pub, pred, _, unit = next(r[1:5] for r in cost.validation_table() if r[0] == name)
+    scale, u = (1e3, "ms") if unit == "s" else (1, unit)
+    print(f"{name:<44} published {pub * scale:7.2f}  model {pred * scale:7.2f} {u}  (estimated)")
 
 # %% [markdown]
 # ## 7. Tenstorrent's programming model: the layer in TT-Lang, on tt-lang-sim
