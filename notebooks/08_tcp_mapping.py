@@ -452,82 +452,28 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# ## 10. The compiler against the specification sheet
+# ## 10. Furiosa's published throughput, predicted from compiler cycles
 #
-# A decode projection reads its `D x F` bf16 weight once; bytes over the compiler's cycles is
-# the HBM rate its schedule reaches, against RNGD's 1.5 TB/s (1,500 B per cycle at 1 GHz):
-
-# %%
-for c in (LLAMA31_8B, LLAMA3_70B):
-    rs = {r["op"]: r for r in table.rows(c, "decode", 1, 2048, target="renegade-8pe", doc=doc)}
-    for op in ("q_proj", "gate_proj", "down_proj", "lm_head"):
-        b = rs[op]["bindings"]
-        nbytes = 2 * math.prod(v for k, v in b.items() if k != "T")
-        print(f"{c.name:<14} {op:<10} {nbytes / 1e6:7.1f} MB in {rs[op]['cycles']:>8} cycles = "
-              f"{nbytes / rs[op]['cycles']:6.0f} B/cycle ({nbytes / rs[op]['cycles'] / 1500:4.0%} of HBM peak)")
-
-# %% [markdown]
-# A spec-sheet roofline charges exactly `bytes / 1.5 TB/s`; the compiler's schedule says how far
-# each kernel gets (for small element-wise ops: DMA start-up and HBM <-> DM moves, not the VE).
-#
-# ## 11. Furiosa's published throughput, predicted from compiler cycles
-#
-# Furiosa publishes two RNGD throughput figures, FuriosaSDK, FP8, batch not stated (its RNGD
-# product page, via b-lab.team's summary of April 2025): Llama 3.1 70B on 8 cards, 2048 in / 128
-# out, 957 tok/s; Llama 3.1 8B on one card, 128 in / 4096 out, 3,935 tok/s (output tokens; 3.1
-# 70B has Llama 3 70B's shapes). `llamanb.tcp.predict` builds each run from stored cycles of fp8
-# kernels on `renegade-8pe`, adds the data movement they lack, and **fits nothing**. Its sources:
+# Furiosa publishes two RNGD throughput figures (FuriosaSDK, FP8, batch not stated): Llama 3.1 70B
+# on 8 cards at 957 tok/s and Llama 3.1 8B on one card at 3,935 tok/s. `llamanb.tcp.predict`
+# builds each run from the stored cycles of fp8 kernels, adds the data movement they lack, fits
+# nothing, and computes every plausible reading of what was not published (batch, where sampling
+# runs, the keys attention sees, the 70B stage hand-off). **Neither published figure falls inside
+# its predicted range; both lie above it**: the block compiled one unfused kernel at a time is
+# slower than Furiosa's SDK run.
 
 # %%
 from llamanb.tcp import predict
 
-print(predict.__doc__.split("Sources, assumptions (each used once below):")[1])
+for r in predict.ranges(doc):
+    print(f"{r['model']} on {r['cards']} card(s): published {r['published']:,.0f} tok/s, predicted "
+          f"{r['low']:,.0f} .. {r['high']:,.0f} ({'inside' if r['inside'] else 'outside'})")
 
 # %% [markdown]
-# What was not published (batch, where sampling runs, the keys an attention kernel sees, the 70B
-# stage hand-off) has several plausible readings; all are computed and the prediction is their range:
-
-# %%
-res = predict.ranges(doc)
-for r in res:
-    print(f"{r['model']} on {r['cards']} card(s), {r['n_in']} in / {r['n_out']} out: published {r['published']:,.0f} tok/s")
-    for x in r["readings"]:
-        print(f"    {x.reading:<36} B = {x.B:>3}  decode round {x.round_s * 1e3:6.1f} ms  "
-              f"prefill {x.prefill_s:5.1f} s  -> {x.tok_s:7,.0f} tok/s ({x.ratio:.2f}x published; "
-              f"{x.uncounted_s / (x.B * r['n_out'] / x.tok_s):.0%} of the time outside the kernels)")
-    print(f"  predicted range {r['low']:,.0f} .. {r['high']:,.0f} tok/s: the published figure is "
-          + ("INSIDE it" if r["inside"] else "OUTSIDE it") + "\n")
-
-# %%
-fig, ax = plt.subplots(figsize=(7, 2.6))
-for i, r in enumerate(res):
-    ax.plot([r["low"], r["high"]], [i, i], lw=8, color="C0", solid_capstyle="butt",
-            label="predicted range (all readings)" if i == 0 else None)
-    ax.scatter([r["published"]], [i], color="C3", zorder=3, marker="D", label="published" if i == 0 else None)
-ax.set_yticks(range(len(res)), [f"{r['model']}, {r['cards']} card(s)" for r in res])
-ax.set_xscale("log")
-ax.set_xlabel("output tok/s")
-ax.set_ylim(-0.7, len(res) - 0.3)
-ax.legend(fontsize=8, loc="lower right")
-ax.set_title("Compiler cycles + uncounted data movement, no fitted constant", fontsize=9)
-plt.show()
-assert all(r["published"] > r["high"] for r in res)          # the statement below
-
-# %% [markdown]
-# **Neither published figure falls inside its range: both lie above it**, the 70B figure at 1.1
-# to 1.8 times the predicted throughput, the 8B figure at 1.3 to 1.65 times. The block compiled
-# one unfused kernel at a time, with the course's naive attention, is slower than Furiosa's SDK
-# run; Furiosa's production kernels (`furiosa.kernels.llama.optimized`) fuse whole layers, and
-# how much that gains is exactly what this prediction cannot see. The widest spread is the 70B
-# run's attention reading: the compiler's schedule for our value einsum depends on the key count.
-
-# %% [markdown]
-# **What the prediction cannot see.** Kernels are compiled one by one and summed: no overlap
-# between kernels, no fusion (Furiosa's production kernels fuse; fused kernels can take the
-# compiler many minutes), no serving-stack scheduling, power limits (RNGD's TDP: 180 W on the
-# 2025 product page, 150 W earlier), FP8 scale multiplies, or differences between Furiosa's 2025
-# SDK and this compiler. What earlier versions of this chapter claimed beyond the sources, and
-# what changed, is in `docs/corrections.md` ("Furiosa TCP").
+# The compiler against the specification sheet, every reading, why the chapter's earlier fitted
+# efficiency was retracted, and what the prediction cannot see: appendix 14 §2
+# (`notebooks/14_appendix_cost_models.py`); corrections to earlier versions of this chapter:
+# `docs/corrections.md` ("Furiosa TCP").
 #
 # ## Summary
 #
@@ -541,7 +487,7 @@ assert all(r["published"] > r["high"] for r in res)          # the statement bel
 #   compiler: one live down to an RNGD binary, the block for three models from a stored table of
 #   the compiler's cycle estimates (1 PE and 8 PE, at its 1 GHz).
 # * Compiler cycles plus the data movement outside the kernels, nothing fitted, give each
-#   published figure a range over the unpublished settings; section 11 says if each is inside.
+#   published figure a range over the unpublished settings; both figures lie above it (section 10).
 
 # %% [markdown]
 # ## Exercises

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import calibration as cal
 from ..config import BYTES_PER_PARAM, LlamaConfig
 from ..errors import LlamanbError
 from . import ccl
@@ -453,30 +454,37 @@ CALIBRATION_FIGURES = {      # PERF.md rows used to derive attn_eff and user_kv_
     "TTFT 64K": (65536, 29.69747), "decode 64K batch 1": (65536, 60.87e-3)}
 
 
-def _solve(f, target: float, lo: float, hi: float) -> float:
-    """x in [lo, hi] with f(x) = target, f decreasing (bisection in log space)."""
-    for _ in range(100):
-        mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if f(mid) > target else (lo, mid)
+def _solve(f, target: float, lo: float, hi: float, what: str) -> float:
+    """x in [lo, hi] with f(x) = target, f decreasing: 100 halvings in log space
+    (llamanb.calibration.bisect), the bracket's geometric mean."""
+    lo, hi = cal.bisect(f, target, lo, hi, increasing=False, log=True, iterations=100, what=what)
     return math.sqrt(lo * hi)
+
+
+def derive(figures: dict | None = None) -> dict:
+    """attn_eff and user_kv_rate, solved from CALIBRATION_FIGURES (or `figures`, the same keys
+    with other values: what llamanb.calibration.sensitivity moves) with the rest of the model."""
+    from ..config import LLAMA3_70B
+    from .config import GALAXY
+
+    figs = {**CALIBRATION_FIGURES, **(figures or {})}
+    S, ttft = figs["TTFT 64K"]
+    eff = _solve(lambda e: prefill_estimate(LLAMA3_70B, GALAXY, S, attn_eff=e).seconds, ttft, 1e-3, 1.0,
+                 "attn_eff")
+    T, step = figs["decode 64K batch 1"]
+    ctx = T + 64                                       # PERF.md averages 128 steps from T
+    rate = _solve(lambda r: decode_estimate(LLAMA3_70B, GALAXY, 1, ctx, user_kv_rate=r).seconds, step,
+                  1e9, 1e12, "user_kv_rate")
+    return {"attn_eff": eff, "user_kv_rate": rate}
 
 
 _DERIVED: dict = {}
 
 
 def derived() -> dict:
-    """attn_eff and user_kv_rate, solved from CALIBRATION_FIGURES with the rest of the model."""
+    """attn_eff and user_kv_rate solved from the published CALIBRATION_FIGURES (cached)."""
     if not _DERIVED:
-        from ..config import LLAMA3_70B
-        from .config import GALAXY
-
-        S, ttft = CALIBRATION_FIGURES["TTFT 64K"]
-        _DERIVED["attn_eff"] = _solve(lambda e: prefill_estimate(LLAMA3_70B, GALAXY, S, attn_eff=e).seconds,
-                                      ttft, 1e-3, 1.0)
-        T, step = CALIBRATION_FIGURES["decode 64K batch 1"]
-        ctx = T + 64                                   # PERF.md averages 128 steps from T
-        _DERIVED["user_kv_rate"] = _solve(
-            lambda r: decode_estimate(LLAMA3_70B, GALAXY, 1, ctx, user_kv_rate=r).seconds, step, 1e9, 1e12)
+        _DERIVED.update(derive())
     return dict(_DERIVED)
 
 
@@ -486,7 +494,7 @@ class Figure:
     published: float
     unit: str                 # "s" (a time) or "tok/s/user" or "tok/s"
     source: str
-    predict: object           # () -> predicted value in `unit`
+    predict: object           # (derived constants) -> predicted value in `unit`
 
 
 def _validation_figures() -> list[Figure]:
@@ -494,8 +502,9 @@ def _validation_figures() -> list[Figure]:
     from .config import GALAXY as G
 
     readme = f"{_TT} README.md, Llama 3.3 70B (TP=32), Galaxy (Wormhole), batch 32, v0.65.0-rc7"
-    ttft = lambda n: (lambda: prefill_estimate(C, G, n).seconds)            # noqa: E731
-    per_user = lambda b, ctx: (lambda: 1 / decode_estimate(C, G, b, ctx).seconds)  # noqa: E731
+    ttft = lambda n: (lambda d: prefill_estimate(C, G, n, attn_eff=d["attn_eff"]).seconds)  # noqa: E731
+    per_user = lambda b, ctx: (lambda d: 1 / decode_estimate(  # noqa: E731
+        C, G, b, ctx, user_kv_rate=d["user_kv_rate"]).seconds)
     return [
         Figure("TTFT, 128-token prompt", 59.64e-3, "s", _PERF, ttft(128)),
         Figure("TTFT, 4K prompt", 625.08e-3, "s", _PERF, ttft(4096)),
@@ -506,7 +515,7 @@ def _validation_figures() -> list[Figure]:
         Figure("README TTFT, batch 32, 128 tokens", 53e-3, "s", readme, ttft(128)),
         Figure("README first decoded token, batch 32", 72.5, "tok/s/user", readme, per_user(32, 128)),
         Figure("README throughput, batch 32", 2268.8, "tok/s", readme,
-               lambda: 32 / decode_estimate(C, G, 32, 128).seconds),
+               lambda d: 32 / decode_estimate(C, G, 32, 128, user_kv_rate=d["user_kv_rate"]).seconds),
     ]
 
 
@@ -559,11 +568,37 @@ def calibration_table() -> list[tuple[str, str, str]]:
     return rows
 
 
-def validation_table() -> list[tuple[str, float, float, float, str, str]]:
+def validation_table(d: dict | None = None) -> list[tuple[str, float, float, float, str, str]]:
     """(figure, published, predicted, relative error, unit, source) for every held-back figure.
-    The error is (predicted - published) / published on the figure as published."""
+    The error is predicted / published - 1 on the figure as published (llamanb.calibration.
+    rel_error). `d`: the derived constants to use (default: those solved from CALIBRATION_FIGURES)."""
+    d = derived() if d is None else d
     out = []
     for f in _validation_figures():
-        p = float(f.predict())
-        out.append((f.name, f.published, p, (p - f.published) / f.published, f.unit, f.source))
+        p = float(f.predict(d))
+        out.append((f.name, f.published, p, cal.rel_error(p, f.published), f.unit, f.source))
     return out
+
+
+def checks() -> list[cal.Check]:
+    """The two PERF.md 64K rows the derived constants are solved from (calibration), then every
+    held-back figure (validation), as llamanb.calibration.Check; extra["kind"] is CHECK_KIND's."""
+    from ..config import LLAMA3_70B as C
+    from .config import GALAXY as G
+
+    S, ttft = CALIBRATION_FIGURES["TTFT 64K"]
+    T, step = CALIBRATION_FIGURES["decode 64K batch 1"]
+    out = [cal.Check("TTFT, 64K prompt", ttft, prefill_estimate(C, G, S).seconds, "calibration", "s", _PERF),
+           cal.Check("decode b1, 64K prompt (avg of 128)", step, decode_estimate(C, G, 1, T + 64).seconds,
+                     "calibration", "s", _PERF)]
+    return out + [cal.Check(n, pub, pred, "validation", unit, src, {"kind": CHECK_KIND[n]})
+                  for n, pub, pred, _, unit, src in validation_table()]
+
+
+def sensitivity(rel: float = 0.01) -> dict:
+    """{calibration figure: {held-back figure: elasticity}}: each 64K figure alone moved by `rel`,
+    attn_eff and user_kv_rate re-solved, every held-back prediction recomputed."""
+    def predict(values):
+        figs = {k: (CALIBRATION_FIGURES[k][0], v) for k, v in values.items()}
+        return {name: pred for name, _, pred, *_ in validation_table(derive(figs))}
+    return cal.sensitivity(predict, {k: t for k, (_, t) in CALIBRATION_FIGURES.items()}, rel)

@@ -8,7 +8,7 @@ Every number below is an ESTIMATE from specifications, not a measurement: no RNG
     step_time       one prefill or decode step, summed over ops
     workload        B requests of n_in prompt tokens generating n_out tokens: TTFT, tok/s
     PUBLISHED       Furiosa's published throughput: one figure calibrates, the others validate
-    calibrate       the efficiency that reproduces the calibration figure (bisection)
+    calibrate       the efficiency that reproduces the calibration figure (llamanb.calibration.bisect)
     prediction_table  calibration and validation rows with their errors
 
 The model (what it assumes, stated once):
@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import calibration as cal
 from ..config import LLAMA3_70B, LLAMA31_8B, LlamaConfig
 from ..errors import LlamanbError
 from .program import dims, program
@@ -404,12 +405,9 @@ def calibrate(p: dict | None = None, a: Assumptions = ASSUME, spec: Spec = RNGD,
     def rate(eta):
         return estimate(p, dataclasses.replace(base, eta=eta), B, a, spec).tok_s
 
-    lo, hi = 1e-3, 1.0
-    if rate(hi) < p["tok_s"]:
-        raise LlamanbError(f"{p['model']}: even eta = 1 gives {rate(hi):,.0f} tok/s < {p['tok_s']:,.0f}")
-    while hi - lo > 1e-5:
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if rate(mid) >= p["tok_s"] else (mid, hi)
+    # tok/s rises with eta: halve [0.001, 1] until it is 1e-5 wide (llamanb.calibration.bisect)
+    _, hi = cal.bisect(rate, p["tok_s"], 1e-3, 1.0, increasing=True, tol=1e-5,
+                       what=f"eta for {p['model']} at {p['tok_s']:,.0f} tok/s")
     return round(hi, 4)
 
 
@@ -428,6 +426,26 @@ def prediction_table(a: Assumptions = ASSUME) -> list[dict]:
         B = assumed_batch(p, a)
         w = estimate(p, m, B, a)
         rows.append(dict(role=p["role"], model=p["model"], cards=p["cards"], n_in=p["n_in"], n_out=p["n_out"],
-                         B=B, published=p["tok_s"], estimate=w.tok_s, error=w.tok_s / p["tok_s"] - 1,
+                         B=B, published=p["tok_s"], estimate=w.tok_s, error=cal.rel_error(w.tok_s, p["tok_s"]),
                          ttft_s=w.ttft_s, round_s=(w.step_s_first + w.step_s_last) / 2))
     return rows
+
+
+def checks(a: Assumptions = ASSUME) -> list[cal.Check]:
+    """prediction_table as llamanb.calibration.Check rows (output tok/s)."""
+    src = {p["model"]: p["source"] for p in PUBLISHED}
+    return [cal.Check(f"{r['model']}, {r['cards']} card(s), B = {r['B']}", r["published"], r["estimate"],
+                      r["role"], "tok/s", src[r["model"]]) for r in prediction_table(a)]
+
+
+def sensitivity(rel: float = 0.01) -> dict:
+    """{input: {validation model: elasticity}}: the calibration figure moved by `rel`, eta
+    re-calibrated (its 4-decimal rounding quantises the answer to about 0.01), the held-back
+    figure predicted again."""
+    calib = next(q for q in PUBLISHED if q["role"] == "calibration")
+
+    def predict(values):
+        eta = calibrate(dict(calib, tok_s=values[calib["model"]]))
+        m = dataclasses.replace(FURIOSA_UNCALIBRATED, eta=eta)
+        return {p["model"]: estimate(p, m).tok_s for p in PUBLISHED if p["role"] == "validation"}
+    return cal.sensitivity(predict, {calib["model"]: calib["tok_s"]}, rel)

@@ -39,6 +39,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from ..calibration import spread
 from .cost import PUBLISHED, RNGD, max_batch
 from .table import load, rows, step_cycles
 
@@ -154,7 +155,7 @@ def ranges(doc: dict | None = None) -> list[dict]:
     out = []
     for p in PUBLISHED:
         rs = readings(p, doc)
-        lo, hi = min(r.tok_s for r in rs), max(r.tok_s for r in rs)
+        sp = spread((r.tok_s for r in rs), p["tok_s"])            # llamanb.calibration.Spread
         out.append(dict(model=p["model"], cards=p["cards"], n_in=p["n_in"], n_out=p["n_out"], published=p["tok_s"],
-                        low=lo, high=hi, inside=lo <= p["tok_s"] <= hi, readings=rs))
+                        low=sp.low, high=sp.high, inside=sp.inside, readings=rs))
     return out

@@ -24,7 +24,7 @@ SOLUTIONS = {
     "ch04b": "04b_sampling", "ch05": "05_npu_kernels", "ch06": "06_elf_stitching",
     "ch07": "07_buffer_objects", "ch08": "08_tcp_mapping", "ch09": "09_galaxy_mesh",
     "ch10": "10_continuous_batching", "ch11": "11_cpu_kernels", "ch12": "12_cuda_kernels",
-    "ch13": "13_hardware_chat",
+    "ch13": "13_hardware_chat", "ch14": "14_appendix_cost_models",
 }
 
 
@@ -392,6 +392,25 @@ def _softmax_unmasked(s, length):
     return p
 
 
+def _fit_two_rate_not_inverted(calls, seconds):
+    """returns u = 1 / bytes_per_s (seconds per byte) instead of the rate."""
+    (n0, w0), (n1, w1) = calls
+    det = n0 * w1 - n1 * w0
+    return (seconds[0] * w1 - seconds[1] * w0) / det, (n0 * seconds[1] - n1 * seconds[0]) / det
+
+
+def _fit_two_ignores_bytes(calls, seconds):
+    """all of each call's time charged to its launches."""
+    return seconds[0] / calls[0][0], float("inf")
+
+
+def _elasticity_raw_derivative(calls, seconds, held):
+    """dp/ds_i, not scaled by s_i / p."""
+    (n0, w0), (n1, w1) = calls
+    det = n0 * w1 - n1 * w0
+    return (held[0] * w1 - held[1] * n1) / det, (held[1] * n0 - held[0] * w0) / det
+
+
 WRONG = [
     ("ch01", "block_params", lambda c: c.layer_params() - 2 * c.hidden, "expected 3,540,096, got 3,538,944"),
     ("ch01", "block_params", lambda c: c.hidden * (4 * c.hidden + 3 * c.ffn) + 2 * c.hidden, "N_kv"),
@@ -451,6 +470,9 @@ WRONG = [
     ("ch13", "gate", _gate_ignores_length, "ours stops 2 tokens early): expected False at [0], got True"),
     ("ch13", "plan_turn", _turn_never_recomputes, "everything is already cached (recompute the last position)): expected 39 at [0], got 40"),
     ("ch13", "plan_turn", _turn_keeps_whole_cache, "re-tokenizes differently from position 24): expected 24 at [0], got 28"),
+    ("ch14", "fit_two", _fit_two_rate_not_inverted, "NPU2 decode calls, 76 us and 37.8 GB/s): expected 3.78e+10 at [1]"),
+    ("ch14", "fit_two", _fit_two_ignores_bytes, "expected 7.6e-05 at [0]"),
+    ("ch14", "elasticity", _elasticity_raw_derivative, "expected 1.32717 at [0]"),
 ]
 
 

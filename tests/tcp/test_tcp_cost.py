@@ -1,7 +1,7 @@
 """The RNGD roofline model (llamanb.tcp.cost) against closed forms from the config and the specs:
 parameter and KV-cache bytes (LlamaConfig accounting), FLOPs (llamanb.flops), ridge points, the
 book's engine geometry, the tensor- and pipeline-parallel splits, and the calibration on one
-published figure with the prediction of the others (recomputed here, split checked)."""
+published figure (the split checked; the table's numbers are pinned in tests/appendix/)."""
 from __future__ import annotations
 
 import math
@@ -12,9 +12,8 @@ from llamanb.config import LLAMA3_70B, LLAMA31_8B, SMOLLM2_135M
 from llamanb.errors import LlamanbError
 from llamanb.flops import OPS, decode_flops, prefill_flops, total
 from llamanb.tcp import cost
-from llamanb.tcp.cost import (ASSUME, CHAPTER, FURIOSA_UNCALIBRATED, PUBLISHED, RNGD, Assumptions, Mapping,
-                              assumed_batch, calibrate, estimate, furiosa, max_batch, op_costs,
-                              prediction_table, step_time, workload)
+from llamanb.tcp.cost import (ASSUME, CHAPTER, PUBLISHED, RNGD, Assumptions, Mapping, assumed_batch, calibrate,
+                              estimate, max_batch, op_costs, step_time, workload)
 
 MODELS = [SMOLLM2_135M, LLAMA31_8B, LLAMA3_70B]
 PROJ = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
@@ -145,26 +144,6 @@ def test_mapping_changes_only_what_it_names():
     assert half["gate_proj"].time_s == pytest.approx(2 * full["gate_proj"].time_s)
 
 
-@pytest.fixture(scope="module")
-def table():
-    return prediction_table()
-
-
-def test_calibration_reproduces_its_figure_and_validation_is_within_25_percent(table):
-    """The table, recomputed: calibration rows first (error ~0 by construction), then every
-    held-back figure within the course's +-25 % target."""
-    roles = [r["role"] for r in table]
-    assert roles == sorted(roles)                         # "calibration" < "validation"
-    assert {r["role"] for r in table} == {"calibration", "validation"}
-    for r in table:
-        assert r["estimate"] == pytest.approx(estimate(
-            next(p for p in PUBLISHED if p["model"] == r["model"]), furiosa()).tok_s)
-        if r["role"] == "calibration":
-            assert abs(r["error"]) < 1e-3
-        else:
-            assert abs(r["error"]) < 0.25
-    eta = furiosa().eta
-    assert 0.3 < eta < 1.0                                # below the roofline, not absurdly so
 
 
 def test_the_fit_never_sees_a_validation_figure(monkeypatch):

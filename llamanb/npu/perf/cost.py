@@ -43,8 +43,9 @@ Every number it prints is ESTIMATED. It is built in three layers, each with its 
    Host steps (Python scheduling, CPU attention, tokenizing) are not modelled: they enter as the
    published host times, stated as inputs.
 
-3. Calibration. Every call's time is linear in (launch_s, 1/gemm, 1/attention, 1/gemv,
-   1/eltwise), so five published per-call figures fix the five constants exactly (`fit`):
+3. Calibration (llamanb.calibration). Every call's time is linear in (launch_s, 1/gemm,
+   1/attention, 1/gemv, 1/eltwise), so five published per-call figures fix the five constants
+   exactly (`fit`, by `calibration.solve_linear`):
    CALIBRATION names them. Every other published figure (`PUBLISHED`) is then a prediction, and
    `table` prints both groups apart with their errors. Where a prediction is mostly a sum of
    calibration rows, `table` says how much of it is ("circular share").
@@ -61,6 +62,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ... import calibration as cal
+from ...calibration import Check, report, solve_linear, split
 from ...config import LlamaConfig
 from ...errors import LlamanbError
 
@@ -401,15 +404,20 @@ def _figure_terms(cfg: LlamaConfig, p: Published, seq: int = 2048,
             sum((c.coefficients(s) for c in calls), np.zeros(5)))
 
 
-def fit(cfg: LlamaConfig, seq: int = 2048, calibration=CALIBRATION, s: NPU2Specs = SPECS) -> Rates:
-    """Solve the five constants so the model reproduces the five calibration figures exactly."""
-    rows = [_figure_terms(cfg, BY_KEY[k], seq, s) for k in calibration]
+def fit(cfg: LlamaConfig, seq: int = 2048, calibration=CALIBRATION, s: NPU2Specs = SPECS,
+        published: dict | None = None) -> Rates:
+    """Solve the five constants so the model reproduces the five calibration figures exactly
+    (llamanb.calibration.solve_linear). `published` overrides figures' values by key (what
+    llamanb.calibration.sensitivity moves)."""
+    cal, _ = split([p.key for p in PUBLISHED], calibration)
+    value = {**{p.key: p.seconds for p in PUBLISHED}, **(published or {})}
+    rows = [_figure_terms(cfg, BY_KEY[k], seq, s) for k in cal]
     A = np.array([a for _, a in rows])
-    b = np.array([BY_KEY[k].seconds - f for k, (f, _) in zip(calibration, rows)])
-    if A.shape != (5, 5) or np.linalg.matrix_rank(A / np.maximum(np.abs(A).max(axis=0), 1e-300),
-                                                 tol=1e-9) < 5:
-        raise LlamanbError(f"calibration {calibration} does not fix the five constants")
-    return Rates.from_vector(np.linalg.solve(A, b))
+    b = np.array([value[k] - f for k, (f, _) in zip(cal, rows)])
+    try:
+        return Rates.from_vector(solve_linear(A, b))
+    except LlamanbError as e:
+        raise LlamanbError(f"calibration {tuple(cal)} does not fix the five constants: {e}") from None
 
 
 _RATES: dict = {}
@@ -464,7 +472,12 @@ class Row:
 
     @property
     def error(self) -> float:
-        return self.model_s / self.published_s - 1
+        return self.check.error
+
+    @property
+    def check(self) -> Check:
+        return Check(self.label, self.published_s, self.model_s, self.role, "s", self.source,
+                     {"key": self.key, "circular": self.circular})
 
 
 def table_rows(cfg: LlamaConfig, seq: int = 2048, r: Rates | None = None) -> list[Row]:
@@ -479,34 +492,25 @@ def table_rows(cfg: LlamaConfig, seq: int = 2048, r: Rates | None = None) -> lis
     return out
 
 
-def signed_pct(x: float, decimals: int = 1) -> str:
-    """`x` as a signed percentage, except that a value which rounds to zero prints unsigned.
-
-    Python keeps the sign of a rounded zero (`f"{-1e-17:+.1%}"` is "-0.0%"), and a quantity that
-    is zero by construction (a calibration row's error, solved to within rounding) comes out as
-    +1e-16 on one BLAS kernel and -1e-16 on another: the sign is noise, so it is not printed."""
-    text = f"{x:+.{decimals}%}"
-    return text[1:] if float(text[1:-1]) == 0 else text
-
-
 def _fmt(sec: float) -> str:
     return f"{sec:8.3f} s " if sec >= 1 else f"{sec * 1e3:8.2f} ms"
 
 
 def table(cfg: LlamaConfig, seq: int = 2048, r: Rates | None = None) -> str:
-    """The calibration and validation tables, in separate sections, with per-figure errors."""
-    rows = table_rows(cfg, seq, r)
-    lines = []
-    for role, title in (("calibration", "CALIBRATION: the constants are solved from these "
-                                        "(error 0 by construction)"),
-                        ("validation", "VALIDATION: held back, predicted (ESTIMATED)")):
-        lines += ["", title,
-                  f"{'figure':<42}{'published':>12}{'model':>12}{'error':>8}{'circular':>10}"]
-        for row in (x for x in rows if x.role == role):
-            circ = "--" if role == "calibration" else f"{row.circular:.0%}"
-            lines.append(f"{row.label:<42}{_fmt(row.published_s):>12}{_fmt(row.model_s):>12}"
-                         f"{signed_pct(row.error):>8}{circ:>10}")
-    return "\n".join(lines[1:])
+    """The calibration and validation tables, in separate sections, with per-figure errors and
+    the share of each prediction that is calibration rows ("circular")."""
+    circ = ("circular", lambda c: "--" if c.role == "calibration" else f"{c.extra['circular']:.0%}")
+    return report([row.check for row in table_rows(cfg, seq, r)], lambda v, unit: _fmt(v), 42, circ)
+
+
+def sensitivity(cfg: LlamaConfig, seq: int = 2048, rel: float = 0.01) -> dict:
+    """{calibration figure: {validation figure: elasticity}}: each calibration figure alone moved
+    by `rel`, the five constants re-fitted, every held-back prediction recomputed
+    (llamanb.calibration.sensitivity)."""
+    def predict(values):
+        r = fit(cfg, seq, published=values)
+        return {x.key: x.model_s for x in table_rows(cfg, seq, r) if x.role == "validation"}
+    return cal.sensitivity(predict, {k: BY_KEY[k].seconds for k in CALIBRATION}, rel)
 
 
 def rates_table(r: Rates | None = None, s: NPU2Specs = SPECS) -> str:
