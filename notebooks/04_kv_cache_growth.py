@@ -293,9 +293,9 @@ def step_png(step: int) -> bytes:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     im = draw_occupancy(ax, step)
     fig.colorbar(im, ax=ax, label="mean ‖k‖ over KV heads")
-    ax.legend(handles=OCC_LEGEND, loc="upper right", fontsize=7)
+    ax.legend(handles=OCC_LEGEND, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, fontsize=7, frameon=False)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=plt.rcParams["figure.dpi"], bbox_inches="tight")
     plt.close(fig)
     return buf.getvalue()
 

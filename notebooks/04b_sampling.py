@@ -219,7 +219,7 @@ print("every draw is a surviving token, and every top-20 frequency is within 4 s
 
 # %%
 labels = [tok.decode([int(i)]).replace("\n", "\\n") for i in top]
-fig, axes = plt.subplots(2, 4, figsize=(14, 6), sharey=True)
+fig, axes = plt.subplots(2, 4, figsize=(9.6, 6.4), sharey=True)
 for ax, (name, pr) in zip(axes.flat, probs.items()):
     ax.bar(np.arange(20), pr[top], color="#4c72b0", label="probability")
     ax.plot(np.arange(20), freqs[name][top], "o", color="black", ms=3, label="frequency (1000 draws)")
