@@ -281,7 +281,7 @@ assert out.ids == generate(engine, prompt, max_new_tokens=8).ids
 # ## 6. FLOPs, derived from the axes
 #
 # Summed per op name over a step, the einsums' FLOPs must equal `llamanb.flops`' closed forms
-# (notebook 01), with the *full* score rectangle in prefill (the chapter computes all `s_in x s_in`
+# (notebook 01b), with the *full* score rectangle in prefill (the chapter computes all `s_in x s_in`
 # scores, then masks); RoPE's 2x2 einsums are extra. Prefill of 512 tokens, decode at 2048, B = 4:
 
 # %%
@@ -433,7 +433,7 @@ def redraw(_=None):
     fig, ax = plt.subplots(figsize=(6, 4))
     bars(ax, table.MODELS[ws[0].value], ws[1].value, ws[2].value)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=plt.rcParams["figure.dpi"], bbox_inches="tight")
     plt.close(fig)
     view.outputs = ()
     view.append_display_data(Image(buf.getvalue()))
@@ -445,7 +445,7 @@ display(VBox([*ws, view]))
 redraw()
 
 # %%
-fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+fig, axes = plt.subplots(3, 1, figsize=(9, 10))
 for ax, c in zip(axes, (SMOLLM2_135M, LLAMA31_8B, LLAMA3_70B)):
     bars(ax, c, "decode", "renegade-8pe")
 fig.tight_layout()

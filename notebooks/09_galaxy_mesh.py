@@ -121,7 +121,7 @@ def draw_plan(ax, title, rows, cols, label, xlabel="out", ylabel="in"):
     ax.set_xlabel(xlabel, fontsize=8), ax.set_ylabel(ylabel, fontsize=8)
 
 
-fig, axes = plt.subplots(1, 5, figsize=(13, 3))
+fig, axes = plt.subplots(2, 3, figsize=(9.6, 5.6)); axes = axes.ravel(); axes[5].axis("off")
 draw_plan(axes[0], "residual x [R, H]: hidden over q\n(chips 1,q and 2,q hold copies)", 1, Q, lambda i, j: (0, j),
           xlabel="H", ylabel="R")
 draw_plan(axes[1], "WQKV: in over q, out over p", Q, P, lambda i, j: (j, i))
@@ -194,8 +194,8 @@ for phase, offset in (("reduce-scatter", 1), ("all-gather", 0)):
             contrib[j][k] = contrib[j][k] | got if offset else got
         states.append([[len(s) for s in row] for row in contrib])
 assert all(len(s) == n for row in contrib for s in row)    # every chip holds every full sum
-fig, axes = plt.subplots(1, len(states), figsize=(14, 2.4))
-for k, ax in enumerate(axes):                              # contributions each chunk holds
+fig, axes = plt.subplots(2, 4, figsize=(9.6, 4.8)); axes[-1, -1].axis("off")
+for k, ax in enumerate(axes.flat[:len(states)]):   # contributions each chunk holds
     ax.imshow(np.array(states[k]), cmap="Blues", vmin=0, vmax=n)
     for (i, j), v in np.ndenumerate(np.array(states[k])):
         ax.text(j, i, v, ha="center", va="center", fontsize=8, color="white" if v > 2 else "black")
