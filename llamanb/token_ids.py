@@ -42,10 +42,8 @@ def token_ids(ids, vocab: int, what: str = "token ids", allow_empty: bool = Fals
     if arr.dtype.kind not in "iu":
         bad = next((v for v in arr.tolist() if not is_int(v)), arr.flat[0])
         raise LlamanbError(f"{what}: token ids must be integers, got {type(bad).__name__} {bad!r:.20}")
-    out = arr.astype(np.int64)
-    if arr.dtype.kind == "u" and arr.dtype.itemsize == 8 and arr.max() > np.iinfo(np.int64).max:
-        out = None                                    # an id no vocabulary holds; said below
-    if out is None or out.min() < 0 or out.max() >= vocab:
+    out = arr.astype(np.int64)                        # a uint64 past int64 wraps negative: caught
+    if out.min() < 0 or out.max() >= vocab:
         bad = next(int(t) for t in arr.tolist() if not 0 <= int(t) < vocab)
         raise LlamanbError(f"{what}: token id {bad} is out of range, outside the vocabulary "
                            f"[0, {vocab})")
