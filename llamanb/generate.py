@@ -28,12 +28,7 @@ from .errors import LlamanbError
 from .kv.base import KVStore
 from .sampling import Sampler, SamplingParams, next_token_probs, sample   # noqa: F401 (re-exported)
 from .step import Step
-from .token_ids import is_int, token_ids as _token_ids
-
-
-def token_ids(ids, vocab: int, what: str = "token ids", allow_empty: bool = False) -> list[int]:
-    """llamanb.token_ids.token_ids as a list of Python ints."""
-    return _token_ids(ids, vocab, what, allow_empty).tolist()
+from .token_ids import is_int, token_ids
 
 
 def token_loop(first: np.ndarray, advance: Callable[[int], np.ndarray], sampler: Sampler,
@@ -78,13 +73,13 @@ def _stop_ids(engine: Engine, stop_ids) -> frozenset:
         raise LlamanbError(f"stop_ids must be a list of token ids (e.g. "
                            f"{list(engine.config.eos_ids)}), got {type(stop_ids).__name__} "
                            f"{stop_ids!r}")
-    return frozenset(token_ids(stop_ids, engine.config.vocab, "stop_ids", allow_empty=True))
+    return frozenset(token_ids(stop_ids, engine.config.vocab, "stop_ids", allow_empty=True).tolist())
 
 
 def _prepare(engine, prompt_ids, max_new_tokens, params, stop_ids, sampler, cache, cached):
     """The checked arguments of a stream: (engine, prompt, stop set, sampler, cache, budget)."""
     engine = _engine_arg(engine)
-    prompt = token_ids(prompt_ids, engine.config.vocab, "prompt_ids")
+    prompt = token_ids(prompt_ids, engine.config.vocab, "prompt_ids").tolist()
     max_new_tokens = _count("max_new_tokens", max_new_tokens)
     stop = _stop_ids(engine, stop_ids)
     if sampler is None:
