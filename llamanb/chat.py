@@ -20,6 +20,7 @@ raises ContextFull before anything runs; the caller offers a reset.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -27,8 +28,8 @@ import numpy as np
 
 from .engine import Engine, _count
 from .errors import LlamanbError
-from .generate import SamplingParams, sample
-from .step import Step
+from .generate import stream
+from .sampling import Sampler, SamplingParams
 
 
 # The chat's sampling where the model says nothing (neither a GGUF's general.sampling.* keys nor
@@ -124,23 +125,24 @@ def plan_turn(cached: list[int], rendered: list[int]) -> tuple[int, list[int]]:
 class Chat:
     def __init__(self, engine: Engine, system: str | None = None, context: int | None = None,
                  params: SamplingParams = SamplingParams(), max_new_tokens: int = 256,
-                 repeat_penalty: float = 1.0, repeat_last_n: int = 64):
+                 repeat_penalty: float | None = None, repeat_last_n: int | None = None):
+        """params: the sampling settings (repeat penalty included); repeat_penalty and
+        repeat_last_n, when given, replace params' own."""
         if not isinstance(engine, Engine):
             raise LlamanbError(f"Chat needs an Engine, got {type(engine).__name__}")
         if not isinstance(params, SamplingParams):
             raise LlamanbError(f"params must be a llamanb.SamplingParams, got {type(params).__name__}")
         if not engine.model.tokenizer.chat_template:
             raise LlamanbError("this model has no chat template, so it cannot chat (try generate --raw)")
+        given = {k: v for k, v in (("repeat_penalty", repeat_penalty), ("repeat_last_n", repeat_last_n))
+                 if v is not None}
+        params = dataclasses.replace(params, **given)            # checked there
         self.engine, self.params, self.system = engine, params, system
         self.max_new_tokens = _count("max_new_tokens", max_new_tokens)
-        if not isinstance(repeat_penalty, (int, float)) or not 1.0 <= repeat_penalty < float("inf"):
-            raise LlamanbError(f"repeat_penalty must be a number >= 1 (1 = off), got {repeat_penalty!r}")
-        self.repeat_penalty = float(repeat_penalty)
-        self.repeat_last_n = _count("repeat_last_n", repeat_last_n)
         self.cache = engine.new_cache(context)
         self.context = self.cache.max_seq
-        self.rng = np.random.default_rng(params.seed)
-        self.stop = set(engine.config.eos_ids)
+        self.stop = frozenset(engine.config.eos_ids)
+        self.sampler = Sampler(params, exempt=self.stop)       # one random stream per conversation
         self.reset()
 
     # --- state -----------------------------------------------------------------------------------
@@ -157,9 +159,9 @@ class Chat:
         return getattr(self.engine.backend, "counters", None)
 
     def _cut(self, n: int) -> None:
-        """Keep the first n cached positions (the cache never reads past a slot's length)."""
+        """Keep the first n cached positions."""
         self.ids = self.ids[:n]
-        self.cache.lengths[0] = n
+        self.cache.truncate(0, n)
 
     def prompt_ids(self, text: str) -> list[int]:
         """The whole conversation with `text` as the next user message, as the template renders it."""
@@ -167,20 +169,9 @@ class Chat:
         return tok.apply_chat_template(self.messages + [{"role": "user", "content": text}])
 
     def penalize(self, logits: np.ndarray, recent: list[int]) -> np.ndarray:
-        """llama.cpp's repeat penalty (its --repeat-penalty / --repeat-last-n; the same rule as
-        transformers' RepetitionPenaltyLogitsProcessor, there over every earlier token): each
-        distinct token among the last `repeat_last_n` of the conversation has its logit divided
-        by the penalty when positive, multiplied when negative. End-of-turn ids are left alone, so
-        that an answer can always end."""
-        if self.repeat_penalty == 1.0:
-            return logits
-        seen = np.array(sorted(set(recent[-self.repeat_last_n:]) - self.stop), dtype=np.int64)
-        if seen.size == 0:
-            return logits
-        out = np.array(logits, dtype=np.float32)
-        v = out[seen]
-        out[seen] = np.where(v > 0, v / self.repeat_penalty, v * self.repeat_penalty)
-        return out
+        """The chat's repeat penalty (llamanb.sampling.repeat_penalty) over the last
+        repeat_last_n ids of `recent`, end-of-turn ids left alone."""
+        return self.sampler.penalize(logits, recent)
 
     def fits(self, text: str) -> str | None:
         """None if `text` can be the next message; else why not, in words, with what to do."""
@@ -210,57 +201,40 @@ class Chat:
         if why:
             raise ContextFull(why)
         full = self.prompt_ids(text)
-        keep, new = plan_turn(self.ids, full)
+        keep, _ = plan_turn(self.ids, full)
         self._cut(keep)
         self.messages.append({"role": "user", "content": text})
-        eng, cache, tok = self.engine, self.cache, self.engine.model.tokenizer
+        cache = self.cache
         budget = min(self.max_new_tokens, self.context - len(full))
-        length_reason = "length" if budget == self.max_new_tokens else "context"
+        reason = "length" if budget == self.max_new_tokens else "context"
         c0 = self.counters.copy() if self.counters is not None else None
-        per_token, out, shown, reason = [], [], "", length_reason
-
-        def mark():
-            nonlocal c0
-            if c0 is not None:
-                c1 = self.counters.copy()
-                per_token.append(c1 - c0)
-                c0 = c1
-
+        per_token, out, prefill_s = [], [], None
         t0 = time.perf_counter()
-        prefill_s = t1 = None
-        new = np.asarray(new, dtype=np.int64)
         try:
-            logits = eng.step(Step.build([(0, keep, new)]), cache)[0]
-            self.ids = list(full)
-            mark()
-            prefill_s, t1 = time.perf_counter() - t0, time.perf_counter()
-            while True:
-                nxt = sample(self.penalize(logits, self.ids), self.params, self.rng)   # ids: all so far
-                out.append(nxt)
-                if on_token is not None:
-                    piece = tok.decode([t for t in out if t not in self.stop], skip_special_tokens=True)
-                    if not piece.endswith("\ufffd"):
-                        on_token(nxt, piece[len(shown):])
-                        shown = piece
-                if nxt in self.stop:
+            for ev in stream(self.engine, full, budget, stop_ids=sorted(self.stop),
+                             sampler=self.sampler, cache=cache, cached=keep, text=on_token is not None):
+                if c0 is not None:                      # the device's work for this token's logits
+                    c1 = self.counters.copy()
+                    per_token.append(c1 - c0)
+                    c0 = c1
+                if prefill_s is None:
+                    prefill_s = ev.step_s
+                out.append(ev.id)
+                if ev.id in self.stop:
                     reason = "eos"
-                    break
-                if len(out) >= budget:
-                    break
-                self.ids.append(nxt)                    # the step below caches it
-                logits = eng.decode(nxt, cache)
-                mark()
+                if on_token is not None and ev.piece is not None:
+                    on_token(ev.id, ev.piece)
         except KeyboardInterrupt:
             reason = "interrupted"
             if not out:                                 # nothing answered: take the message back
                 self.messages.pop()
                 self._cut(min(int(cache.lengths[0]), keep))
                 raise
-            self._cut(min(len(self.ids), int(cache.lengths[0])))
-        if reason == "eos":                             # the end-of-turn token is part of the turn
-            self.ids.append(out[-1])
-        decode_s = time.perf_counter() - t1
-        answer = tok.decode([t for t in out if t not in self.stop], skip_special_tokens=True)
+        # the cache holds a prefix of the conversation so far (the last token is never fed)
+        self.ids = (full + out)[:int(cache.lengths[0])]
+        decode_s = time.perf_counter() - t0 - prefill_s
+        answer = self.engine.model.tokenizer.decode([t for t in out if t not in self.stop],
+                                                    skip_special_tokens=True)
         self.messages.append({"role": "assistant", "content": answer})
         turn = Turn(keep, len(full) - keep, out, answer, reason, prefill_s, decode_s, per_token)
         self.turns.append(turn)

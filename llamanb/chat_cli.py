@@ -144,18 +144,19 @@ def _read(prompt: str) -> str | None:
 
 # ---- the loop ---------------------------------------------------------------------------------------
 def _sampling(a, model):
-    """(SamplingParams, repeat penalty, look-back, the line that says what was chosen)."""
+    """(SamplingParams, repeat penalty included; the line that says what was chosen)."""
     from .chat import recommended_sampling
-    from .generate import SamplingParams
+    from .sampling import SamplingParams
 
     if a.greedy:
-        return SamplingParams(), 1.0, 64, "greedy, no repeat penalty (--greedy)"
+        return SamplingParams(), "greedy, no repeat penalty (--greedy)"
     rec, where = recommended_sampling(model.source)
     pick = {k: (getattr(a, k) if getattr(a, k) is not None else v) for k, v in rec.items()}
     if pick["repeat_penalty"] < 1 or pick["repeat_penalty"] != pick["repeat_penalty"]:
         raise LlamanbError(f"--repeat-penalty must be >= 1 (1 = off), got {pick['repeat_penalty']}")
     seed = secrets.randbits(32) if a.seed is None else a.seed
-    params = SamplingParams(pick["temperature"], pick["top_k"], pick["top_p"], seed)
+    params = SamplingParams(pick["temperature"], pick["top_k"], pick["top_p"], seed,
+                            pick["repeat_penalty"], pick["repeat_last_n"])
     if params.temperature == 0:
         how = "greedy"
     else:
@@ -165,7 +166,7 @@ def _sampling(a, model):
         how += f", repeat penalty {pick['repeat_penalty']:g} over {pick['repeat_last_n']} tokens"
     explicit = any(getattr(a, k) is not None for k in rec)
     how += f" ({'as given, the rest ' if explicit else ''}{where}; --greedy for a reproducible run)"
-    return params, pick["repeat_penalty"], pick["repeat_last_n"], how
+    return params, how
 
 
 def main(a) -> int:
@@ -182,17 +183,17 @@ def main(a) -> int:
         if given:
             raise LlamanbError(f"--greedy takes the most likely token: drop {', '.join(given)}")
     if a.temperature is not None or a.top_k is not None or a.top_p is not None:
-        from .generate import SamplingParams     # the values themselves, before any work
+        from .sampling import SamplingParams     # the values themselves, before any work
 
         SamplingParams(a.temperature or 0.0, a.top_k, 1.0 if a.top_p is None else a.top_p)
     if a.repeat_penalty is not None and not 1 <= a.repeat_penalty < float("inf"):
         raise LlamanbError(f"--repeat-penalty must be >= 1 (1 = off), got {a.repeat_penalty}")
     model = load_model(a.model)
-    params, penalty, last_n, how = _sampling(a, model)
+    params, how = _sampling(a, model)
     engine = _engine(model, a.backend, a.dtype)
     context = min(a.context, model.config.max_seq)
     chat = Chat(engine, system=system, context=context, params=params,
-                max_new_tokens=a.max_new_tokens, repeat_penalty=penalty, repeat_last_n=last_n)
+                max_new_tokens=a.max_new_tokens)
     editing = setup_readline()
     print(f"chat with {model.config.name} on {engine.backend.description} | context {context} "
           f"tokens\nsampling: {how}\n"

@@ -20,6 +20,7 @@ from .errors import LlamanbError
 from .kv.base import KVStore
 from .kv.contiguous import KVCache
 from .step import PAD, Step
+from .token_ids import token_ids
 
 
 def _count(name: str, value, minimum: int = 1) -> int:
@@ -97,23 +98,6 @@ class Engine:
                             block=_count("block", block), **kw)
 
     # --- the one call ----------------------------------------------------------------------------
-    def _check_ids(self, ids) -> np.ndarray:
-        if isinstance(ids, (str, bytes)):
-            raise LlamanbError("token ids expected, got text: encode it with model.tokenizer first")
-        try:
-            ids = np.asarray(ids).reshape(-1)
-        except (TypeError, ValueError):
-            raise LlamanbError(f"token ids must be a list of integers, got {type(ids).__name__}") from None
-        if ids.size == 0:
-            raise LlamanbError("empty prompt: nothing to run")
-        if ids.dtype.kind not in "iu":
-            first = ids.tolist()[0]
-            raise LlamanbError(f"token ids must be integers, got {type(first).__name__} {first!r:.20}")
-        if ids.min() < 0 or ids.max() >= self.config.vocab:
-            bad = ids[(ids < 0) | (ids >= self.config.vocab)][0]
-            raise LlamanbError(f"token id {bad} out of range [0, {self.config.vocab})")
-        return ids.astype(np.int64)
-
     def _rows_for(self, step: Step) -> int:
         """The row count the backend runs this step at."""
         b, R = self.backend, step.rows
@@ -142,14 +126,8 @@ class Engine:
         final hidden rows [R_real, H] before the final norm). Each sequence in the step must be
         exactly as long as its segment's start says; afterwards it is start + n long. If
         `collect` is a list, the embedding output and each block's output are appended."""
-        for seg in step.segments:
-            cache.check_slot(seg.slot)
-            if seg.start != cache.lengths[seg.slot]:
-                raise LlamanbError(f"slot {seg.slot} holds {cache.lengths[seg.slot]} positions; "
-                                   f"the step continues it at {seg.start}")
-        cache.reserve({seg.slot: seg.end for seg in step.segments})     # all or nothing
-        if step.ids.min() < 0 or step.ids.max() >= self.config.vocab:
-            raise LlamanbError(f"token id out of range [0, {self.config.vocab})")
+        token_ids(step.ids, self.config.vocab, "step")
+        cache.admit(step)                                   # continues each slot; room, all or nothing
         # each prompt (every sequence, when batch-invariant) starts at a row the BLAS treats alike
         run = step.aligned(self.backend.row_align, self.pad_id, every=self.batch_invariant)
         run = run.padded(self._rows_for(run), self.pad_id)
@@ -157,8 +135,7 @@ class Engine:
         if collect is not None:
             collect.append(x)
         x = self.backend.layers(x, run, cache, collect)                   # [R, H]
-        for seg in step.segments:
-            cache.lengths[seg.slot] = seg.end
+        cache.advance(step)
         if collect is not None:
             real = run.slots != PAD
             collect[:] = [h[real] for h in collect]
@@ -178,7 +155,7 @@ class Engine:
         """Run ids at positions cache.lengths[slot] .. and return the final hidden rows [S, H]
         (before the final norm). If `collect` is a list, the embedding output and each block's
         output are appended to it."""
-        ids = self._check_ids(ids)
+        ids = token_ids(ids, self.config.vocab, "forward")
         step = Step.build([(slot, int(cache.lengths[cache.check_slot(slot)]), ids)], want_logits=False)
         return self.step(step, cache, collect, hidden=True)
 
@@ -194,7 +171,7 @@ class Engine:
         slot = cache.check_slot(slot)
         if cache.lengths[slot] != 0:
             raise LlamanbError("prefill needs an empty cache slot (call cache.free(slot) or cache.reset())")
-        ids = self._check_ids(ids)
+        ids = token_ids(ids, self.config.vocab, "prefill")
         n = ids.size if real_len is None else _count("real_len", real_len)
         if n > ids.size:
             raise LlamanbError(f"real_len {real_len} outside 1..{ids.size}")
@@ -226,7 +203,7 @@ class Engine:
         if isinstance(token, (bool, np.bool_)) or not isinstance(token, (int, np.integer)):
             raise LlamanbError(f"decode takes one token id (an int), got {type(token).__name__} "
                                f"{token!r:.20}" + (": encode text first" if isinstance(token, str) else ""))
-        ids = self._check_ids([token])
+        ids = token_ids([token], self.config.vocab, "decode")
         return self.step(Step.build([(slot, int(cache.lengths[slot]), ids)]), cache)[0]
 
     def logits_all(self, ids) -> np.ndarray:

@@ -29,6 +29,9 @@ def test_second_turn_prefills_only_new_tokens_and_equals_one_prefill(smollm_engi
     chat = Chat(eng, context=512, max_new_tokens=20)
     t1 = chat.send("Name one colour of the rainbow.")
     assert t1.reused == 0 and t1.ids
+    # the ids are what the cache holds: an end-of-turn token that ended the answer was never fed
+    # (no step computed its keys), so the next turn prefills it
+    assert int(chat.cache.lengths[0]) == len(chat.ids) == t1.prefilled + len(t1.ids) - 1
     t2 = chat.send("And one more?")
     tok = eng.model.tokenizer
     whole = tok.apply_chat_template([{"role": "user", "content": "Name one colour of the rainbow."},

@@ -1,106 +1,13 @@
-"""Sampling distributions (closed form) and the generation loop on the embedded model."""
+"""The generation loop on the embedded model: generate, stream (text pieces, the U+FFFD hold-back),
+the token loop. The sampler's own tests are in test_sampling.py."""
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pytest
 
 from llamanb.errors import LlamanbError
-from llamanb.generate import SamplingParams, generate, next_token_probs, sample
-
-
-def softmax64(z):
-    z = np.asarray(z, dtype=np.float64)
-    e = np.exp(z - z.max())
-    return e / e.sum()
-
-
-# ---- the sampling distribution, closed form ------------------------------------------------------
-def test_greedy_is_one_hot_at_argmax():
-    logits = np.array([0.5, 3.0, -1.0, 2.9], dtype=np.float32)
-    p = next_token_probs(logits, SamplingParams(temperature=0.0))
-    assert p.tolist() == [0.0, 1.0, 0.0, 0.0]
-
-
-def test_top_k_1_equals_greedy():
-    rng = np.random.default_rng(0)
-    for _ in range(20):
-        logits = rng.standard_normal(50).astype(np.float32) * 3
-        for T in (0.3, 1.0, 5.0):
-            p = next_token_probs(logits, SamplingParams(temperature=T, top_k=1))
-            assert p[int(np.argmax(logits))] == 1.0 and p.sum() == 1.0
-            assert sample(logits, SamplingParams(temperature=T, top_k=1, seed=1), rng) == int(np.argmax(logits))
-
-
-@pytest.mark.parametrize("T", [0.1, 0.7, 1.0, 1.5, 10.0])
-def test_temperature_is_softmax_of_scaled_logits(T):
-    rng = np.random.default_rng(1)
-    logits = (rng.standard_normal(1000) * 4).astype(np.float32)
-    p = next_token_probs(logits, SamplingParams(temperature=T))
-    np.testing.assert_allclose(p, softmax64(logits.astype(np.float64) / T), rtol=1e-9, atol=1e-15)
-    assert math.isclose(p.sum(), 1.0, rel_tol=1e-12)
-
-
-def test_top_k_keeps_k_largest():
-    logits = np.log(np.array([0.05, 0.4, 0.1, 0.3, 0.15]))
-    p = next_token_probs(logits, SamplingParams(temperature=1.0, top_k=3))
-    expected = np.array([0, 0.4, 0, 0.3, 0.15]) / 0.85
-    np.testing.assert_allclose(p, expected, rtol=1e-12, atol=1e-15)
-
-
-# hand-made distribution, shuffled so that order does not come for free
-PROBS = np.array([0.05, 0.30, 0.02, 0.50, 0.13])      # sorted: .50 .30 .13 .05 .02
-
-
-@pytest.mark.parametrize("top_p,kept", [
-    (0.30, [3]),                 # .50 alone already reaches 0.30
-    (0.50, [3]),                 # .50 >= .50 (no tie trouble: the next one is not needed)
-    (0.65, [3, 1]),              # .50 < .65 <= .80
-    (0.85, [3, 1, 4]),           # .80 < .85 <= .93
-    (0.95, [3, 1, 4, 0]),        # .93 < .95 <= .98
-    (0.99, [3, 1, 4, 0, 2]),
-    (1.0, [3, 1, 4, 0, 2]),
-])
-def test_top_p_keeps_minimal_prefix(top_p, kept):
-    logits = np.log(PROBS)
-    p = next_token_probs(logits, SamplingParams(temperature=1.0, top_p=top_p))
-    expected = np.zeros_like(PROBS)
-    expected[kept] = PROBS[kept] / PROBS[kept].sum()
-    np.testing.assert_allclose(p, expected, rtol=1e-12, atol=1e-15)
-
-
-def test_temperature_then_top_k_then_top_p():
-    """Order of operations (as transformers' logits processors): temperature, top-k, top-p."""
-    logits = np.log(PROBS) * 2.0
-    p = next_token_probs(logits, SamplingParams(temperature=2.0, top_k=4, top_p=0.85))
-    # temperature 2 on 2*log(p) gives PROBS back; top-4 drops .02; renormalised by .98;
-    # cumulative .5/.98=.51, .8/.98=.816, .93/.98=.949 -> .85 needs three tokens
-    q = PROBS.copy()
-    q[2] = 0
-    q /= q.sum()
-    expected = np.zeros_like(q)
-    expected[[3, 1, 4]] = q[[3, 1, 4]] / q[[3, 1, 4]].sum()
-    np.testing.assert_allclose(p, expected, rtol=1e-12, atol=1e-15)
-
-
-def test_sampling_frequencies_follow_the_distribution():
-    rng = np.random.default_rng(123)
-    logits = np.log(PROBS)
-    params = SamplingParams(temperature=1.0)
-    n = 20000
-    counts = np.bincount([sample(logits, params, rng) for _ in range(n)], minlength=5) / n
-    # 5 sigma of a binomial proportion at n = 20000 is < 0.018
-    np.testing.assert_allclose(counts, PROBS, atol=0.018)
-
-
-@pytest.mark.parametrize("kwargs", [
-    {"temperature": -1.0}, {"temperature": float("nan")}, {"top_k": 0}, {"top_k": -3},
-    {"top_p": 0.0}, {"top_p": 1.5}, {"top_p": -0.1}, {"top_p": float("nan")},
-])
-def test_invalid_params_raise(kwargs):
-    with pytest.raises(LlamanbError):
-        SamplingParams(**kwargs)
+from llamanb.generate import generate, stream, token_loop
+from llamanb.sampling import Sampler, SamplingParams
 
 
 # ---- the generation loop on SmolLM2 ------------------------------------------------------------------
@@ -179,3 +86,62 @@ def test_budget_capped_by_context(tmp_path):
     eng = Engine(load_model(tmp_path / "ck"))
     r = generate(eng, list(range(3, 18)), 10, SamplingParams(), stop_ids=[])
     assert len(r.ids) == 1 and r.stop_reason == "length"
+
+
+# ---- stream: one event per token, text held back inside a UTF-8 character ----------------------------
+class Scripted(Sampler):
+    """A sampler that picks the given ids in turn (the model still runs every step)."""
+
+    def __init__(self, ids):
+        super().__init__(SamplingParams())
+        self.script = iter(ids)
+
+    def __call__(self, logits, history=()):
+        return next(self.script)
+
+
+def test_stream_holds_back_a_split_character(smollm, smollm_engine):
+    """'😀 ok' is three byte-level tokens for the emoji's four UTF-8 bytes, then ' ok': the first
+    two end inside the character (the tokenizer decodes them to U+FFFD), so their pieces are held
+    back; the third completes it. The pieces joined are the tokenizer's decode of all ids."""
+    tok = smollm.tokenizer
+    ids = tok.encode("😀 ok")
+    partial = [tok.decode(ids[:i + 1]) for i in range(len(ids))]
+    assert partial[0].endswith("\ufffd") and not partial[-1].endswith("\ufffd")   # the split is real
+    prompt = tok.encode_prompt("Hi")
+    events = list(stream(smollm_engine, prompt, len(ids), stop_ids=[], sampler=Scripted(ids)))
+    assert [e.id for e in events] == ids
+    pieces = [e.piece for e in events]
+    assert [p is None for p in pieces] == [d.endswith("\ufffd") for d in partial]
+    assert "".join(p for p in pieces if p is not None) == tok.decode(ids)
+    assert all("\ufffd" not in p for p in pieces if p is not None)
+
+
+def test_stream_equals_generate_and_reads_lazily(smollm, smollm_engine, capital_case):
+    """stream's events are generate's tokens and logits; a reader that stops early stops the model
+    (token_loop advances only when the next token is asked for)."""
+    prompt = capital_case["prompt_ids"]
+    ref = generate(smollm_engine, prompt, 4, keep_logits=True)
+    events = list(stream(smollm_engine, prompt, 4, text=False))
+    assert [e.id for e in events] == ref.ids and all(e.piece is None for e in events)
+    assert all(np.array_equal(e.logits, lg) for e, lg in zip(events, ref.logits))
+    calls = []
+    first = np.zeros(5, np.float32)
+    first[2] = 1
+    loop = token_loop(first, lambda t: calls.append(t) or first, Sampler(), budget=10)
+    assert next(loop)[0] == 2 and calls == []                  # nothing run past what was read
+    assert next(loop)[0] == 2 and calls == [2]
+    loop.close()
+    assert [t for t, _ in token_loop(first, lambda t: first, Sampler(), 10, stop={2})] == [2]
+
+
+def test_stream_continues_a_cache(smollm_engine, capital_case):
+    """A cache already holding the prompt's first positions: only the rest is prefilled, and the
+    tokens are those of a fresh prefill; a cache that does not hold them is refused."""
+    prompt = capital_case["prompt_ids"]
+    cache = smollm_engine.new_cache(len(prompt) + 3)
+    smollm_engine.prefill(prompt[:5], cache)
+    got = [e.id for e in stream(smollm_engine, prompt, 3, stop_ids=[], cache=cache, cached=5)]
+    assert got == generate(smollm_engine, prompt, 3, stop_ids=[]).ids
+    with pytest.raises(LlamanbError, match="the cache holds 0 positions"):
+        stream(smollm_engine, prompt, 3, cache=smollm_engine.new_cache(64), cached=5)

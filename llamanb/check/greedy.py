@@ -1,4 +1,5 @@
-"""The one greedy decoding loop every check uses, whatever produces the logits.
+"""Greedy decoding for the checks, whatever produces the logits: the package's one token loop
+(llamanb.generate.token_loop) with a greedy Sampler, recording what each choice came from.
 
     first logits --argmax--> token --advance(token)--> logits --argmax--> ... (until a stop id)
 
@@ -13,6 +14,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+
+from ..generate import token_loop
+from ..sampling import Sampler
 
 
 @dataclass
@@ -41,20 +45,15 @@ def greedy(first: np.ndarray, advance: Callable[[int], np.ndarray], steps: int, 
     (given a reference sequence `until_differs`) after the first token that differs from it: a
     gate compares nothing past that step."""
     run = GreedyRun([], [], [])
-    logits = first
-    for step in range(steps):
+    for step, (tok, logits) in enumerate(token_loop(first, advance, Sampler(), steps, frozenset(stop_ids))):
         order = top_k(logits, k)
         run.top_ids.append([int(i) for i in order])
         run.top_logits.append([float(logits[i]) for i in order])
         if keep_logits:
             run.logits.append(np.asarray(logits))
-        run.ids.append(int(order[0]))
-        if run.ids[-1] in stop_ids or step == steps - 1:
-            break
-        if until_differs is not None and (step >= len(until_differs)
-                                          or run.ids[-1] != until_differs[step]):
-            break
-        logits = advance(run.ids[-1])
+        run.ids.append(tok)                                  # == order[0]: argmax, lowest id on ties
+        if until_differs is not None and (step >= len(until_differs) or tok != until_differs[step]):
+            break                                            # the loop advances no further
     return run
 
 

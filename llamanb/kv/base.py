@@ -4,8 +4,10 @@
     keys(layer, slot, n)   -> [N_kv, n, d_h] float32   positions 0 .. n-1 of slot
     values(layer, slot, n) -> [N_kv, n, d_h] float32
     free(slot)                        the sequence is done: its positions may be reused
-    reserve({slot: end})              room for a whole step, all or nothing, before it runs
-    lengths[slot]                     positions filled (kept by the engine after each step)
+    truncate(slot, n)                 keep positions 0 .. n-1 only (a chat cutting back a turn)
+    admit(step) / advance(step)       before a step: it continues each slot where it stands and
+                                      fits (reserve, all or nothing); after it: lengths move on
+    lengths[slot]                     positions filled (read it; only the methods above write it)
 
 `keys`/`values` may be asked for more positions than a sequence holds, up to `capacity` (a backend
 that reads whole tiles of keys masks the tail itself); those positions read as finite values
@@ -51,6 +53,11 @@ class KVStore(ABC):
     def free(self, slot: int) -> None:
         """Forget a sequence: its length becomes 0 and its storage may be reused."""
 
+    @abstractmethod
+    def truncate(self, slot: int, length: int) -> None:
+        """Keep the first `length` positions of `slot` (0 <= length <= its length): the store
+        then holds what it would after running only those positions, the rest reading as zeros."""
+
     @property
     @abstractmethod
     def nbytes(self) -> int:
@@ -66,6 +73,30 @@ class KVStore(ABC):
         if end > self.max_seq:
             raise LlamanbError(f"sequence of {end} tokens exceeds the cache/context of "
                                f"{self.max_seq} (slot {slot})")
+
+    def check_truncate(self, slot: int, length: int) -> tuple[int, int]:
+        slot = self.check_slot(slot)
+        if isinstance(length, (bool, np.bool_)) or not isinstance(length, (int, np.integer)) \
+                or not 0 <= length <= self.lengths[slot]:
+            raise LlamanbError(f"truncate: slot {slot} holds {int(self.lengths[slot])} positions, "
+                               f"so it keeps 0..{int(self.lengths[slot])} of them, not {length!r}")
+        return slot, int(length)
+
+    def admit(self, step) -> None:
+        """Before `step` (llamanb.step.Step) runs: each of its segments continues its slot exactly
+        where the slot stands, and the store makes room for all of them at once (or refuses
+        with nothing changed)."""
+        for seg in step.segments:
+            self.check_slot(seg.slot)
+            if seg.start != self.lengths[seg.slot]:
+                raise LlamanbError(f"slot {seg.slot} holds {self.lengths[seg.slot]} positions; "
+                                   f"the step continues it at {seg.start}")
+        self.reserve({seg.slot: seg.end for seg in step.segments})
+
+    def advance(self, step) -> None:
+        """After `step` ran: each of its slots now holds positions 0 .. segment end - 1."""
+        for seg in step.segments:
+            self.lengths[seg.slot] = seg.end
 
     def reserve(self, ends: dict[int, int]) -> None:
         """Make room for each slot to reach position end-1 -- all or nothing, before a step

@@ -77,6 +77,14 @@ class KVCache(KVStore):
         self._written[slot] = 0
         self.lengths[slot] = 0
 
+    def truncate(self, slot: int, length: int) -> None:
+        slot, length = self.check_truncate(slot, length)
+        w = int(self._written[slot])
+        self.k_all[slot, :, :, length:w] = 0
+        self.v_all[slot, :, :, length:w] = 0
+        self._written[slot] = min(w, length)
+        self.lengths[slot] = length
+
     @property
     def nbytes(self) -> int:
         return self.k_all.nbytes + self.v_all.nbytes

@@ -95,13 +95,22 @@ class PagedKVCache(KVStore):
         return self._gather(self.v_pool, layer, slot, n)
 
     def free(self, slot: int) -> None:
-        slot = self.check_slot(slot)
-        for b in reversed(self.tables[slot]):
+        self.truncate(slot, 0)
+
+    def truncate(self, slot: int, length: int) -> None:
+        """Blocks past the first ceil(length / block) go back to the pool (zeroed, last block
+        first, as free() gives them back); the kept last block's rows past length are zeroed."""
+        slot, length = self.check_truncate(slot, length)
+        table, keep = self.tables[slot], -(-length // self.block)
+        for b in reversed(table[keep:]):
             self.k_pool[b] = 0
             self.v_pool[b] = 0
             self.free_blocks.append(b)
-        self.tables[slot] = []
-        self.lengths[slot] = 0
+        del table[keep:]
+        if length % self.block:
+            self.k_pool[table[-1], :, :, length % self.block:] = 0
+            self.v_pool[table[-1], :, :, length % self.block:] = 0
+        self.lengths[slot] = length
 
     @property
     def nbytes(self) -> int:

@@ -13,7 +13,6 @@ import dataclasses
 import numpy as np
 
 from ..config import SMOLLM2_135M, LlamaConfig
-from ..errors import LlamanbError
 from ..kv.paged import PagedKVCache
 
 
@@ -22,30 +21,21 @@ class DryEngine:
 
     def __init__(self, config: LlamaConfig = SMOLLM2_135M, vocab: int = 8):
         # one layer and one KV head are enough to hold the block tables; the shapes of the
-        # model do not change a single scheduling decision
+        # model do not change a single scheduling decision (its vocabulary still checks the
+        # prompts' ids; the logits are `vocab` wide)
         self.config = dataclasses.replace(config, n_layers=1, n_kv_heads=1, n_heads=1,
-                                          head_dim=2, vocab=vocab, eos_ids=())
+                                          head_dim=2, eos_ids=())
+        self.vocab = vocab
         self.steps = 0
 
     def new_cache(self, max_seq, slots=1, block=None, n_blocks=None):
         return PagedKVCache(self.config, min(max_seq, self.config.max_seq), n_blocks=n_blocks,
                             block=block, slots=slots)
 
-    def _check_ids(self, ids) -> np.ndarray:
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        if ids.size == 0:
-            raise LlamanbError("empty prompt: nothing to run")
-        return ids
-
     def step(self, step, cache) -> np.ndarray:
-        for seg in step.segments:
-            if seg.start != cache.lengths[seg.slot]:
-                raise LlamanbError(f"slot {seg.slot}: step starts at {seg.start}, cache holds "
-                                   f"{cache.lengths[seg.slot]}")
-        cache.reserve({seg.slot: seg.end for seg in step.segments})
-        for seg in step.segments:
-            cache.lengths[seg.slot] = seg.end
+        cache.admit(step)                   # as Engine.step: continues each slot; room, all or nothing
+        cache.advance(step)
         self.steps += 1
-        logits = np.zeros((step.logit_rows.size, self.config.vocab), dtype=np.float32)
+        logits = np.zeros((step.logit_rows.size, self.vocab), dtype=np.float32)
         logits[:, 0] = 1.0
         return logits

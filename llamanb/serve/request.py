@@ -11,9 +11,8 @@ A running request's next piece of work is always "feed tokens[cached:...]":
                                           back in, one per step, exactly as it first went in
     cached == len(tokens) - 1             decode: feed the newest token, sample the next one
 
-Sampling is the same code as single-stream generation (llamanb.generate.sample), with the
-request's own random generator seeded from its own seed, so a request draws the same tokens
-whatever else shares its steps.
+Sampling is the same code as single-stream generation: the request's own llamanb.sampling.Sampler,
+seeded from its own seed, so a request draws the same tokens whatever else shares its steps.
 """
 from __future__ import annotations
 
@@ -25,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import LlamanbError
-from ..generate import SamplingParams, sample
+from ..sampling import Sampler, SamplingParams
 
 _ids = itertools.count()
 
@@ -50,7 +49,7 @@ class Request:
     cached: int = 0
     stop_reason: str | None = None        # "eos" or "length"
     preemptions: int = 0
-    rng: np.random.Generator = field(init=False, repr=False)
+    sampler: Sampler = field(init=False, repr=False)
     t_arrival: float = field(default_factory=time.perf_counter)
     t_admitted: float | None = None       # first time it got a slot
     t_first_token: float | None = None
@@ -69,7 +68,7 @@ class Request:
         if not isinstance(self.params, SamplingParams):
             raise LlamanbError(f"request {self.name}: params must be SamplingParams")
         self.stop_ids = frozenset(int(t) for t in self.stop_ids)
-        self.rng = np.random.default_rng(self.params.seed)
+        self.sampler = Sampler(self.params, self.stop_ids)
 
     # --- where it stands ---------------------------------------------------------------------
     @property
@@ -104,7 +103,7 @@ class Request:
     # --- what happens to it ------------------------------------------------------------------
     def take(self, logits: np.ndarray, now: float) -> bool:
         """Sample the next token from `logits`; returns True if the request is now done."""
-        tok = sample(logits, self.params, self.rng)
+        tok = self.sampler(logits, self.tokens)
         self.output.append(tok)
         if self.t_first_token is None:
             self.t_first_token = now

@@ -13,8 +13,9 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import LlamanbError
-from ..generate import SamplingParams
+from ..sampling import SamplingParams
 from ..step import Step
+from ..token_ids import token_ids
 from .request import Request
 from .scheduler import BLOCK_Q, Scheduler
 
@@ -50,7 +51,7 @@ class BatchRunner:
         """Queue a request (stop_ids default: the model's EOS ids). A bad request raises a
         LlamanbError and is not queued; the ones already queued are unaffected."""
         cfg = self.engine.config
-        prompt = self.engine._check_ids(prompt).tolist()
+        prompt = token_ids(prompt, cfg.vocab, f"request {name or '?'}").tolist()
         if len(prompt) >= cfg.max_seq:
             raise LlamanbError(f"request {name or '?'}: prompt of {len(prompt)} tokens leaves no "
                                f"room in the {cfg.max_seq}-token context")

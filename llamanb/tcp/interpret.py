@@ -6,7 +6,9 @@ with the subscripts derived from the op's axis names, every other op a few lines
     cache = run.new_cache(B, s_max)
     logits = run.prefill(prompts [B, s_in], cache)     # [B, V]
     logits = run.decode(tokens [B], cache)             # [B, V]
-    tokens, logits = run.generate(prompts, n_new)      # greedy, on the "host"
+
+The token loop is not here: `Engine(model, backend="tcp")` (llamanb.tcp.backend) runs the same
+program on the engine's seam, so generate/stream/chat/serve drive it like any backend.
 
 Batches: B sequences of the same length (the chapter's B axis has one s for all). The KV cache is
 [L, B, h_kv, s_max, d_k] per K and V, in HBM on a TCP; here two numpy arrays. Keys are stored in
@@ -22,6 +24,7 @@ from ..errors import LlamanbError
 from ..ops import rms_norm, silu_mul, softmax_
 from ..rope import rope_for
 from ..rope_tables import half_split_to_interleaved, rotation_table
+from ..token_ids import token_batch
 from ..weights import Weights
 from .ops import Op, shape
 from .program import Program, dims, program
@@ -196,45 +199,9 @@ class Interpreter:
     def decode(self, tokens, cache: TCPCache) -> np.ndarray:
         return self.step(np.asarray(tokens).reshape(-1, 1), cache)[0]
 
-    def generate(self, prompts, n_new: int) -> tuple[np.ndarray, list[np.ndarray]]:
-        """Greedy: tokens [B, n_new] and the logits [B, V] that chose each."""
-        prompts = self._as_batch(prompts)
-        if isinstance(n_new, bool) or not isinstance(n_new, int) or n_new < 1:
-            raise LlamanbError(f"n_new must be an integer >= 1, got {n_new!r}")
-        cache = self.new_cache(prompts.shape[0], prompts.shape[1] + n_new)
-        logits, tok = self.step(prompts, cache)
-        out, seen = [tok], [logits]
-        for _ in range(n_new - 1):
-            logits, tok = self.step(tok[:, None], cache)
-            out.append(tok)
-            seen.append(logits)
-        return np.stack(out, axis=1), seen
-
     # --- input checks --------------------------------------------------------------------------------
-    def _as_batch(self, prompts) -> np.ndarray:
-        if isinstance(prompts, (str, bytes)):
-            raise LlamanbError("token ids expected, got text: encode it with model.tokenizer first")
-        if isinstance(prompts, (list, tuple)) and prompts and isinstance(prompts[0], (list, tuple, np.ndarray)):
-            lengths = {len(p) for p in prompts}
-            if len(lengths) > 1:
-                raise LlamanbError(f"prompts of a batch must have one length (the chapter's B axis "
-                                   f"shares s_in), got lengths {sorted(lengths)}")
-        try:
-            a = np.asarray(prompts)
-        except ValueError:
-            raise LlamanbError("prompts must be a list of equal-length token-id lists") from None
-        if a.ndim == 1:
-            a = a[None, :]
-        if a.ndim != 2 or a.size == 0:
-            raise LlamanbError(f"prompts must be [B, s_in] token ids, got shape {a.shape}")
-        if a.dtype.kind not in "iu":
-            raise LlamanbError(f"token ids must be integers, got {a.dtype}")
-        return a.astype(np.int64)
-
     def _check_ids(self, ids, cache: TCPCache) -> np.ndarray:
-        ids = self._as_batch(ids)
-        if ids.min() < 0 or ids.max() >= self.config.vocab:
-            raise LlamanbError(f"token id out of range [0, {self.config.vocab})")
+        ids = token_batch(ids, self.config.vocab)
         if ids.shape[0] != cache.B:
             raise LlamanbError(f"{ids.shape[0]} sequences for a cache of {cache.B}")
         if cache.length + ids.shape[1] > cache.s_max:

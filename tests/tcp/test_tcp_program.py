@@ -11,6 +11,7 @@ from llamanb import Engine, Step, generate
 from llamanb.config import LLAMA3_70B, LLAMA31_8B, SMOLLM2_135M
 from llamanb.errors import LlamanbError
 from llamanb.flops import OPS, decode_flops, prefill_flops
+from llamanb.check.greedy import greedy
 from llamanb.tcp.interpret import Interpreter, layout
 from llamanb.tcp.ops import Op, check_view
 from llamanb.tcp.program import PHASES, dims, program
@@ -86,30 +87,38 @@ def test_flops_agree_with_llamanb_flops(cfg, B):
 
 
 # ---- executed on the embedded model -------------------------------------------------------------------
+def _greedy_alone(interp, ids, n):
+    """The package's one token loop (check.greedy) driving the interpreter, one sequence (B = 1)."""
+    cache = interp.new_cache(1, len(ids) + n)
+    return greedy(interp.prefill([ids], cache)[0], lambda t: interp.decode([t], cache)[0], n,
+                  keep_logits=True)
+
+
 def test_program_reproduces_the_numpy_engine(smollm, smollm_engine, interp):
     """Prefill + 3 greedy decode steps: the same tokens, logits within float32 tolerance."""
     ids = smollm.tokenizer.encode_prompt("What is the capital of France?")
-    tokens, logits = interp.generate([ids], 4)
-    ref = generate(smollm_engine, ids, max_new_tokens=4)
-    assert tokens[0].tolist() == ref.ids
-    cache = smollm_engine.new_cache(len(ids) + 4)
-    ref_logits = [smollm_engine.prefill(ids, cache)]
-    for t in ref.ids[:3]:
-        ref_logits.append(smollm_engine.decode(t, cache))
-    for got, want in zip(logits, ref_logits):
-        np.testing.assert_allclose(got[0], want, atol=2e-4 * np.abs(want).max())
+    run = _greedy_alone(interp, ids, 4)
+    ref = generate(smollm_engine, ids, max_new_tokens=4, stop_ids=[], keep_logits=True)
+    assert run.ids == ref.ids
+    for got, want in zip(run.logits, ref.logits):
+        np.testing.assert_allclose(got, want, atol=2e-4 * np.abs(want).max())
 
 
 def test_batch_of_two_equals_each_alone(smollm, interp):
+    """B = 2 sequences in one program step, fed the tokens each chose alone: each row's logits
+    equal its own B = 1 run's, and pick the same tokens."""
     a = smollm.tokenizer.encode_prompt("Name a color.")
     b = smollm.tokenizer.encode_prompt("Name a fruit.")
     assert len(a) == len(b) and a != b
-    tokens, logits = interp.generate([a, b], 3)
-    for row, ids in enumerate((a, b)):
-        t1, l1 = interp.generate([ids], 3)
-        assert tokens[row].tolist() == t1[0].tolist()
-        for got, want in zip(logits, l1):
-            np.testing.assert_allclose(got[row], want[0], atol=1e-4 * np.abs(want).max())
+    alone = [_greedy_alone(interp, ids, 3) for ids in (a, b)]
+    cache = interp.new_cache(2, len(a) + 3)
+    logits = [interp.prefill([a, b], cache)]
+    for i in range(2):
+        logits.append(interp.decode([r.ids[i] for r in alone], cache))
+    for row, run in enumerate(alone):
+        assert [int(np.argmax(lg[row])) for lg in logits] == run.ids
+        for got, want in zip(logits, run.logits):
+            np.testing.assert_allclose(got[row], want, atol=1e-4 * np.abs(want).max())
 
 
 def test_tcp_backend_on_the_seam(smollm, smollm_engine):
@@ -145,24 +154,23 @@ def test_program_matches_transformers_gqa(tmp_path, make_tiny):
 
     hf = make_tiny(tmp_path / "tiny", n_heads=6, n_kv_heads=2, tie=False)
     model = load_model(tmp_path / "tiny")
-    run = Interpreter(layout(model.weights))
     prompt = [5, 17, 42, 99, 3, 250, 8]
-    tokens, logits = run.generate([prompt], 3)
-    ref = hf_logits(hf, prompt + tokens[0].tolist()[:2])
-    for i, got in enumerate(logits):
-        np.testing.assert_allclose(got[0], ref[len(prompt) - 1 + i], atol=1e-4)
+    run = _greedy_alone(Interpreter(layout(model.weights)), prompt, 3)
+    ref = hf_logits(hf, prompt + run.ids[:2])
+    for i, got in enumerate(run.logits):
+        np.testing.assert_allclose(got, ref[len(prompt) - 1 + i], atol=1e-4)
 
 
 # ---- bad input -------------------------------------------------------------------------------------
 def test_bad_input_is_one_line_error(interp):
     with pytest.raises(LlamanbError, match="one length"):
-        interp.generate([[1, 2, 3], [1, 2]], 2)
+        interp.prefill([[1, 2, 3], [1, 2]], interp.new_cache(2, 8))
     with pytest.raises(LlamanbError, match="out of range"):
-        interp.generate([[1, 2, 10 ** 6]], 2)
+        interp.prefill([[1, 2, 10 ** 6]], interp.new_cache(1, 8))
     with pytest.raises(LlamanbError, match="text"):
-        interp.generate("hello", 2)
-    with pytest.raises(LlamanbError, match="n_new"):
-        interp.generate([[1, 2]], 0)
+        interp.prefill("hello", interp.new_cache(1, 8))
+    with pytest.raises(LlamanbError, match="2 sequences for a cache of 1"):
+        interp.prefill([[1, 2], [3, 4]], interp.new_cache(1, 8))
     cache = interp.new_cache(1, 4)
     interp.prefill([[1, 2, 3]], cache)
     with pytest.raises(LlamanbError, match="exceed"):
