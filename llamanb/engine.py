@@ -80,6 +80,12 @@ class Engine:
             raise LlamanbError(f"backend {b.name!r}: compiled lengths {b.prefill_lengths} are not "
                                f"multiples of its row multiple {b.row_multiple}")
 
+    @property
+    def query_tile(self) -> int:
+        """Rows of queries the backend's attention takes at a time; a scheduler's prefill chunk
+        must be a multiple of it (Backend.query_tile)."""
+        return self.backend.query_tile
+
     # --- caches ----------------------------------------------------------------------------------
     def new_cache(self, max_seq: int | None = None, slots: int = 1, block: int | None = None,
                   n_blocks: int | None = None) -> KVStore:

@@ -254,7 +254,11 @@ for name, pos in (("position s - 1 (program)", s_now - 1), ("position s (chapter
 a = tok.encode_prompt("Name a color.")
 b = tok.encode_prompt("Name a fruit.")
 print("prompt lengths:", len(a), len(b))
-tokens, logits = run.generate([a, b], 5)                   # tokens [2, 5], logits 5 x [2, V]
+tcp_cache = run.new_cache(2, len(a) + 5)
+steps = [run.step([a, b], tcp_cache)]                      # (logits [2, V], the program's argmax [2])
+for _ in range(4):                                         # four greedy decode steps
+    steps.append(run.step(steps[-1][1][:, None], tcp_cache))
+tokens, logits = np.stack([t for _, t in steps], axis=1), [lg for lg, _ in steps]   # [2, 5], 5 x [2, V]
 worst = 0.0
 for row, p in enumerate((a, b)):
     res = generate(engine, p, max_new_tokens=5)

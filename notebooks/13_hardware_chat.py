@@ -387,10 +387,10 @@ BUILT = [
     ("one block, op by op; parameters", "llamanb.backends.numpy_ref, config", "01"),
     ("FLOPs of a prefill and a decode step", "llamanb.flops", "01b"),
     ("RoPE tables (the LUTs the rope launches read)", "llamanb.rope, rope_tables", "02"),
-    ("GQA attention with the causal mask", "llamanb.backends.numpy_ref", "03"),
+    ("GQA attention with the causal mask", "llamanb.attention", "03"),
     ("EOS-padded prefill, real length carried, one-row head", "llamanb.engine, step", "03b"),
     ("KV cache", "llamanb.kv", "04"),
-    ("sampling", "llamanb.generate", "04b"),
+    ("sampling; the one token loop", "llamanb.sampling, generate", "04b"),
     ("the seven kernels: builders, MLIR text, emulator", "llamanb.npu.compiler.builders, emulator", "05"),
     ("stitched groups: rms_gemms_rope, flash_attn, o_ffn, ...", "llamanb.npu.compiler.stitch, groups", "06"),
     ("buffer objects, KernelCache, the NPU2 backend", "llamanb.npu.runtime.devices, kernel_cache, backend", "07"),
@@ -399,8 +399,8 @@ BUILT = [
     ("steps of many sequences, paged cache, scheduler", "llamanb.serve, kv.paged", "10"),
     ("this CPU's kernels: panels, register tiles, bf16, Q4_1", "llamanb.backends.cpu, kernels/cpu", "11"),
     ("min_llm_inference's CUDA kernels (simulator, PTX)", "llamanb.cuda, kernels/cuda", "12"),
-    ("readiness, chat, profile, side by side", "llamanb.hardware, chat, npu.profile, check", "13"),
-    ("Appendix: the three cost models on one calibration", "llamanb.npu.perf.cost, tcp.cost, mesh.cost", "14"),
+    ("readiness, chat, profile, side by side", "llamanb.hardware, chat, npu.perf.profile, check", "13"),
+    ("Appendix: the three cost models on one calibration", "llamanb.calibration, npu.perf.cost, tcp.cost, mesh.cost", "14"),
 ]
 for what, where, ch in BUILT:
     print(f"  {ch:<3}  {what:<58} {where}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..generate import SamplingParams, next_token_probs
+from ..sampling import SamplingParams, next_token_probs
 from .check import Case, Exercise
 
 

@@ -18,6 +18,7 @@ from ..kv.paged import PagedKVCache
 
 class DryEngine:
     batch_invariant = True
+    query_tile = 1                  # no attention: any chunk
 
     def __init__(self, config: LlamaConfig = SMOLLM2_135M, vocab: int = 8):
         # one layer and one KV head are enough to hold the block tables; the shapes of the

@@ -43,7 +43,7 @@ class BatchRunner:
         self.engine = engine
         self.cache = engine.new_cache(engine.config.max_seq, slots=slots, block=block,
                                       n_blocks=-(-kv_positions // block))
-        self.scheduler = Scheduler(self.cache, token_budget, chunk, policy)
+        self.scheduler = Scheduler(self.cache, token_budget, chunk, policy, query_tile=engine.query_tile)
         self.history: list[StepRecord] = []
 
     def add(self, prompt, max_new_tokens: int = 64, params: SamplingParams = SamplingParams(),
