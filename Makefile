@@ -62,7 +62,7 @@ test-unit: $(VENV)/.test-installed cross-cc
 # The notebooks: each .py/.ipynb pair must hold the same cells, and every stored output must be
 # reproduced (nbval strict mode).
 test-notebooks: check-pairs notebook-env cross-cc
-	$(PY) -m pytest -q -p no:cacheprovider $(NBVAL) notebooks
+	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(NBVAL) notebooks
 
 # The numerics-sensitive tests and notebooks again, with OpenBLAS and torch forced to a second
 # kernel family this CPU can run (AVX-512 machine: the AVX2 kernels; AVX2 machine: AVX without FMA;
