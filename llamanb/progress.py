@@ -8,13 +8,16 @@
 In a Jupyter kernel the line is one display (`display_id`) that each stage replaces; when the step
 ends the display is replaced by an empty bundle, which `llamanb.course build` leaves out of the
 committed notebook. So an executed notebook keeps the same outputs whether the step was slow (a
-cold cache, a loaded machine) or not, and nbval, which compares outputs per MIME type, sees
-nothing of it. `after_s` holds the line back until the step has run that long (for steps that are
+cold cache, a loaded machine) or not. nbval, though, keeps the first display and ignores its
+updates, so a line shown only because a step ran slowly would read as a changed output:
+`LLAMANB_PROGRESS=off` turns the lines off, and notebooks/conftest.py sets it for every nbval run
+(the stored outputs are the course's claims; a progress line is not one). `after_s` holds the line back until the step has run that long (for steps that are
 usually quick, such as a short generation). Outside a kernel (the command line, pytest) nothing is
 shown: commands say what they do themselves.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from contextlib import contextmanager
@@ -23,6 +26,9 @@ MARK = " ..."            # a progress line ends so (tests/lab/silent_cells.py te
 
 
 def in_kernel() -> bool:
+    """True in a Jupyter kernel, unless $LLAMANB_PROGRESS is "off"."""
+    if os.environ.get("LLAMANB_PROGRESS", "").lower() == "off":
+        return False
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     return shell is not None and getattr(shell, "kernel", None) is not None

@@ -45,3 +45,15 @@ def test_outside_a_kernel_nothing_is_printed(capsys):
     with stages() as say:
         say("converting")
     assert capsys.readouterr() == ("", "")
+
+
+def test_progress_off_shows_nothing_in_a_kernel(tmp_path, monkeypatch):
+    """LLAMANB_PROGRESS=off (set by notebooks/conftest.py for nbval): a kernel started with it shows
+    no stage line, however long the step."""
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("LLAMANB_PROGRESS", "off")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(CELLS[0])])
+    NotebookClient(nb, timeout=60, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outs = nb.cells[0].outputs
+    assert [o.get("output_type") for o in outs] == ["stream"] and outs[0]["text"] == "done\n"
