@@ -259,19 +259,12 @@ constexpr bool INT_DOT_BYTES = false;
 template <typename WT> struct IDot;
 
 // Without byte dot products: lane j's 4 quants taken apart by shifts, each multiplied in 32 bits.
-template <> struct IDot<q4_1_t> {
+// Both formats in 32-bit lanes: a group decodes to 4 x (lo, hi) lane vectors, and every step
+// adds each one times its activation byte; only decode differs between formats.
+struct IDot32 {
     struct Acc { vi lo, hi; };
     struct G { vi lo[4], hi[4]; };
     static inline void zero(Acc& a) { a.lo = a.hi = vi{}; }
-    static inline G decode(const uint8_t* p) {
-        const vq v = loadv<vq>(p);
-        G g;
-        for (int t = 0; t < 4; ++t) {
-            g.lo[t] = (vi)((v >> (8 * t)) & 15);
-            g.hi[t] = (vi)((v >> (8 * t + 4)) & 15);
-        }
-        return g;
-    }
     static inline void step(Acc& a, const G& g, const int8_t* x4) {
         for (int t = 0; t < 4; ++t) {
             const vi x = int32_t(x4[t]) - vi{};
@@ -282,10 +275,19 @@ template <> struct IDot<q4_1_t> {
     static inline void sums(const Acc& a, vi& lo, vi& hi) { lo = a.lo; hi = a.hi; }
 };
 
-template <> struct IDot<q8_0_t> {
-    struct Acc { vi lo, hi; };
-    struct G { vi lo[4], hi[4]; };
-    static inline void zero(Acc& a) { a.lo = a.hi = vi{}; }
+template <> struct IDot<q4_1_t> : IDot32 {
+    static inline G decode(const uint8_t* p) {
+        const vq v = loadv<vq>(p);
+        G g;
+        for (int t = 0; t < 4; ++t) {
+            g.lo[t] = (vi)((v >> (8 * t)) & 15);
+            g.hi[t] = (vi)((v >> (8 * t + 4)) & 15);
+        }
+        return g;
+    }
+};
+
+template <> struct IDot<q8_0_t> : IDot32 {
     static inline G decode(const uint8_t* p) {
         const vi v = loadv<vi>(p), w = loadv<vi>(p + 4 * VW);
         G g;
@@ -295,13 +297,5 @@ template <> struct IDot<q8_0_t> {
         }
         return g;
     }
-    static inline void step(Acc& a, const G& g, const int8_t* x4) {
-        for (int t = 0; t < 4; ++t) {
-            const vi x = int32_t(x4[t]) - vi{};
-            a.lo += g.lo[t] * x;
-            a.hi += g.hi[t] * x;
-        }
-    }
-    static inline void sums(const Acc& a, vi& lo, vi& hi) { lo = a.lo; hi = a.hi; }
 };
 #endif
