@@ -110,6 +110,14 @@ def npu_engine(smollm):
 pexpect = pytest.importorskip("pexpect")
 
 
+def _quit(p) -> None:
+    """/quit, then the program ends by itself with status 0."""
+    p.sendline("/quit")
+    p.expect(pexpect.EOF)
+    p.close()
+    assert p.exitstatus == 0
+
+
 def _spawn(*args, timeout=240, term="dumb"):
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", "TERM": term}
     return pexpect.spawn(sys.executable, ["-m", "llamanb", "chat", *args], cwd=str(REPO_ROOT),
@@ -264,10 +272,7 @@ def test_stats_before_a_turn_and_sampling_line(smollm):
     p.sendline("/stats")
     p.expect("no turns yet")
     p.expect("you> ")
-    p.sendline("/quit")
-    p.expect(pexpect.EOF)
-    p.close()
-    assert p.exitstatus == 0
+    _quit(p)
 
 
 @pytest.mark.slow
@@ -281,10 +286,7 @@ def test_a_long_paste_arrives_whole_and_is_refused_with_its_size(smollm):
     tokens, chars = int(p.match.group(1)), int(p.match.group(2).replace(",", ""))
     assert chars == 19_999 and tokens >= 4000, (tokens, chars)   # the trailing space is stripped
     p.expect("you> ")
-    p.sendline("/quit")
-    p.expect(pexpect.EOF)
-    p.close()
-    assert p.exitstatus == 0
+    _quit(p)
 
 
 @pytest.mark.slow
@@ -300,10 +302,7 @@ def test_readline_edits_and_keys_typed_during_an_answer_stay_out(smollm):
     p.sendline("/stats")                                # the typed keys did not become input
     p.expect(r"turns 1 \|")
     p.expect("you> ")
-    p.sendline("/quit")
-    p.expect(pexpect.EOF)
-    p.close()
-    assert p.exitstatus == 0
+    _quit(p)
 
 
 @pytest.mark.slow
