@@ -334,3 +334,11 @@ def greedy_walk(engine, prompt_ids, ref_ids, ref_top5):
     run = engine_greedy(engine, prompt_ids, len(ref_ids), k=5, keep_logits=True)
     n = next((i + 1 for i, (a, b) in enumerate(zip(run.ids, ref_ids)) if a != b), len(run.ids))
     return run.ids[:n], run.top_ids[:n], run.logits[:n]
+
+
+@pytest.fixture(scope="module")
+def portable_kernels(kernels):
+    """The cpu kernels built for plain x86-64 (no AVX): the portable flavour."""
+    from llamanb.backends import cpu_kernels
+
+    return cpu_kernels.load(flavour_name="portable")

@@ -12,16 +12,9 @@ import numpy as np
 import pytest
 
 from llamanb.errors import LlamanbError
+from llamanb.numerics import gamma
 
 from conftest import REPO_ROOT
-
-U = 2.0 ** -24                     # float32 unit roundoff
-
-
-def _gamma(n: int) -> float:
-    """Higham's gamma_n = n u / (1 - n u): |fl(sum of n products) - exact| <= gamma_n sum|x w|,
-    whatever the summation order (fused multiply-adds only make it tighter)."""
-    return n * U / (1 - n * U)
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +43,7 @@ def _check_matmul(kernels, M, wdtype, seed=None):
     y0 = rng.standard_normal((M, N)).astype(np.float32)
     y = kernels.matmul(x, wk, y0.copy(), accumulate=True)
     exact = y0.astype(np.float64) + x.astype(np.float64) @ w.astype(np.float64).T
-    bound = _gamma(K + 1) * (np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T
+    bound = gamma(K + 1) * (np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T
                              + np.abs(y0))
     err = np.abs(y - exact)
     print(f"{kernels.flavour} M={M} {wdtype}: max error {err.max():.2e}, max bound {bound.max():.2e}")
@@ -71,13 +64,6 @@ def _cpu_flags() -> set[str]:
         return set()
     return {f for ln in text.splitlines() if ln.startswith(("flags", "Features"))
             for f in ln.split(":", 1)[1].split()}
-
-
-@pytest.fixture(scope="module")
-def portable_kernels(kernels):
-    from llamanb.backends import cpu_kernels
-
-    return cpu_kernels.load(flavour_name="portable")
 
 
 def test_native_and_portable_builds_both_match_float64(kernels, portable_kernels):
@@ -395,7 +381,7 @@ def test_quantised_matmul_equals_float32_panels_bitwise(kernels, portable_kernel
             yf = k.matmul(x, wf, y0.copy(), accumulate=True)
             assert np.array_equal(yq, yf), (k.flavour, M)
             exact = y0.astype(np.float64) + x.astype(np.float64) @ w.astype(np.float64).T
-            bound = _gamma(w.shape[1] + 1) * (np.abs(x).astype(np.float64) @
+            bound = gamma(w.shape[1] + 1) * (np.abs(x).astype(np.float64) @
                                               np.abs(w).astype(np.float64).T + np.abs(y0))
             assert (np.abs(yq - exact) <= bound).all()
     assert wq.nbytes * 32 == -(-45 // k.panel_width) * k.panel_width * 7 * 32 * \

@@ -25,19 +25,9 @@ import numpy as np
 import pytest
 
 from llamanb.errors import LlamanbError
+from llamanb.numerics import U_FLOAT32, gamma
 
-U = 2.0 ** -24
-
-
-def _gamma(n: int) -> float:
-    return n * U / (1 - n * U)
-
-
-@pytest.fixture(scope="module")
-def portable_kernels(kernels):
-    from llamanb.backends import cpu_kernels
-
-    return cpu_kernels.load(flavour_name="portable")
+U = U_FLOAT32
 
 
 def _numpy_q8(x: np.ndarray):
@@ -133,11 +123,11 @@ def test_int8_products_within_the_derived_bound(kernels, portable_kernels, qtype
             aw = np.abs(W) / (1 - U)                                     # >= |w*|
             xh = ax + da / 2 + U * ax                                    # >= |xh|
             bound = ((da / 2 + U * ax) @ aw.T + U * ax @ aw.T
-                     + _gamma(2 * nb + 2) * (xh @ (dq + m).T + np.abs(y0)))
+                     + gamma(2 * nb + 2) * (xh @ (dq + m).T + np.abs(y0)))
             exact = y0 + x.astype(np.float64) @ W.T
             err = np.abs(y - exact)
             assert (err <= bound).all(), (k.flavour, M, (err / bound).max())
-            beyond_float |= bool((err > _gamma(K + 1) * (ax @ np.abs(W).T + np.abs(y0))).any())
+            beyond_float |= bool((err > gamma(K + 1) * (ax @ np.abs(W).T + np.abs(y0))).any())
             print(f"{k.flavour} {qtype} M={M}: error / bound at most {(err / bound).max():.2f}")
         assert beyond_float, k.flavour
 
