@@ -84,6 +84,18 @@ def release_pages(a: np.ndarray) -> None:
     libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), ctypes.c_int(4))   # DONTNEED
 
 
+def release_heap() -> None:
+    """Hand the C heap's free pages back to the OS (glibc's malloc_trim; elsewhere nothing):
+    packing frees large temporaries that glibc would otherwise keep in this process."""
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None).malloc_trim(0)
+        except (OSError, AttributeError):                 # not glibc (musl has no malloc_trim)
+            pass
+
+
 def check_dtype(backend: str, dtype: str) -> None:
     """One line for a --dtype that only the cpu backend runs, asked of another backend."""
     if dtype in QUANT_DTYPES and backend != "cpu":
@@ -133,9 +145,15 @@ class CpuBackend(Backend):
         self._rope_key, self._rope = None, None
         panels = self._panels(weights, {n: m for n, m in mats.items() if n not in quant})
         mat = {n: cpu_kernels.Packed(*mats[n].shape, panels[n]) for n in panels}
-        for n, (q, raw) in quant.items():
-            mat[n] = self.k.pack_quant(raw, q, mats[n].shape[1])
-            release_pages(raw)
+        for n, (q, parts) in quant.items():        # one matrix's blocks at a time, then let go
+            raw = parts[0]
+            if len(parts) > 1:
+                raw = np.concatenate(parts)
+                for part in parts:
+                    release_pages(part)
+            mat[n] = self.k.pack_quant(raw, q, mats[n].shape[1], done=release_pages)
+            del raw
+        release_heap()             # the packing's freed temporaries, back to the OS
         vec = to_bf16 if self.bf16 else (lambda a: np.ascontiguousarray(a, np.float32))
         self.layer_w = [dict(attn_norm=vec(w.attn_norm), wqkv=mat[f"{i}.wqkv"], wo=mat[f"{i}.wo"],
                              ffn_norm=vec(w.ffn_norm), gate_up=mat[f"{i}.gate_up"],
@@ -166,8 +184,8 @@ class CpuBackend(Backend):
 
     @staticmethod
     def _quantised(weights: Weights, dtype: str, c) -> dict:
-        """The matrices to run on the GGUF's own blocks: name -> (GGUF type, uint8 rows [N, ...]),
-        the parts of a fused matrix (q|k|v, gate|up) stacked. Empty for float32 and bf16, and for
+        """The matrices to run on the GGUF's own blocks: name -> (GGUF type, [uint8 rows [n, ...]
+        of each part]), a fused matrix's parts (q|k|v, gate|up) in stacking order. Empty for float32 and bf16, and for
         "auto" on weights with no quantised source; "q4_1" / "q8_0" ask that every layer matrix
         be stored in that format (one line if not)."""
         if dtype in ("float32", "bf16"):
@@ -187,8 +205,7 @@ class CpuBackend(Backend):
             got = [weights.quantized(n) for n in hf]
             kinds = {q for q, _ in got}
             if len(kinds) == 1 and next(iter(kinds)) in cpu_kernels.QUANT_FORMATS:
-                out[name] = (got[0][0], np.concatenate([r for _, r in got]) if len(got) > 1
-                             else got[0][1])
+                out[name] = (got[0][0], [r for _, r in got])      # stacked when packed
             else:
                 other[name] = "/".join(sorted(kinds))
         if dtype != "auto":
@@ -206,13 +223,11 @@ class CpuBackend(Backend):
         """Every matrix packed into panels (kernels/cpu/matmul.cc), in memory, at load: the
         model cache keeps one copy of the weights (float32, HF layout), and the panels at any
         precision are derived from it (about one pass over the weights). The pages of a
-        memory-mapped matrix are handed back once it is packed, so the process holds the panels,
-        not the panels and the weights they were made from."""
-        out = {}
-        for n, m in mats.items():
-            out[n] = self.k.pack(m, bf16=self.bf16).data
-            release_pages(m)
-        return out
+        memory-mapped matrix are handed back slice by slice as it is packed, so the process holds
+        the panels, not the panels and the weights they were made from -- not even for the LM
+        head's 113 MB."""
+        return {n: self.k.pack(m, bf16=self.bf16, done=release_pages).data
+                for n, m in mats.items()}
 
     def embed(self, ids: np.ndarray) -> np.ndarray:
         x = super().embed(ids)

@@ -121,6 +121,10 @@ class CacheDesc(ctypes.Structure):
                 ("block", ctypes.c_int32)]
 
 
+# rows of a weight matrix packed at a time (rounded down to whole panels): 1 MB-9 MB of float32
+# for SmolLM2's widths -- small beside the matrices, large beside a call's cost
+PACK_ROWS = 4096
+
 # a panel format's code in kernels/cpu (forward.cc's fmt, llamanb_cpu_unpack_quant)
 # ("q4_1_q8", "q8_0_q8": the same panels, multiplied with 8-bit activations)
 FORMATS = {"f32": 0, "bf16": 1, "q4_1": 2, "q8_0": 3, "q4_1_q8": 4, "q8_0_q8": 5}
@@ -229,15 +233,24 @@ class Kernels:
         # whether the 8-bit-activation products use byte dot products (vpmaddubsw)
         self.int_dot_bytes = bool(lib.llamanb_cpu_int_dot_bytes())
 
-    def pack(self, w: np.ndarray, bf16: bool = False) -> Packed:
+    def pack(self, w: np.ndarray, bf16: bool = False, done=None) -> Packed:
         """W [N, K] -> panels [ceil(N / NP), K, NP] (kernels/cpu/matmul.cc), float32 or bfloat16
-        bits (rounded to nearest even); NP = this build's panel width."""
-        w = np.ascontiguousarray(w, dtype=np.float32)
+        bits (rounded to nearest even); NP = this build's panel width.
+
+        Packed a slice of PACK_ROWS rows (whole panels) at a time; `done(rows)`, if given, is
+        called with each slice of w once its panels are written -- the backend hands a
+        memory-mapped slice's pages back there, so packing a large matrix never holds all of
+        it and all of its panels at once."""
         N, K = w.shape
         NP = self.panel_width
         data = np.empty((-(-N // NP), K, NP), dtype=np.uint16 if bf16 else np.float32)
         fn = self.lib.llamanb_cpu_pack_bf16 if bf16 else self.lib.llamanb_cpu_pack_f32
-        fn(w.ctypes.data, N, K, data.ctypes.data)
+        step = max(PACK_ROWS // NP, 1) * NP
+        for r0 in range(0, N, step):
+            rows = np.ascontiguousarray(w[r0:r0 + step], dtype=np.float32)
+            fn(rows.ctypes.data, rows.shape[0], K, data[r0 // NP:].ctypes.data)
+            if done is not None:
+                done(w[r0:r0 + step])
         return Packed(N, K, data)
 
     # y [M, N] (+)= x [M, K] @ W[N, K]^T
@@ -253,10 +266,22 @@ class Kernels:
         fn(x.ctypes.data, M, K, w.data.ctypes.data, N, y.ctypes.data, int(accumulate), int(rnd))
         return y
 
-    def pack_quant(self, raw: np.ndarray, qtype: str, k: int) -> Packed:
-        """GGUF blocks (uint8 [N, K/32 * block bytes]) -> quantised panels of this build's width."""
-        data = pack_quant(raw, qtype, self.panel_width)
-        return Packed(raw.shape[0], k, data, QUANT_FORMATS[qtype][0])
+    def pack_quant(self, raw: np.ndarray, qtype: str, k: int, done=None) -> Packed:
+        """GGUF blocks (uint8 [N, K/32 * block bytes]) -> quantised panels of this build's width,
+        PACK_ROWS rows (whole panels) at a time, so pack_quant's temporaries stay the size of a
+        slice; `done(rows)` as in `pack`."""
+        NP = self.panel_width
+        N = raw.shape[0]
+        step = max(PACK_ROWS // NP, 1) * NP
+        data = None
+        for r0 in range(0, N, step):
+            part = pack_quant(raw[r0:r0 + step], qtype, NP)            # [panels, K/32, bytes]
+            if data is None:
+                data = np.empty((-(-N // NP),) + part.shape[1:], np.uint8)
+            data[r0 // NP:r0 // NP + part.shape[0]] = part
+            if done is not None:
+                done(raw[r0:r0 + step])
+        return Packed(N, k, data, QUANT_FORMATS[qtype][0])
 
     def unpack(self, w: Packed) -> np.ndarray:
         """Quantised panels -> W [N, K] float32, each weight decoded as the matmul decodes it."""

@@ -255,6 +255,30 @@ def test_packed_panels_are_the_weight_transposed(kernels):
     assert got.shape == want.shape and np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("qtype", [None, "bf16", "Q4_1", "Q8_0"])
+def test_packing_in_slices_gives_the_panels_of_one_pass(kernels, monkeypatch, qtype):
+    """pack / pack_quant work PACK_ROWS rows at a time (so a memory-mapped matrix's pages can be
+    handed back as it goes): with slices of 2 panels the panels equal those of one slice, and
+    `done` is handed every row exactly once, in order."""
+    from llamanb.backends import cpu_kernels
+
+    NP = kernels.panel_width
+    N = 5 * NP + 3                                                # a short last panel
+    if qtype in ("Q4_1", "Q8_0"):
+        w = _random_blocks(qtype, N, 3, seed=3)
+        pack = lambda a, **kw: kernels.pack_quant(a, qtype, 96, **kw)     # noqa: E731
+    else:
+        w = np.random.default_rng(2).standard_normal((N, 13)).astype(np.float32)
+        pack = lambda a, **kw: kernels.pack(a, bf16=qtype == "bf16", **kw)   # noqa: E731
+    whole = pack(w).data
+    monkeypatch.setattr(cpu_kernels, "PACK_ROWS", 2 * NP)
+    seen = []
+    sliced = pack(w, done=lambda rows: seen.append(rows.copy())).data
+    assert sliced.dtype == whole.dtype and np.array_equal(sliced, whole)
+    assert [len(r) for r in seen] == [2 * NP, 2 * NP, NP + 3]
+    assert np.array_equal(np.concatenate(seen), w)
+
+
 def test_bf16_matches_the_numpy_bf16_engine(smollm, cpu_engine, capital_ids):
     import ml_dtypes
 
