@@ -40,7 +40,7 @@ constexpr int NP = 2 * VW;          // columns per panel
 constexpr int MB = 48;              // activation rows per block when M is large
 constexpr int PF = 64;              // weight rows (cache lines) prefetched ahead, per panel
 constexpr int DECODE_ROWS = 16;     // up to this many rows: one block, chunks of panels only
-constexpr int PFB = 8;              // quantised blocks prefetched ahead, per panel
+constexpr int PFB = 4;              // quantised blocks prefetched ahead, per panel (8-32: slower, measured)
 
 // One panel's size in WT units (bytes for quantised panels), and how far ahead the first row tile
 // prefetches within a panel.
