@@ -143,11 +143,14 @@ void one(const float* q, long ldq, const AttnSeg& s, int i, int h, int n_heads, 
     const Rows K{s.k + head, s.block_stride, s.block, d, s.table};
     const Rows V{s.v + head, s.block_stride, s.block, d, s.table};
     const float mx = scores(qr, K, n, scale, p);
-    float sum = 0.0f;
-    for (int u = 0; u < n; ++u) {
-        p[u] = std::exp(p[u] - mx);
-        sum += p[u];
+    int u = 0;                                        // p = e^(p - mx), VW at a time
+    for (; u + VW <= n; u += VW) {
+        const vf e = exp_vf(load(p + u) - mx);
+        std::memcpy(p + u, &e, sizeof e);
     }
+    for (; u < n; ++u) p[u] = exp1(p[u] - mx);
+    float sum = 0.0f;
+    for (u = 0; u < n; ++u) sum += p[u];              // in key order, as before
     weighted_sum_any(p, 1.0f / sum, rnd, V, n, acc);
     float* o = out + (long)row * n_heads * d + (long)h * d;
     for (int j = 0; j < d; ++j) o[j] = rnd ? round_bf16(acc[j]) : acc[j];

@@ -2,6 +2,7 @@
 // sum the benchmark probes memory with. `rnd` != 0 rounds each output to bfloat16 (the --dtype bf16
 // numerics of the numpy engine).
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "pool.h"
@@ -54,19 +55,35 @@ void llamanb_cpu_rope(float* x, int R, long ld, int n_heads, int d, const float*
     });
 }
 
-// out [M, F] = silu(gu[:, :F]) * gu[:, F:]   for gu [M, 2F] (gate and up packed side by side)
+// out [M, F] = silu(gu[:, :F]) * gu[:, F:]   for gu [M, 2F] (gate and up packed side by side);
+// e^-g by vec.h's exp_vf (each element the same function of its own g)
 void llamanb_cpu_silu_mul(const float* gu, float* out, int M, int F, int rnd) {
     parallel_for(M, [&](int64_t m) {
         const float* g = gu + (long)m * 2 * F;
         const float* u = g + F;
         float* o = out + (long)m * F;
-        for (int i = 0; i < F; ++i) {
-            float v = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-            o[i] = rnd ? round_bf16(v) : v;
+        int i = 0;
+        for (; i + VW <= F; i += VW) {                  // e^-g by exp_vf, VW at a time
+            const vf gv = load(g + i);
+            const vf v = gv / (1.0f + exp_vf(-gv)) * load(u + i);
+            std::memcpy(o + i, &v, sizeof v);
         }
+        for (; i < F; ++i) o[i] = g[i] / (1.0f + exp1(-g[i])) * u[i];
+        if (rnd)
+            for (int j = 0; j < F; ++j) o[j] = round_bf16(o[j]);
     });
 }
 
+}
+
+// y[i] = e^x[i] by vec.h's exp_vf (its tail by exp1): what the tests measure against float64.
+extern "C" void llamanb_cpu_exp(const float* x, float* y, long n) {
+    long i = 0;
+    for (; i + VW <= n; i += VW) {
+        const vf v = exp_vf(load(x + i));
+        std::memcpy(y + i, &v, sizeof v);
+    }
+    for (; i < n; ++i) y[i] = exp1(x[i]);
 }
 
 // The sum of n floats, read by every pool thread in 256 KiB chunks with four accumulators each:

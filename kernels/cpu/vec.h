@@ -98,6 +98,37 @@ static inline vf bcast(float s) {
 #endif
 }
 
+// e^x in every lane: x = n ln2 + r with n = round(x / ln2) and |r| <= ln2 / 2 (ln2 in two parts,
+// so r is nearly exact), e^r by Cephes' expf polynomial, then 2^n in two exact steps (2^(n/2)
+// twice: n reaches 128 just below float's overflow). Within 2 ulp of e^x wherever e^x is a
+// normal float (tests/backends/test_cpu_backend.py measures it against float64 over that whole
+// range); below -87.3365 (a subnormal result) it gives 0, above 88.7228 infinity, NaN stays NaN.
+// Every lane is the same function of its own x: a value's bits never depend on its neighbours.
+static inline vf exp_vf(vf x) {
+    typedef int32_t vi32 __attribute__((vector_size(VW * 4)));
+    const vf round_big = bcast(12582912.0f);            // 1.5 2^23: adding it rounds to integer
+    const vf n = (x * 1.44269504088896341f + round_big) - round_big;
+    vf r = x - n * 0.693359375f;                        // ln2's first 9 bits: n ln2_hi is exact
+    r = r - n * -2.12194440e-4f;                        // the rest of ln2
+    vf p = bcast(1.9875691500e-4f);
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;                          // e^r
+    const vi32 ni = __builtin_convertvector(n, vi32);
+    const vi32 h = ni >> 1;                             // n = h + (n - h), each in float's range
+    const vf s1 = (vf)((h + 127) << 23), s2 = (vf)((ni - h + 127) << 23);
+    vf y = p * s1 * s2;
+    y = x < -87.33654475f ? vf{} : y;
+    y = x > 88.72283905f ? bcast(__builtin_inff()) : y;
+    return x != x ? x : y;                              // NaN in, NaN out
+}
+
+// e^x of one float: exp_vf's value, so a scalar tail gives a vector body's bits.
+static inline float exp1(float x) { return exp_vf(bcast(x))[0]; }
+
 // Round a float32 to the nearest bfloat16 (ties to even), kept as float32. NaN stays NaN.
 static inline float round_bf16(float f) {
     uint32_t u;

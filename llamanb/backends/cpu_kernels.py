@@ -215,6 +215,7 @@ class Kernels:
                "llamanb_cpu_silu_mul": (P, P, I, I, I),
                "llamanb_cpu_attention": (P, L, I, I, I, I, I, P, P, L, P, F, I),
                "llamanb_cpu_read_sum": (P, L),
+               "llamanb_cpu_exp": (P, P, L),
                "llamanb_cpu_vector_width": (),
                "llamanb_cpu_isa": (),
                "llamanb_cpu_threads": ()}
@@ -301,6 +302,13 @@ class Kernels:
         self.lib.llamanb_cpu_quantize_q8(x.ctypes.data, M, K, q.ctypes.data, d.ctypes.data,
                                          s.ctypes.data)
         return q, d, s
+
+    def exp(self, x: np.ndarray) -> np.ndarray:
+        """e^x elementwise by the kernels' own exp (vec.h's exp_vf: softmax and SiLU use it)."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        y = np.empty_like(x)
+        self.lib.llamanb_cpu_exp(x.ctypes.data, y.ctypes.data, x.size)
+        return y
 
     def read_sum(self, a: np.ndarray) -> float:
         """The float64 sum of a float32 array, read by every pool thread (a bandwidth probe)."""
