@@ -4,9 +4,11 @@
              --wo matmul, += x--> --rmsnorm--> --gate|up matmul--> --silu*mul--> --down, += x-->
 
 Every matrix product is one kernel (kernels/cpu/matmul.cc) over weights packed into k-major panels
-of NP = 2 x vector-width output columns (gate and up packed as one [2 D_ff, H] matrix), once per
-model, dtype and panel width: the panels are written to the model cache and memory-mapped from
-then on. `dtype="bf16"` stores them as bfloat16 bits, halving the bytes a decode step reads.
+of NP = 2 x vector-width output columns (gate and up packed as one [2 D_ff, H] matrix), at load:
+from the model cache's one float32 copy (or the GGUF's blocks), a slice of rows at a time, each
+mapped slice's pages handed back once packed, into one arena of transparent huge pages
+(cpu_kernels.Arena: a step streams every weight, and 4 KiB pages cost a TLB miss each).
+`dtype="bf16"` stores them as bfloat16 bits, halving the bytes a decode step reads.
 `dtype="q4_1"` (or "q8_0", or "auto": each matrix as the file stores it) runs a GGUF's own blocks:
 they are regrouped into panels (cpu_kernels.pack_quant) and decoded in registers inside the
 matmul (kernels/cpu/quant.h), never expanded in memory -- a Q4_1 model streams 0.625 bytes a
@@ -143,15 +145,23 @@ class CpuBackend(Backend):
         self.freqs = rope_for(c)
         self.scale = float(c.head_dim ** -0.5)
         self._rope_key, self._rope = None, None
-        panels = self._panels(weights, {n: m for n, m in mats.items() if n not in quant})
-        mat = {n: cpu_kernels.Packed(*mats[n].shape, panels[n]) for n in panels}
-        for n, (q, parts) in quant.items():        # one matrix's blocks at a time, then let go
+        # every matrix's panels carved from one huge-page arena (cpu_kernels.Arena)
+        fmt = {n: quant[n][0] if n in quant else "bf16" if self.bf16 else "f32" for n in mats}
+        layout = {n: self.k.packed_layout(*mats[n].shape, fmt[n]) for n in mats}
+        self.arena = cpu_kernels.Arena(cpu_kernels.Arena.room(list(layout.values())))
+        mat = {}
+        for n, m in mats.items():
+            out = self.arena.take(*layout[n])
+            if n not in quant:
+                mat[n] = self.k.pack(m, bf16=self.bf16, done=release_pages, out=out)
+                continue
+            parts = quant[n][1]                    # one matrix's blocks at a time, then let go
             raw = parts[0]
             if len(parts) > 1:
                 raw = np.concatenate(parts)
                 for part in parts:
                     release_pages(part)
-            mat[n] = self.k.pack_quant(raw, q, mats[n].shape[1], done=release_pages)
+            mat[n] = self.k.pack_quant(raw, fmt[n], m.shape[1], done=release_pages, out=out)
             del raw
         release_heap()             # the packing's freed temporaries, back to the OS
         vec = to_bf16 if self.bf16 else (lambda a: np.ascontiguousarray(a, np.float32))
@@ -218,16 +228,6 @@ class CpuBackend(Backend):
                                    f"{len(wrong)} of its layer matrices are not {want} (layer "
                                    f"matrix {n} is {q}); use --dtype auto to run each as stored")
         return out
-
-    def _panels(self, weights: Weights, mats: dict) -> dict:
-        """Every matrix packed into panels (kernels/cpu/matmul.cc), in memory, at load: the
-        model cache keeps one copy of the weights (float32, HF layout), and the panels at any
-        precision are derived from it (about one pass over the weights). The pages of a
-        memory-mapped matrix are handed back slice by slice as it is packed, so the process holds
-        the panels, not the panels and the weights they were made from -- not even for the LM
-        head's 113 MB."""
-        return {n: self.k.pack(m, bf16=self.bf16, done=release_pages).data
-                for n, m in mats.items()}
 
     def embed(self, ids: np.ndarray) -> np.ndarray:
         x = super().embed(ids)

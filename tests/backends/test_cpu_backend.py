@@ -299,10 +299,34 @@ def test_packing_in_slices_gives_the_panels_of_one_pass(kernels, monkeypatch, qt
     whole = pack(w).data
     monkeypatch.setattr(cpu_kernels, "PACK_ROWS", 2 * NP)
     seen = []
-    sliced = pack(w, done=lambda rows: seen.append(rows.copy())).data
+    out = np.full(whole.shape, 0xAB, whole.dtype)                   # a carved array, filled
+    sliced = pack(w, done=lambda rows: seen.append(rows.copy()), out=out).data
+    assert sliced is out
     assert sliced.dtype == whole.dtype and np.array_equal(sliced, whole)
     assert [len(r) for r in seen] == [2 * NP, 2 * NP, NP + 3]
     assert np.array_equal(np.concatenate(seen), w)
+
+
+def test_arena_carves_aligned_disjoint_arrays_and_holds_every_panel(kernels, cpu_engine):
+    """cpu_kernels.Arena: arrays 64-byte aligned, back to back, never past the end (one line
+    when full); and the engine's 121 packed matrices all live inside its one arena."""
+    from llamanb.backends.cpu_kernels import Arena
+
+    shapes = [((3, 5), np.float32), ((7,), np.uint16), ((2, 2, 9), np.uint8)]
+    a = Arena(Arena.room(shapes))
+    got = [a.take(s, d) for s, d in shapes]
+    starts = [g.ctypes.data for g in got]
+    assert all(p % 64 == 0 for p in starts) and starts == sorted(starts)
+    assert all(s0 + g.nbytes <= s1 for s0, g, s1 in zip(starts, got, starts[1:]))
+    with pytest.raises(ValueError, match="no room"):
+        a.take((1,), np.uint8)
+    b = cpu_engine.backend
+    lo = b.arena._buf.ctypes.data
+    mats = [w for lw in b.layer_w for w in lw.values() if hasattr(w, "fmt")] + [b.lm_head]
+    assert len(mats) == 4 * cpu_engine.config.n_layers + 1
+    assert all(lo <= w.data.ctypes.data and w.data.ctypes.data + w.nbytes <= lo + b.arena.nbytes
+               for w in mats)
+    assert b.arena.nbytes - b.arena.used < 64                       # sized exactly: nothing spare
 
 
 def test_bf16_matches_the_numpy_bf16_engine(smollm, cpu_engine, capital_ids):
