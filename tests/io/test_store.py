@@ -21,11 +21,16 @@ from llamanb.io.store import load_model, sweep_abandoned
 
 
 def _reaches_memmap(a: np.ndarray) -> bool:
+    return _mapping_of(a) is not None
+
+
+def _mapping_of(a: np.ndarray):
+    """The np.memmap or mmap.mmap an array's memory comes from, if any."""
     while a is not None:
         if isinstance(a, (np.memmap, mmap.mmap)):
-            return True
-        a = getattr(a, "base", None)
-    return False
+            return a
+        a = a.obj if isinstance(a, memoryview) else getattr(a, "base", None)
+    return None
 
 
 @pytest.fixture
@@ -404,9 +409,9 @@ def test_cache_holds_one_copy_of_the_weights(tiny_dir, fresh_cache):
 
 
 def test_cpu_panels_in_memory_and_mapped_pages_handed_back(tiny_dir, fresh_cache):
-    """The cpu backend packs its panels in memory (its own arrays, not a cached file); the
-    weights they came from give their pages back and still read the same; a second engine gives
-    the first one's bits."""
+    """The cpu backend packs its panels in memory (its own anonymous arena, not a cached file);
+    the weights they came from give their pages back and still read the same; a second engine
+    gives the first one's bits."""
     from llamanb import cxx_build
 
     if cxx_build.compiler()[0] is None:
@@ -417,7 +422,7 @@ def test_cpu_panels_in_memory_and_mapped_pages_handed_back(tiny_dir, fresh_cache
     first = Engine(model, "cpu")
     got = first.prefill(ids, first.new_cache(8))
     b = first.backend
-    assert b.lm_head.data.flags.owndata and not _reaches_memmap(b.lm_head.data)
+    assert _mapping_of(b.lm_head.data) is b.arena._map                  # the arena, no file
     for f, a in before.items():
         assert np.array_equal(getattr(model.weights.layers[0], f), a)
     again = Engine(load_model(tiny_dir), "cpu")
@@ -426,7 +431,7 @@ def test_cpu_panels_in_memory_and_mapped_pages_handed_back(tiny_dir, fresh_cache
 
     mem = replace(model.weights, store_dir=None, deriver=None)               # no store behind it
     bb = Engine(replace(model, weights=mem), "cpu", dtype="bf16").backend
-    assert bb.lm_head.data.dtype == np.uint16 and bb.lm_head.data.flags.owndata
+    assert bb.lm_head.data.dtype == np.uint16 and _mapping_of(bb.lm_head.data) is bb.arena._map
 
 
 def _rss_kb() -> int:
