@@ -141,15 +141,18 @@ class EngineProcess:
 
 
 def measure_engines(engines: list[str], model_spec, cache_dir, ids: list[int], runs: int,
-                    steps: int, progress, peers: dict | None = None) -> tuple[dict, list[list[str]]]:
+                    steps: int, progress, peers: dict | None = None,
+                    probe=None) -> tuple[dict, list[list[str]], list[float]]:
     """Load every engine in its own child, then run the rounds interleaved round-robin; return
-    each engine's medians, samples and peak RSS, and the order of every round. `peers`: engine
-    name -> (python, gguf path) for the llama.cpp engines (bench.peer)."""
+    each engine's medians, samples and peak RSS, the order of every round, and what `probe()`
+    (if given: the memory-read bandwidth, GB/s) measured at the start of each timed round, so
+    that a roofline is paired with the decode rates of its own round. `peers`: engine name ->
+    (python, gguf path) for the llama.cpp engines (bench.peer)."""
     ctx = multiprocessing.get_context("spawn")
     keys = [f"prefill_{n}" for n in PREFILL_LENS] + ["decode"]
     procs, info = {}, {}
     samples = {e: {k: [] for k in keys} for e in engines}
-    tokens, orders = {}, []
+    tokens, orders, probes = {}, [], []
     try:
         for e in engines:
             progress(f"{e}: starting its process, loading")
@@ -167,6 +170,12 @@ def measure_engines(engines: list[str], model_spec, cache_dir, ids: list[int], r
             order = engines[r % len(engines):] + engines[:r % len(engines)]
             orders.append(order)
             tag = "warm-up" if r == 0 else f"run {r}/{runs}"
+            if probe is not None:
+                time.sleep(SETTLE_S)
+                gb_s = probe()
+                print(f"  {tag} [memory read]: {gb_s:.2f} GB/s", file=sys.stderr, flush=True)
+                if r:
+                    probes.append(gb_s)
             for e in order:
                 time.sleep(SETTLE_S)              # the previous engine's idle threads stop spinning
                 row, tokens[e] = procs[e].ask("round")
@@ -184,7 +193,7 @@ def measure_engines(engines: list[str], model_spec, cache_dir, ids: list[int], r
         results[e] = {f"{k}_tok_s": statistics.median(samples[e][k]) for k in keys}
         results[e].update(peak_rss_mb=peaks[e], samples_tok_s=samples[e], greedy_tokens=tokens[e],
                           **info[e])
-    return results, orders
+    return results, orders, probes
 
 
 # --- report ----------------------------------------------------------------------------------

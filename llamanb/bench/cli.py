@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..errors import LlamanbError
 from .child import PEAK_RSS_METHOD, SCHEDULE, measure_engines
-from .machine import (BANDWIDTH_BYTES, CpuShare, machine_info, memory_read_bandwidth,
+from .machine import (BANDWIDTH_BYTES, ROUND_PROBE_REPEATS, CpuShare, machine_info, memory_read_bandwidth,
                       release_memory)
 from .report import ratios, report, write_json
 from .runners import DECODE_CONTEXT, PREFILL_LENS, prompt_ids
@@ -94,9 +94,20 @@ def main(args) -> int:
     release_memory()
     roofline = bw["gb_s"] * 1e9 / model_info["weights_bytes"]
     progress(f"  {bw['gb_s']:.2f} GB/s ({bw['best']}) -> decode roofline {roofline:.2f} tok/s")
+    probe = None
+    if backend == "cpu":     # a shared machine's bandwidth drifts: probe again every round
+        import numpy as np
 
-    results, orders = measure_engines(engines, args.model, model_info["cache_dir"], ids,
-                                      args.runs, args.decode_tokens, progress, peers)
+        arr = np.ones(BANDWIDTH_BYTES // 4, dtype=np.float32)
+
+        def probe():
+            return memory_read_bandwidth(extra=extra, array=arr, repeats=ROUND_PROBE_REPEATS)["gb_s"]
+
+    results, orders, probes = measure_engines(engines, args.model, model_info["cache_dir"], ids,
+                                              args.runs, args.decode_tokens, progress, peers, probe)
+    if probe is not None:
+        del probe, arr
+        release_memory()
 
     agreement = None
     if "transformers_fp32" in results:
@@ -117,9 +128,10 @@ def main(args) -> int:
         "isolation": "process",
         "memory_read_gb_s": bw["gb_s"],
         "memory_read": bw,
+        "memory_read_per_round_gb_s": probes,
         "decode_roofline_tok_s": roofline,
         "engines": results,
-        "ratios": ratios(results, roofline, bw["gb_s"]),
+        "ratios": ratios(results, roofline, bw["gb_s"], probes),
         "greedy_agreement": agreement,
     }
     res["cpu_taken_by_others_pct"] = cpu.pct()      # children count as ours: all reaped by now

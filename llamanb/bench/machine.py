@@ -20,6 +20,7 @@ from ..blas import openblas_info
 
 BANDWIDTH_BYTES = 1 << 30                # 1 GiB: far larger than any cache
 BANDWIDTH_REPEATS = 7
+ROUND_PROBE_REPEATS = 3                  # the probe again at each round's start (bench --backend cpu)
 
 
 # --- process memory --------------------------------------------------------------------------
@@ -131,12 +132,14 @@ def _threaded(fn, parts) -> float:
 
 
 def memory_read_bandwidth(nbytes: int = BANDWIDTH_BYTES, repeats: int = BANDWIDTH_REPEATS,
-                          extra: dict | None = None) -> dict:
+                          extra: dict | None = None, array: np.ndarray | None = None) -> dict:
     """Median GB/s of each method over `repeats` passes (after one warm-up), and the best.
     `extra`: more methods, name -> fn(float32 array) that reads the whole array (the cpu
     backend's own streaming sum, when it is benchmarked: a roofline must not be slower than
-    what the engine under test already reads at)."""
-    a = np.ones(nbytes // 4, dtype=np.float32)           # written once: every page is resident
+    what the engine under test already reads at). `array`: a float32 array to read instead of
+    allocating one (the per-round probe keeps one)."""
+    # written once: every page is resident (`array`: one the caller keeps between probes)
+    a = np.ones(nbytes // 4, dtype=np.float32) if array is None else array
     parts = np.array_split(a, os.cpu_count() or 1)
     cols = 4096
     matrix, vec = a[: a.size // cols * cols].reshape(-1, cols), np.ones(cols, dtype=np.float32)

@@ -7,6 +7,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from .machine import ROUND_PROBE_REPEATS as ROUND_PROBES
 from .runners import DECODE_CONTEXT, PREFILL_LENS, label
 
 # Speed targets for other backends, as a ratio to the numpy engine's decode in the same run: an
@@ -46,7 +47,11 @@ def _paired(a: dict, b: dict | float, key: str) -> list[float] | None:
     return [x / y for x, y in zip(sa, sb)]
 
 
-def ratios(engines: dict, roofline: float, gb_s: float | None = None) -> list[dict]:
+def ratios(engines: dict, roofline: float, gb_s: float | None = None,
+           round_gb_s: list[float] | None = None) -> list[dict]:
+    """Each ratio and its target. `round_gb_s`: the memory-read bandwidth probed at the start of
+    each timed round; given, a cpu engine's decode / roofline is paired round by round with it
+    (a shared machine's bandwidth drifts 15 % over a run), else with the one probe before."""
     lb, hf = engines["llamanb"], engines.get("transformers_fp32")
     rows = [
         ("llamanb decode / transformers fp32 decode", "x", 1.5,
@@ -66,10 +71,16 @@ def ratios(engines: dict, roofline: float, gb_s: float | None = None) -> list[di
                 rows.append((f"{b} prefill_512 / numpy fp32 prefill_512", "x", None,
                              e["prefill_512_tok_s"] / lb["prefill_512_tok_s"]))
                 if gb_s and e.get("weight_bytes"):       # its own bytes per token (bf16: half)
-                    roof = gb_s * 1e9 / e["weight_bytes"]
-                    rows.append((f"{b} decode / its roofline ({gb_s:.1f} GB/s / "
-                                 f"{e['weight_bytes'] / 1e6:.0f} MB)", "%", 0.90,
-                                 e["decode_tok_s"] / roof, _paired(e, roof, "decode")))
+                    wb = e["weight_bytes"]
+                    sa = (e.get("samples_tok_s") or {}).get("decode")
+                    if round_gb_s and sa and len(sa) == len(round_gb_s):
+                        mid = statistics.median(round_gb_s)
+                        what = f"{min(round_gb_s):.1f}-{max(round_gb_s):.1f} GB/s, each round's"
+                        pairs = [x / (g * 1e9 / wb) for x, g in zip(sa, round_gb_s)]
+                    else:
+                        mid, what, pairs = gb_s, f"{gb_s:.1f} GB/s", _paired(e, gb_s * 1e9 / wb, "decode")
+                    rows.append((f"{b} decode / its roofline ({what} / {wb / 1e6:.0f} MB)", "%",
+                                 0.90, e["decode_tok_s"] / (mid * 1e9 / wb), pairs))
                 peer = engines.get(CPU_PEER[b])
                 if peer:
                     rows.append((f"{b} decode / {label(CPU_PEER[b])} decode", "x", 1.0,
@@ -141,7 +152,13 @@ def report(res: dict) -> str:
               + f"; {bw['array_mib']:.0f} MiB array, medians of {bw['repeats']})",
               f"decode roofline: {res['memory_read_gb_s']:.2f} GB/s / "
               f"{mi['weights_bytes'] / 1e6:.1f} MB per token = "
-              f"{res['decode_roofline_tok_s']:.2f} tok/s", ""]
+              f"{res['decode_roofline_tok_s']:.2f} tok/s"]
+    per_round = res.get("memory_read_per_round_gb_s")
+    if per_round:
+        lines.append("memory read again at each timed round's start (best of the same probes, "
+                     f"{ROUND_PROBES} passes each): " + ", ".join(f"{g:.1f}" for g in per_round)
+                     + " GB/s; each round's decode / roofline uses its own")
+    lines.append("")
     for r in res["ratios"]:
         sp = r.get("spread")
         rounds = "" if not sp else (

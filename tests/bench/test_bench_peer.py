@@ -36,6 +36,30 @@ def test_bench_ratios_against_llamacpp_and_roofline():
     assert rows["cpu prefill_512 / numpy fp32 prefill_512"]["value"] == 0.8
 
 
+def test_roofline_pairs_each_round_with_its_own_bandwidth_probe():
+    """A shared machine's bandwidth drifts over a run: given a probe per timed round, decode /
+    roofline is a paired sample per round (that round's rate over that round's roofline), and
+    its target is decided by their lower quartile, as between engines."""
+    import statistics
+
+    from llamanb.bench.report import ratios
+
+    dec = [40.0, 44.0, 38.0, 41.0, 45.0, 39.0, 42.0]                  # tok/s, 7 rounds
+    gbs = [20.0, 22.0, 19.0, 20.5, 22.5, 19.5, 21.0]                  # GB/s the same rounds
+    eng = {"llamanb": {"decode_tok_s": 30.0, "prefill_128_tok_s": 1.0, "prefill_512_tok_s": 1.0},
+           "llamanb@cpu": {"decode_tok_s": statistics.median(dec), "prefill_128_tok_s": 1.0,
+                           "prefill_512_tok_s": 1.0, "weight_bytes": 500e6,
+                           "samples_tok_s": {"decode": dec}}}
+    row = next(r for r in ratios(eng, 60.0, gb_s=30.0, round_gb_s=gbs)
+               if r["name"].startswith("cpu decode / its roofline"))
+    want = sorted(d * 500e6 / (g * 1e9) for d, g in zip(dec, gbs))   # each 1.0: tracks the probe
+    assert row["spread"]["min"] == want[0] and row["spread"]["max"] == want[-1]
+    assert row["pass"] is True and "19.0-22.5 GB/s, each round's" in row["name"]
+    # against the one probe before the rounds (30 GB/s) the same rates would read 0.67
+    one = next(r for r in ratios(eng, 60.0, gb_s=30.0) if r["name"].startswith("cpu decode / its"))
+    assert one["pass"] is False and abs(one["value"] - 41.0 * 500e6 / 30e9) < 1e-12
+
+
 def test_peer_python_missing_is_one_line(monkeypatch):
     from llamanb.bench.peer import peer_python
 
