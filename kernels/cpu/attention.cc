@@ -5,7 +5,7 @@
 //         cached keys/values lie (attention.h: blocks of a pool, or one contiguous block)
 //   out   [R, n_heads * d]    rows outside every segment (padding) are left as they are
 //
-// Query row i of a segment sees keys 0 .. start + i. Each (row, head) is one job: scores (eight
+// Query row i of a segment sees keys 0 .. start + i. Each (row, head) is one computation: scores (eight
 // keys at a time, reduced together), a max-subtracted softmax, and the weighted sum of values
 // (accumulated in registers). Jobs go to the pool in chunks of about CHUNK_MACS multiply-adds; a job's result
 // never depends on which thread ran it.
@@ -171,7 +171,9 @@ void attention(const float* q, long ldq, const AttnSeg* segs, int n_seg, int n_h
             macs += 2L * n * d * n_heads;
             T = n > T ? n : T;
         }
-    const long jobs = (long)rows.size() * n_heads;
+    // A job is one row and one key/value head: its `group` query heads one after another on one
+    // thread, so the keys and values it reads for the first are in cache for the others.
+    const long jobs = (long)rows.size() * n_kv;
     if (jobs == 0) return;
     long per = jobs * CHUNK_MACS / (macs > 0 ? macs : 1);      // jobs per chunk, by average work
     per = per < 1 ? 1 : per > jobs ? jobs : per;
@@ -179,9 +181,11 @@ void attention(const float* q, long ldq, const AttnSeg* segs, int n_seg, int n_h
         std::vector<float> p(T), acc(d);
         const long j1 = (c + 1) * per < jobs ? (c + 1) * per : jobs;
         for (long job = c * per; job < j1; ++job) {
-            const Job& r = rows[job / n_heads];
-            one(q, ldq, segs[r.seg], r.i, int(job % n_heads), n_heads, group, d, out, scale, rnd,
-                p.data(), acc.data());
+            const Job& r = rows[job / n_kv];
+            const int kv = int(job % n_kv);
+            for (int h = kv * group; h < (kv + 1) * group; ++h)
+                one(q, ldq, segs[r.seg], r.i, h, n_heads, group, d, out, scale, rnd, p.data(),
+                    acc.data());
         }
     });
 }
