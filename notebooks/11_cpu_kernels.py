@@ -176,6 +176,10 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
+# The panels of all 121 matrices are carved from one arena of 2 MiB pages (`cpu_kernels.Arena`,
+# `MADV_HUGEPAGE`): with 4 KiB pages a float32 token's 538 MB cross 131,000 page boundaries, each
+# a TLB miss in the middle of the stream (measured: decode 1.10-1.16x faster on huge pages).
+#
 # ## 3. Register tiles, and what the compiler does with them
 #
 # The micro-kernel computes a tile of `MR` rows x `NPAN` panels: `2 MR NPAN` accumulator vectors
