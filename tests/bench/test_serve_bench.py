@@ -32,8 +32,10 @@ def test_batching_table_counts_and_ratios(smollm):
     # the ceiling's arithmetic, on numbers worked by hand: 10 s / (2 s + 80 rows x 0.08 s / 8)
     assert abs(batching.ceiling({"seconds": 10.0}, {"prompt_steps_s": 2.0, "decode_rows_in_other_steps": 80,
                                                     "full_decode_step_s": 0.08}, 8) - 10 / 2.8) < 1e-12
+    # one round: a paired sample each, and no verdict (targets need 7 rounds' lower quartile)
+    assert all(x["spread"]["n"] == 1 and x["pass"] is None for x in res["ratios"])
     text = batching.report(res)
-    assert "continuous" in text and "target >= 3.0x" in text
+    assert "continuous" in text and "target >= 3.0x" in text and "UNDECIDED (fewer than 7" in text
 
 
 def test_decode_only_steps_run_unpadded_unless_batch_invariant(smollm, monkeypatch):
