@@ -284,39 +284,57 @@ inline void decode_panels(const float* x, int M, int K, const WT* P, int p0, int
     }
 }
 
-template <typename WT>
-void matmul(const float* x, int M, int K, const WT* P, int N, float* y, int accumulate, int rnd) {
-    const int panels = (N + NP - 1) / NP;
-    if (M <= DECODE_ROWS) {
-        // one block of rows; chunks of 4 panels, or 2 or 1 where that leaves each thread fewer
-        // than 8 chunks (the last chunk claimed decides when the step may go on)
-        const int T = llamanb_cpu::pool_threads();
-        const int per = panels >= 32 * T ? 4 : panels >= 16 * T ? 2 : 1;
-        // The pool hands chunks out from the last index down, so the first `small` panels --
-        // the chunks claimed last -- go one at a time: the threads finish together.
-        const int small = per > 1 && panels > 2 * T ? 2 * T : 0;
-        const int64_t chunks = small + (panels - small + per - 1) / per;
-        llamanb_cpu::parallel_for(chunks, [&](int64_t c) {
-            const int p0 = c < small ? int(c) : small + int(c - small) * per;
-            const int p1 = c < small ? p0 + 1 : p0 + per < panels ? p0 + per : panels;
-            // the first PF rows of each panel: the kernel's own prefetch starts PF rows in
-            for (int p = p0; p < p1; ++p) {
-                const char* head = reinterpret_cast<const char*>(P + p * panel_stride<WT>(K));
-                const long bytes = ahead<WT>() * (long)sizeof(WT);
-                const long whole = panel_stride<WT>(K) * (long)sizeof(WT);
-                for (long c = 0; c < bytes && c < whole; c += 64) __builtin_prefetch(head + c, 0, 2);
-            }
-            if (M <= 4) rows_panels(x, 0, M, K, P, p0, p1, y, N, accumulate, rnd);
-            else decode_panels(x, M, K, P, p0, p1, y, N, accumulate, rnd);
-        });
-        return;
-    }
+// How a product's panels are split into the pool's chunks, for either kind of panel (`P` the
+// first panel, `panel_bytes` one panel's size); fn(p0, p1) runs panels p0..p1-1 for every row.
+// Decode (M <= DECODE_ROWS): one block of rows; chunks of 4 panels, or 2 or 1 where that leaves
+// each thread fewer than 8 chunks (the last chunk claimed decides when the step may go on). The
+// pool hands chunks out from the last index down, so the first `small` panels -- the chunks
+// claimed last -- go one at a time: the threads finish together. Each chunk first prefetches
+// the first `ahead_bytes` of its panels: the kernels' own prefetch starts that far in.
+template <typename F>
+inline void decode_chunks(const void* P, long panel_bytes, long ahead_bytes, int panels, F&& fn) {
+    const int T = llamanb_cpu::pool_threads();
+    const int per = panels >= 32 * T ? 4 : panels >= 16 * T ? 2 : 1;
+    const int small = per > 1 && panels > 2 * T ? 2 * T : 0;
+    const int64_t chunks = small + (panels - small + per - 1) / per;
+    llamanb_cpu::parallel_for(chunks, [&](int64_t c) {
+        const int p0 = c < small ? int(c) : small + int(c - small) * per;
+        const int p1 = c < small ? p0 + 1 : p0 + per < panels ? p0 + per : panels;
+        for (int p = p0; p < p1; ++p) {
+            const char* head = static_cast<const char*>(P) + p * panel_bytes;
+            for (long b = 0; b < ahead_bytes && b < panel_bytes; b += 64)
+                __builtin_prefetch(head + b, 0, 2);
+        }
+        fn(p0, p1);
+    });
+}
+
+// Prefill (large M): chunks of one block of MB rows x 4 panels; fn(m0, m1, p) runs rows m0..m1-1
+// against panel p.
+template <typename F>
+inline void prefill_chunks(int M, int panels, F&& fn) {
     constexpr int PER = 4;
     const int64_t groups = (panels + PER - 1) / PER, blocks = (M + MB - 1) / MB;
     llamanb_cpu::parallel_for(groups * blocks, [&](int64_t c) {
         const int m0 = int(c / groups) * MB, m1 = m0 + MB < M ? m0 + MB : M;
         const int p0 = int(c % groups) * PER, p1 = p0 + PER < panels ? p0 + PER : panels;
-        for (int p = p0; p < p1; ++p) rows_panels(x, m0, m1, K, P, p, p + 1, y, N, accumulate, rnd);
+        for (int p = p0; p < p1; ++p) fn(m0, m1, p);
+    });
+}
+
+template <typename WT>
+void matmul(const float* x, int M, int K, const WT* P, int N, float* y, int accumulate, int rnd) {
+    const int panels = (N + NP - 1) / NP;
+    if (M <= DECODE_ROWS) {
+        decode_chunks(P, panel_stride<WT>(K) * (long)sizeof(WT), ahead<WT>() * (long)sizeof(WT),
+                      panels, [&](int p0, int p1) {
+                          if (M <= 4) rows_panels(x, 0, M, K, P, p0, p1, y, N, accumulate, rnd);
+                          else decode_panels(x, M, K, P, p0, p1, y, N, accumulate, rnd);
+                      });
+        return;
+    }
+    prefill_chunks(M, panels, [&](int m0, int m1, int p) {
+        rows_panels(x, m0, m1, K, P, p, p + 1, y, N, accumulate, rnd);
     });
 }
 
@@ -405,26 +423,13 @@ void matmul_q8(const float* x, int M, int K, const uint8_t* P, int N, float* y, 
     const int panels = (N + NP - 1) / NP;
     const long ps = panel_stride<WT>(K);
     if (M <= DECODE_ROWS) {                     // as matmul: chunks of panels, all rows each
-        const int T = llamanb_cpu::pool_threads();
-        const int per = panels >= 32 * T ? 4 : panels >= 16 * T ? 2 : 1;
-        const int small = per > 1 && panels > 2 * T ? 2 * T : 0;
-        const int64_t chunks = small + (panels - small + per - 1) / per;
-        llamanb_cpu::parallel_for(chunks, [&](int64_t c) {
-            const int p0 = c < small ? int(c) : small + int(c - small) * per;
-            const int p1 = c < small ? p0 + 1 : p0 + per < panels ? p0 + per : panels;
-            for (int p = p0; p < p1; ++p)
-                for (long b = 0; b < ahead<WT>() && b < ps; b += 64)
-                    __builtin_prefetch(P + p * ps + b, 0, 2);
+        decode_chunks(P, ps, ahead<WT>(), panels, [&](int p0, int p1) {
             for (int p = p0; p < p1; ++p) rows_panel_q8<WT>(xr, 0, M, K, P, p, y, N, accumulate, rnd);
         });
         return;
     }
-    constexpr int PER = 4;
-    const int64_t groups = (panels + PER - 1) / PER, blocks = (M + MB - 1) / MB;
-    llamanb_cpu::parallel_for(groups * blocks, [&](int64_t c) {
-        const int m0 = int(c / groups) * MB, m1 = m0 + MB < M ? m0 + MB : M;
-        const int p0 = int(c % groups) * PER, p1 = p0 + PER < panels ? p0 + PER : panels;
-        for (int p = p0; p < p1; ++p) rows_panel_q8<WT>(xr, m0, m1, K, P, p, y, N, accumulate, rnd);
+    prefill_chunks(M, panels, [&](int m0, int m1, int p) {
+        rows_panel_q8<WT>(xr, m0, m1, K, P, p, y, N, accumulate, rnd);
     });
 }
 
