@@ -86,18 +86,6 @@ def release_pages(a: np.ndarray) -> None:
     libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), ctypes.c_int(4))   # DONTNEED
 
 
-def release_heap() -> None:
-    """Hand the C heap's free pages back to the OS (glibc's malloc_trim; elsewhere nothing):
-    packing frees large temporaries that glibc would otherwise keep in this process."""
-    import sys
-
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None).malloc_trim(0)
-        except (OSError, AttributeError):                 # not glibc (musl has no malloc_trim)
-            pass
-
-
 def check_dtype(backend: str, dtype: str) -> None:
     """One line for a --dtype that only the cpu backend runs, asked of another backend."""
     if dtype in QUANT_DTYPES and backend != "cpu":
@@ -163,7 +151,7 @@ class CpuBackend(Backend):
                     release_pages(part)
             mat[n] = self.k.pack_quant(raw, fmt[n], m.shape[1], done=release_pages, out=out)
             del raw
-        release_heap()             # the packing's freed temporaries, back to the OS
+        cpu_kernels.release_heap()       # the packing's freed temporaries, back to the OS
         vec = to_bf16 if self.bf16 else (lambda a: np.ascontiguousarray(a, np.float32))
         self.layer_w = [dict(attn_norm=vec(w.attn_norm), wqkv=mat[f"{i}.wqkv"], wo=mat[f"{i}.wo"],
                              ffn_norm=vec(w.ffn_norm), gate_up=mat[f"{i}.gate_up"],

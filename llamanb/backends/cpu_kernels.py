@@ -125,6 +125,20 @@ class CacheDesc(ctypes.Structure):
 # for SmolLM2's widths -- small beside the matrices, large beside a call's cost
 PACK_ROWS = 4096
 
+
+def release_heap() -> None:
+    """Hand the C heap's free pages back to the OS (glibc's malloc_trim; elsewhere nothing):
+    packing frees large temporaries that glibc would otherwise keep in this process (and the
+    benchmark's probe array, bench.machine.release_memory)."""
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None).malloc_trim(0)
+        except (OSError, AttributeError):                 # not glibc (musl has no malloc_trim)
+            pass
+
+
 HUGE_PAGE = 2 << 20              # x86-64's transparent huge page
 
 

@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from .report import MIN_ROUNDS, spread
+from .report import decide, rounds_text, verdict_text
 
 SLOT_COUNTS = (1, 2, 4, 8, 16)
 TARGETS = {"continuous / one at a time, 8 slots": 3.0, "continuous / static, 8 slots": 1.3}
@@ -133,10 +133,9 @@ def measure(model_spec, runs: int, n_requests: int = 16, slot_counts=SLOT_COUNTS
         c = table["continuous/8"]["samples_tok_s"]
         for name, other in (("continuous / one at a time, 8 slots", "one_at_a_time/1"),
                             ("continuous / static, 8 slots", "static/8")):
-            sp = spread([a / b for a, b in zip(c, table[other]["samples_tok_s"])])
-            t = TARGETS[name]
-            ratios.append({"name": name, "value": sp["median"], "target": t, "spread": sp,
-                           "pass": None if sp["n"] < MIN_ROUNDS else sp["q1"] >= t})
+            ratios.append({"name": name, "target": TARGETS[name],
+                           **decide([a / b for a, b in zip(c, table[other]["samples_tok_s"])],
+                                    TARGETS[name])})
         one, c8 = table["one_at_a_time/1"], table["continuous/8"]
         bound = {"ceiling": ceiling(one, c8, 8),
                  "prefill_share_one_at_a_time": one["prefill_s"] / one["seconds"],
@@ -169,13 +168,8 @@ def report(res: dict) -> str:
                      f"{w['requests']}")
     lines.append("")
     for r in res["ratios"]:
-        sp = r.get("spread")
-        verdict = {True: "PASS (lower quartile)", False: "MISS (lower quartile)"}.get(
-            r["pass"], f"UNDECIDED (fewer than {MIN_ROUNDS} rounds: --runs {MIN_ROUNDS})")
-        rounds = "" if not sp else (f"  [rounds {sp['n']}: min {sp['min']:.2f}x, q1 "
-                                    f"{sp['q1']:.2f}x, q3 {sp['q3']:.2f}x]")
         lines.append(f"{r['name']:<40} {r['value']:>6.2f}x  target >= {r['target']:.1f}x "
-                     f"{verdict}{rounds}")
+                     f"{verdict_text(r)}{rounds_text(r.get('spread'))}")
     b = res.get("bound")
     if b:
         lines.append(f"where the time goes: prefill is {100 * b['prefill_share_one_at_a_time']:.0f} % of "

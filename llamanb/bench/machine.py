@@ -5,7 +5,6 @@ overview. Linux-first (/proc); every probe degrades to "unknown" elsewhere.
 """
 from __future__ import annotations
 
-import ctypes
 import gc
 import os
 import platform
@@ -43,11 +42,10 @@ def peak_rss_mb() -> float:
 
 def release_memory() -> None:
     """Drop garbage and hand free heap pages back to the OS (after the bandwidth probe)."""
+    from ..backends.cpu_kernels import release_heap
+
     gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    release_heap()
 
 
 # --- machine ---------------------------------------------------------------------------------

@@ -33,6 +33,28 @@ def spread(values: list[float]) -> dict:
     return {"n": len(v), "min": v[0], "q1": q1, "median": q2, "q3": q3, "max": v[-1]}
 
 
+def decide(samples: list[float], target: float | None) -> dict:
+    """A ratio decided by its paired samples: value (their median), spread, and pass -- the lower
+    quartile clears the target, None without a target or with fewer than MIN_ROUNDS samples."""
+    sp = spread(samples)
+    return {"value": sp["median"], "spread": sp,
+            "pass": None if target is None or sp["n"] < MIN_ROUNDS else sp["q1"] >= target}
+
+
+def rounds_text(sp: dict | None, unit: str = "x") -> str:
+    """The paired samples' spread as printed after a ratio ("" without one)."""
+    return "" if not sp else (f"  [rounds {sp['n']}: min {_fmt_ratio(sp['min'], unit)}, q1 "
+                              f"{_fmt_ratio(sp['q1'], unit)}, q3 {_fmt_ratio(sp['q3'], unit)}]")
+
+
+def verdict_text(row: dict) -> str:
+    """PASS / MISS of a ratio with a target ("(lower quartile)" when paired samples decided it),
+    or UNDECIDED when too few rounds did."""
+    if row.get("spread") and row["pass"] is None:
+        return f"UNDECIDED (fewer than {MIN_ROUNDS} rounds: --runs {MIN_ROUNDS})"
+    return ("PASS" if row["pass"] else "MISS") + (" (lower quartile)" if row.get("spread") else "")
+
+
 def _paired(a: dict, b: dict | float, key: str) -> list[float] | None:
     """Round-by-round ratios of engine a's `key` rate to engine b's (or to a constant b), from
     the samples the bench keeps; None when either has none."""
@@ -106,10 +128,7 @@ def ratios(engines: dict, roofline: float, gb_s: float | None = None,
         row = {"name": n, "unit": u, "target": t, "value": v,
                "pass": None if v is None or t is None else v >= t}
         if paired:                        # decided by the paired rounds' lower quartile
-            sp = spread(paired)
-            row.update(value=sp["median"], spread=sp,
-                       pass_=None if t is None or sp["n"] < MIN_ROUNDS else sp["q1"] >= t)
-            row["pass"] = row.pop("pass_")
+            row.update(decide(paired, t))
         out.append(row)
     return out
 
@@ -160,10 +179,7 @@ def report(res: dict) -> str:
                      + " GB/s; each round's decode / roofline uses its own")
     lines.append("")
     for r in res["ratios"]:
-        sp = r.get("spread")
-        rounds = "" if not sp else (
-            f"  [rounds {sp['n']}: min {_fmt_ratio(sp['min'], r['unit'])}, q1 "
-            f"{_fmt_ratio(sp['q1'], r['unit'])}, q3 {_fmt_ratio(sp['q3'], r['unit'])}]")
+        rounds = rounds_text(r.get("spread"), r["unit"])
         if r["target"] is None:
             lines.append(f"{r['name']:<52} {_fmt_ratio(r['value'], r['unit']):>8}  (no target)"
                          + rounds)
@@ -171,14 +187,9 @@ def report(res: dict) -> str:
         target = _fmt_ratio(r["target"], r["unit"])
         if r["value"] is None:
             lines.append(f"{r['name']:<52} {'n/a':>8}  (target >= {target}; --no-transformers)")
-        elif sp and r["pass"] is None:
-            lines.append(f"{r['name']:<52} {_fmt_ratio(r['value'], r['unit']):>8}  target >= "
-                         f"{target:<7} UNDECIDED (fewer than {MIN_ROUNDS} rounds: --runs "
-                         f"{MIN_ROUNDS})" + rounds)
         else:
             lines.append(f"{r['name']:<52} {_fmt_ratio(r['value'], r['unit']):>8}  target >= "
-                         f"{target:<7} {'PASS' if r['pass'] else 'MISS'}"
-                         + (" (lower quartile)" if sp else "") + rounds)
+                         f"{target:<7} {verdict_text(r)}" + rounds)
     if res.get("greedy_agreement"):
         g = res["greedy_agreement"]
         lines.append(f"greedy tokens, llamanb vs transformers fp32: first {g['same_prefix']} of "
