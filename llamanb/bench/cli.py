@@ -11,7 +11,7 @@ from .child import PEAK_RSS_METHOD, SCHEDULE, measure_engines
 from .machine import (BANDWIDTH_BYTES, ROUND_PROBE_REPEATS, CpuShare, machine_info, memory_read_bandwidth,
                       release_memory)
 from .report import ratios, report, write_json
-from .runners import DECODE_CONTEXT, PREFILL_LENS, prompt_ids
+from .runners import DECODE_CONTEXT, PREFILL_LENS, decode_kv_positions, prompt_ids
 
 def main(args) -> int:
     from importlib.util import find_spec
@@ -92,8 +92,7 @@ def main(args) -> int:
         extra = {f"cpu kernels' streaming sum, {k.threads} threads": k.read_sum}
     bw = memory_read_bandwidth(extra=extra)
     release_memory()
-    roofline = bw["gb_s"] * 1e9 / model_info["weights_bytes"]
-    progress(f"  {bw['gb_s']:.2f} GB/s ({bw['best']}) -> decode roofline {roofline:.2f} tok/s")
+    progress(f"  {bw['gb_s']:.2f} GB/s ({bw['best']})")
     probe = None
     if backend == "cpu":     # a shared machine's bandwidth drifts: probe again every round
         import numpy as np
@@ -108,6 +107,10 @@ def main(args) -> int:
     if probe is not None:
         del probe, arr
         release_memory()
+    # what a decode step must read: every weight, and the cached keys and values it attends over
+    kv_positions = decode_kv_positions(args.decode_tokens)
+    model_info["kv_bytes_per_token"] = results["llamanb"]["kv_bytes_per_position"] * kv_positions
+    roofline = bw["gb_s"] * 1e9 / (model_info["weights_bytes"] + model_info["kv_bytes_per_token"])
 
     agreement = None
     if "transformers_fp32" in results:
@@ -120,7 +123,8 @@ def main(args) -> int:
         "machine": machine,
         "model": model_info,
         "settings": {"runs": args.runs, "warmup_runs": 1, "decode_tokens": args.decode_tokens,
-                     "decode_context": DECODE_CONTEXT, "prefill_lens": list(PREFILL_LENS),
+                     "decode_context": DECODE_CONTEXT, "decode_kv_positions_mean": kv_positions,
+                     "prefill_lens": list(PREFILL_LENS),
                      "prompt_ids": ids, "transformers_logits_to_keep": 1,
                      "transformers_decode": "manual past_key_values loop, greedy, inference_mode",
                      "schedule": SCHEDULE, "round_orders": orders},
@@ -131,7 +135,7 @@ def main(args) -> int:
         "memory_read_per_round_gb_s": probes,
         "decode_roofline_tok_s": roofline,
         "engines": results,
-        "ratios": ratios(results, roofline, bw["gb_s"], probes),
+        "ratios": ratios(results, roofline, bw["gb_s"], probes, kv_positions),
         "greedy_agreement": agreement,
     }
     res["cpu_taken_by_others_pct"] = cpu.pct()      # children count as ours: all reaped by now

@@ -35,6 +35,13 @@ def main() -> None:
     info = {"load_s": time.perf_counter() - t0,
             "backend": f"llama.cpp (llama-cpp-python {llama_cpp.__version__}) {prec}",
             "dtype": prec, "threads": f"llama.cpp {cfg['threads']}"}
+    # its KV cache as created (llama_context_default_params: F16 keys and values), per position
+    size = {llama_cpp.GGML_TYPE_F32: 4, llama_cpp.GGML_TYPE_F16: 2}
+    cp, m = llm.context_params, llm.model
+    if cp.type_k in size and cp.type_v in size:
+        head_dim = llama_cpp.llama_model_n_embd(m) // llama_cpp.llama_model_n_head(m)
+        info["kv_bytes_per_position"] = (llama_cpp.llama_model_n_layer(m) * llama_cpp.llama_model_n_head_kv(m)
+                                         * head_dim * (size[cp.type_k] + size[cp.type_v]))
     print(json.dumps(["ready", info]), flush=True)
     ids, steps = cfg["ids"], cfg["steps"]
 

@@ -70,10 +70,16 @@ def _paired(a: dict, b: dict | float, key: str) -> list[float] | None:
 
 
 def ratios(engines: dict, roofline: float, gb_s: float | None = None,
-           round_gb_s: list[float] | None = None) -> list[dict]:
+           round_gb_s: list[float] | None = None, kv_positions: float = 0.0) -> list[dict]:
     """Each ratio and its target. `round_gb_s`: the memory-read bandwidth probed at the start of
     each timed round; given, a cpu engine's decode / roofline is paired round by round with it
-    (a shared machine's bandwidth drifts 15 % over a run), else with the one probe before."""
+    (a shared machine's bandwidth drifts 15 % over a run), else with the one probe before.
+    `kv_positions`: cached positions a timed decode step reads on average (runners.
+    decode_kv_positions); an engine's bytes per token are its weights plus its own KV cache's
+    bytes per position (`kv_bytes_per_position`, as the engine reports it) times that."""
+    def kv(e):
+        return (e.get("kv_bytes_per_position") or 0) * kv_positions
+
     lb, hf = engines["llamanb"], engines.get("transformers_fp32")
     rows = [
         ("llamanb decode / transformers fp32 decode", "x", 1.5,
@@ -93,7 +99,7 @@ def ratios(engines: dict, roofline: float, gb_s: float | None = None,
                 rows.append((f"{b} prefill_512 / numpy fp32 prefill_512", "x", None,
                              e["prefill_512_tok_s"] / lb["prefill_512_tok_s"]))
                 if gb_s and e.get("weight_bytes"):       # its own bytes per token (bf16: half)
-                    wb = e["weight_bytes"]
+                    wb = e["weight_bytes"] + kv(e)
                     sa = (e.get("samples_tok_s") or {}).get("decode")
                     if round_gb_s and sa and len(sa) == len(round_gb_s):
                         mid = statistics.median(round_gb_s)
@@ -101,7 +107,7 @@ def ratios(engines: dict, roofline: float, gb_s: float | None = None,
                         pairs = [x / (g * 1e9 / wb) for x, g in zip(sa, round_gb_s)]
                     else:
                         mid, what, pairs = gb_s, f"{gb_s:.1f} GB/s", _paired(e, gb_s * 1e9 / wb, "decode")
-                    rows.append((f"{b} decode / its roofline ({what} / {wb / 1e6:.0f} MB)", "%",
+                    rows.append((f"{b} decode / its roofline ({what} / {wb / 1e6:.0f} MB read)", "%",
                                  0.90, e["decode_tok_s"] / (mid * 1e9 / wb), pairs))
                 peer = engines.get(CPU_PEER[b])
                 if peer:
@@ -120,7 +126,8 @@ def ratios(engines: dict, roofline: float, gb_s: float | None = None,
                 nbytes = engines["llamanb"].get("weight_bytes")
                 nbytes = nbytes and (nbytes // 2 if name.endswith("bf16") else nbytes)
             if nbytes:
-                rows.append((f"{label(name)} decode / roofline ({nbytes / 1e6:.0f} MB)", "%", None,
+                nbytes += kv(e)
+                rows.append((f"{label(name)} decode / roofline ({nbytes / 1e6:.0f} MB read)", "%", None,
                              e["decode_tok_s"] / (gb_s * 1e9 / nbytes)))
     out = []
     for n, u, t, v, *paired in rows:
@@ -169,9 +176,12 @@ def report(res: dict) -> str:
     lines += ["", f"memory read bandwidth: {res['memory_read_gb_s']:.2f} GB/s (best of: "
               + "; ".join(f"{k} {v['median_gb_s']:.2f}" for k, v in bw["methods"].items())
               + f"; {bw['array_mib']:.0f} MiB array, medians of {bw['repeats']})",
-              f"decode roofline: {res['memory_read_gb_s']:.2f} GB/s / "
-              f"{mi['weights_bytes'] / 1e6:.1f} MB per token = "
-              f"{res['decode_roofline_tok_s']:.2f} tok/s"]
+              f"decode roofline: {res['memory_read_gb_s']:.2f} GB/s / ("
+              f"{mi['weights_bytes'] / 1e6:.1f} MB of weights + "
+              f"{mi.get('kv_bytes_per_token', 0) / 1e6:.1f} MB of cached keys and values, over "
+              f"{res['settings'].get('decode_kv_positions_mean', 0):.1f} positions on average) per "
+              f"token = {res['decode_roofline_tok_s']:.2f} tok/s (each engine's own row: its own "
+              "weight and KV bytes)"]
     per_round = res.get("memory_read_per_round_gb_s")
     if per_round:
         lines.append("memory read again at each timed round's start (best of the same probes, "

@@ -5,12 +5,23 @@ from __future__ import annotations
 import os
 import time
 
+import numpy as np
+
 from ..check.greedy import engine_steps, greedy
 from ..errors import LlamanbError
 from .machine import openblas_info
 
 PREFILL_LENS = (128, 512)
 DECODE_CONTEXT = 128                     # prompt length before the decode steps
+
+
+def decode_kv_positions(steps: int) -> float:
+    """Cached positions a timed decode step reads, on average: after a DECODE_CONTEXT-token
+    prefill, decode call j (j = 0 .. steps-1) writes position DECODE_CONTEXT + j and attends over
+    DECODE_CONTEXT + j + 1 positions; the mean over the calls is DECODE_CONTEXT + (steps + 1) / 2."""
+    return DECODE_CONTEXT + (steps + 1) / 2
+
+
 LABELS = {"llamanb": "llamanb (numpy fp32)", "transformers_fp32": "transformers fp32",
           "transformers_bf16": "transformers bf16", "llamacpp_f32": "llama.cpp F32",
           "llamacpp_bf16": "llama.cpp BF16", "llamacpp_q4_1": "llama.cpp Q4_1"}
@@ -49,7 +60,10 @@ class LlamanbRunner:
                    f"numpy/OpenBLAS {openblas_info()['threads']}")
         self.info = {"backend": b.description, "dtype": getattr(b, "dtype", "float32"),
                      "threads": threads,
-                     "weight_bytes": getattr(b, "weight_bytes", self.model.weights.nbytes())}
+                     "weight_bytes": getattr(b, "weight_bytes", self.model.weights.nbytes()),
+                     # its KV cache's bytes for one position (keys and values, every layer)
+                     "kv_bytes_per_position": self.engine.config.kv_bytes_per_token(
+                         {4: "fp32", 2: "fp16"}[np.dtype(b.kv_dtype).itemsize])}
 
     def prefill(self, ids) -> float:
         cache = self.engine.new_cache(len(ids))

@@ -15,9 +15,19 @@ def test_bench_json_llamanb_only(smollm, tmp_path):
     eng = d["engines"]["llamanb"]
     for key in ("prefill_128_tok_s", "prefill_512_tok_s", "decode_tok_s", "peak_rss_mb"):
         assert eng[key] > 0, key
-    # the roofline is bandwidth / bytes of weights read per token: all fp32 weights once
+    # the roofline is bandwidth / bytes read per token: all fp32 weights once, and the cached keys
+    # and values of every earlier position -- counted here from a real cache's arrays, over the
+    # positions the 4 timed steps attend to after the 128-token prompt (129, 130, 131, 132)
+    from llamanb.bench.runners import DECODE_CONTEXT
+    from llamanb.engine import Engine
+
     weight_bytes = smollm.config.n_params() * 4
-    assert abs(d["decode_roofline_tok_s"] - d["memory_read_gb_s"] * 1e9 / weight_bytes) < 1e-6 * \
+    cache = Engine(smollm).new_cache(DECODE_CONTEXT + 8)
+    per_position = (cache.k_all.nbytes + cache.v_all.nbytes) / cache.k_all.shape[3]  # [1, L, Nkv, T, d]
+    positions = [DECODE_CONTEXT + j + 1 for j in range(4)]
+    kv = per_position * sum(positions) / len(positions)
+    assert d["model"]["kv_bytes_per_token"] == kv
+    assert abs(d["decode_roofline_tok_s"] - d["memory_read_gb_s"] * 1e9 / (weight_bytes + kv)) < 1e-6 * \
         d["decode_roofline_tok_s"]
     assert "transformers_fp32" not in d["engines"]
     assert "llamanb (numpy fp32)" in p.stdout and "decode roofline" in p.stdout

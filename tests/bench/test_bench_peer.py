@@ -31,9 +31,19 @@ def test_bench_ratios_against_llamacpp_and_roofline():
     assert rows["cpu prefill_512 / llama.cpp F32 prefill_512"]["value"] == 0.8
     bp = rows["cpu:bf16 prefill_512 / llama.cpp BF16 prefill_512"]
     assert (bp["value"], bp["target"], bp["pass"]) == (1.2, 1.0, True)
-    assert rows["cpu decode / its roofline (40.0 GB/s / 500 MB)"]["value"] == 60.0 / 80.0
-    assert rows["cpu:bf16 decode / its roofline (40.0 GB/s / 250 MB)"]["value"] == 100.0 / 160.0
+    assert rows["cpu decode / its roofline (40.0 GB/s / 500 MB read)"]["value"] == 60.0 / 80.0
+    assert rows["cpu:bf16 decode / its roofline (40.0 GB/s / 250 MB read)"]["value"] == 100.0 / 160.0
     assert rows["cpu prefill_512 / numpy fp32 prefill_512"]["value"] == 0.8
+    # with the cached keys and values each reads a token: its own bytes per position (float32
+    # for the cpu engines, F16 for llama.cpp) times the mean positions a timed step attends over
+    for e, per_pos in (("llamanb@cpu", 46080), ("llamanb@cpu:bf16", 46080), ("llamacpp_bf16", 23040)):
+        eng[e]["kv_bytes_per_position"] = per_pos
+    rows = {r["name"]: r for r in ratios(eng, roofline=60.0, gb_s=40.0, kv_positions=160.5)}
+    f32_read, bf_read = 500e6 + 46080 * 160.5, 250e6 + 46080 * 160.5
+    assert rows["cpu decode / its roofline (40.0 GB/s / 507 MB read)"]["value"] == 60.0 / (40e9 / f32_read)
+    assert rows["cpu:bf16 decode / its roofline (40.0 GB/s / 257 MB read)"]["value"] == 100.0 / (40e9 / bf_read)
+    peer = rows["llama.cpp BF16 decode / roofline (254 MB read)"]
+    assert peer["value"] == 125.0 / (40e9 / (250e6 + 23040 * 160.5))
 
 
 def test_roofline_pairs_each_round_with_its_own_bandwidth_probe():
@@ -150,4 +160,4 @@ def test_q4_1_row_against_llamacpp_on_the_same_file(smollm_gguf_path, tmp_path):
     rows = {r["name"]: r for r in ratios(eng, roofline=60.0, gb_s=40.0)}
     q = rows["cpu:q4_1 decode / llama.cpp Q4_1 decode"]
     assert (q["value"], q["target"], q["pass"], q["spread"]["n"]) == (0.75, 1.0, False, 7)
-    assert rows["llama.cpp Q4_1 decode / roofline (100 MB)"]["value"] == 200.0 / 400.0
+    assert rows["llama.cpp Q4_1 decode / roofline (100 MB read)"]["value"] == 200.0 / 400.0
