@@ -165,7 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", default=None, help="also write the results to this file")
     b.add_argument("--runs", type=_positive_int, default=3, help="timed rounds (medians; a target between engines is decided by "
                    "the lower quartile of the paired rounds, from 7 rounds on)")
-    b.add_argument("--decode-tokens", type=_positive_int, default=64,
+    from .bench.runners import DECODE_STEPS
+
+    b.add_argument("--decode-tokens", type=_positive_int, default=DECODE_STEPS,
                    help="tokens generated in each decode measurement")
     b.add_argument("--no-transformers", action="store_true", help="measure llamanb only")
     b.add_argument("--no-bf16", action="store_true", help="skip transformers bf16")

@@ -13,6 +13,7 @@ from .machine import openblas_info
 
 PREFILL_LENS = (128, 512)
 DECODE_CONTEXT = 128                     # prompt length before the decode steps
+DECODE_STEPS = 64                        # timed decode steps (bench --decode-tokens' default)
 
 
 def decode_kv_positions(steps: int) -> float:
