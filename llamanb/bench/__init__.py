@@ -42,17 +42,17 @@ at once too (a watchdog thread waits on the parent's sentinel), so none is left 
 
 Roofline: decode is bound by reading every weight once per token (the LM head included; the
 embedding is read one row at a time) and the cached keys and values of every earlier position.
-The machine's memory-read bandwidth is measured with a
-1 GiB float32 array (far larger than any cache) in four ways: np.add.reduce and
-np.maximum.reduce, each with one Python thread per core on its own slice (numpy drops the GIL),
-and OpenBLAS's two GEMV kernels (matrix @ vector and vector @ matrix, OpenBLAS threads). The best
-median of the four is taken as the bandwidth: the higher it is, the harder the roofline is to
-reach. Decode roofline tok/s = bandwidth / (weight bytes + KV bytes per token). The KV bytes are
-counted, not guessed: each engine reports its cache's bytes per position (layers x KV heads x
-head_dim x (key + value element sizes): 46 KB for SmolLM2-135M in float32, half that in
-llama.cpp's default F16 cache), times the mean context of the timed decode steps
-(runners.decode_kv_positions: 160.5 positions for 64 steps after 128). That is 7.4 MB per token
-in float32: 1.4 % of the float32 weights' bytes, 2.7 % of bfloat16's, more for Q4_1.
+The machine's memory-read bandwidth is measured with a 1 GiB float32 array (far larger than any
+cache) in four ways: np.add.reduce and np.maximum.reduce, each with one Python thread per core on
+its own slice (numpy drops the GIL), and OpenBLAS's two GEMV kernels (matrix @ vector and vector @
+matrix, OpenBLAS threads). The best median of the four is taken as the bandwidth: the higher it
+is, the harder the roofline is to reach. Decode roofline tok/s = bandwidth / (weight bytes + KV
+bytes per token). The KV bytes are counted, not guessed: each engine reports its cache's bytes
+per position (layers x KV heads x head_dim x (key + value element sizes): 46 KB for SmolLM2-135M
+in float32, half that in llama.cpp's default F16 cache), times the mean context of the timed
+decode steps (runners.decode_kv_positions: 160.5 positions for 64 steps after 128). That is
+7.4 MB per token in float32: 1.4 % of the float32 weights' bytes, 2.7 % of bfloat16's, more for
+Q4_1.
 
 Other processes on the machine skew everything; the share of CPU they used during the run is
 printed, with a warning when it is large.

@@ -109,8 +109,8 @@ def main(args) -> int:
         release_memory()
     # what a decode step must read: every weight, and the cached keys and values it attends over
     kv_positions = decode_kv_positions(args.decode_tokens)
-    model_info["kv_bytes_per_token"] = results["llamanb"]["kv_bytes_per_position"] * kv_positions
-    roofline = bw["gb_s"] * 1e9 / (model_info["weights_bytes"] + model_info["kv_bytes_per_token"])
+    model_info["kv_bytes_read_per_token"] = results["llamanb"]["kv_bytes_per_position"] * kv_positions
+    roofline = bw["gb_s"] * 1e9 / (model_info["weights_bytes"] + model_info["kv_bytes_read_per_token"])
 
     agreement = None
     if "transformers_fp32" in results:

@@ -178,7 +178,7 @@ def report(res: dict) -> str:
               + f"; {bw['array_mib']:.0f} MiB array, medians of {bw['repeats']})",
               f"decode roofline: {res['memory_read_gb_s']:.2f} GB/s / ("
               f"{mi['weights_bytes'] / 1e6:.1f} MB of weights + "
-              f"{mi.get('kv_bytes_per_token', 0) / 1e6:.1f} MB of cached keys and values, over "
+              f"{mi.get('kv_bytes_read_per_token', 0) / 1e6:.1f} MB of cached keys and values, over "
               f"{res['settings'].get('decode_kv_positions_mean', 0):.1f} positions on average) per "
               f"token = {res['decode_roofline_tok_s']:.2f} tok/s (each engine's own row: its own "
               "weight and KV bytes)"]

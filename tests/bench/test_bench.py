@@ -26,7 +26,7 @@ def test_bench_json_llamanb_only(smollm, tmp_path):
     per_position = (cache.k_all.nbytes + cache.v_all.nbytes) / cache.k_all.shape[3]  # [1, L, Nkv, T, d]
     positions = [DECODE_CONTEXT + j + 1 for j in range(4)]
     kv = per_position * sum(positions) / len(positions)
-    assert d["model"]["kv_bytes_per_token"] == kv
+    assert d["model"]["kv_bytes_read_per_token"] == kv
     assert abs(d["decode_roofline_tok_s"] - d["memory_read_gb_s"] * 1e9 / (weight_bytes + kv)) < 1e-6 * \
         d["decode_roofline_tok_s"]
     assert "transformers_fp32" not in d["engines"]
