@@ -73,12 +73,25 @@ def ratios(engines: dict, roofline: float, gb_s: float | None = None,
            round_gb_s: list[float] | None = None, kv_positions: float = 0.0) -> list[dict]:
     """Each ratio and its target. `round_gb_s`: the memory-read bandwidth probed at the start of
     each timed round; given, a cpu engine's decode / roofline is paired round by round with it
-    (a shared machine's bandwidth drifts 15 % over a run), else with the one probe before.
-    `kv_positions`: cached positions a timed decode step reads on average (runners.
-    decode_kv_positions); an engine's bytes per token are its weights plus its own KV cache's
-    bytes per position (`kv_bytes_per_position`, as the engine reports it) times that."""
+    (a shared machine's bandwidth drifts 15 % over a run), else with the one probe before; so is
+    llama.cpp's (no target). `kv_positions`: cached positions a timed decode step reads on
+    average (runners.decode_kv_positions); an engine's bytes per token are its weights plus its
+    own KV cache's bytes per position (`kv_bytes_per_position`, as the engine reports it) times
+    that."""
     def kv(e):
         return (e.get("kv_bytes_per_position") or 0) * kv_positions
+
+    def against_roofline(e, nbytes):
+        """(the bandwidth it was divided by, decode / roofline, the paired rounds) for an engine
+        reading `nbytes` a token: each round against that round's probe when there is one a
+        round, else against the one probe before the rounds."""
+        sa = (e.get("samples_tok_s") or {}).get("decode")
+        if round_gb_s and sa and len(sa) == len(round_gb_s):
+            pairs = [x / (g * 1e9 / nbytes) for x, g in zip(sa, round_gb_s)]
+            return (f"{min(round_gb_s):.1f}-{max(round_gb_s):.1f} GB/s, each round's",
+                    statistics.median(pairs), pairs)
+        return (f"{gb_s:.1f} GB/s", e["decode_tok_s"] / (gb_s * 1e9 / nbytes),
+                _paired(e, gb_s * 1e9 / nbytes, "decode"))
 
     lb, hf = engines["llamanb"], engines.get("transformers_fp32")
     rows = [
@@ -100,15 +113,9 @@ def ratios(engines: dict, roofline: float, gb_s: float | None = None,
                              e["prefill_512_tok_s"] / lb["prefill_512_tok_s"]))
                 if gb_s and e.get("weight_bytes"):       # its own bytes per token (bf16: half)
                     wb = e["weight_bytes"] + kv(e)
-                    sa = (e.get("samples_tok_s") or {}).get("decode")
-                    if round_gb_s and sa and len(sa) == len(round_gb_s):
-                        mid = statistics.median(round_gb_s)
-                        what = f"{min(round_gb_s):.1f}-{max(round_gb_s):.1f} GB/s, each round's"
-                        pairs = [x / (g * 1e9 / wb) for x, g in zip(sa, round_gb_s)]
-                    else:
-                        mid, what, pairs = gb_s, f"{gb_s:.1f} GB/s", _paired(e, gb_s * 1e9 / wb, "decode")
+                    what, v, pairs = against_roofline(e, wb)
                     rows.append((f"{b} decode / its roofline ({what} / {wb / 1e6:.0f} MB read)", "%",
-                                 0.90, e["decode_tok_s"] / (mid * 1e9 / wb), pairs))
+                                 0.90, v, pairs))
                 peer = engines.get(CPU_PEER[b])
                 if peer:
                     rows.append((f"{b} decode / {label(CPU_PEER[b])} decode", "x", 1.0,
@@ -125,10 +132,11 @@ def ratios(engines: dict, roofline: float, gb_s: float | None = None,
             if nbytes is None and not name.endswith("q4_1"):
                 nbytes = engines["llamanb"].get("weight_bytes")
                 nbytes = nbytes and (nbytes // 2 if name.endswith("bf16") else nbytes)
-            if nbytes:
+            if nbytes:                    # paired with the probes as the cpu engines are
                 nbytes += kv(e)
-                rows.append((f"{label(name)} decode / roofline ({nbytes / 1e6:.0f} MB read)", "%", None,
-                             e["decode_tok_s"] / (gb_s * 1e9 / nbytes)))
+                what, v, pairs = against_roofline(e, nbytes)
+                rows.append((f"{label(name)} decode / roofline ({what} / {nbytes / 1e6:.0f} MB read)",
+                             "%", None, v, pairs))
     out = []
     for n, u, t, v, *paired in rows:
         paired = paired[0] if paired else None

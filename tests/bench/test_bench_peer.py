@@ -42,7 +42,7 @@ def test_bench_ratios_against_llamacpp_and_roofline():
     f32_read, bf_read = 500e6 + 46080 * 160.5, 250e6 + 46080 * 160.5
     assert rows["cpu decode / its roofline (40.0 GB/s / 507 MB read)"]["value"] == 60.0 / (40e9 / f32_read)
     assert rows["cpu:bf16 decode / its roofline (40.0 GB/s / 257 MB read)"]["value"] == 100.0 / (40e9 / bf_read)
-    peer = rows["llama.cpp BF16 decode / roofline (254 MB read)"]
+    peer = rows["llama.cpp BF16 decode / roofline (40.0 GB/s / 254 MB read)"]
     assert peer["value"] == 125.0 / (40e9 / (250e6 + 23040 * 160.5))
 
 
@@ -65,6 +65,14 @@ def test_roofline_pairs_each_round_with_its_own_bandwidth_probe():
     want = sorted(d * 500e6 / (g * 1e9) for d, g in zip(dec, gbs))   # each 1.0: tracks the probe
     assert row["spread"]["min"] == want[0] and row["spread"]["max"] == want[-1]
     assert row["pass"] is True and "19.0-22.5 GB/s, each round's" in row["name"]
+    # llama.cpp's row (no target) is paired with the same probes, round by round
+    eng["llamacpp_f32"] = {"decode_tok_s": statistics.median(dec), "prefill_512_tok_s": 1.0,
+                           "samples_tok_s": {"decode": dec}}
+    peer = next(r for r in ratios(eng, 60.0, gb_s=30.0, round_gb_s=gbs)
+                if r["name"].startswith("llama.cpp F32 decode / roofline"))
+    assert "19.0-22.5 GB/s, each round's" in peer["name"] and peer["pass"] is None
+    assert peer["spread"]["min"] == want[0] and peer["spread"]["max"] == want[-1]
+    del eng["llamacpp_f32"]
     # against the one probe before the rounds (30 GB/s) the same rates would read 0.67
     one = next(r for r in ratios(eng, 60.0, gb_s=30.0) if r["name"].startswith("cpu decode / its"))
     assert one["pass"] is False and abs(one["value"] - 41.0 * 500e6 / 30e9) < 1e-12
@@ -160,4 +168,4 @@ def test_q4_1_row_against_llamacpp_on_the_same_file(smollm_gguf_path, tmp_path):
     rows = {r["name"]: r for r in ratios(eng, roofline=60.0, gb_s=40.0)}
     q = rows["cpu:q4_1 decode / llama.cpp Q4_1 decode"]
     assert (q["value"], q["target"], q["pass"], q["spread"]["n"]) == (0.75, 1.0, False, 7)
-    assert rows["llama.cpp Q4_1 decode / roofline (100 MB read)"]["value"] == 200.0 / 400.0
+    assert rows["llama.cpp Q4_1 decode / roofline (40.0 GB/s / 100 MB read)"]["value"] == 200.0 / 400.0
