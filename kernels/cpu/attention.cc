@@ -5,10 +5,11 @@
 //         cached keys/values lie (attention.h: blocks of a pool, or one contiguous block)
 //   out   [R, n_heads * d]    rows outside every segment (padding) are left as they are
 //
-// Query row i of a segment sees keys 0 .. start + i. Each (row, head) is one computation: scores (eight
-// keys at a time, reduced together), a max-subtracted softmax, and the weighted sum of values
-// (accumulated in registers). Jobs go to the pool in chunks of about CHUNK_MACS multiply-adds; a job's result
-// never depends on which thread ran it.
+// Query row i of a segment sees keys 0 .. start + i. Each (row, head) is one computation: scores
+// (eight keys at a time, reduced together), a max-subtracted softmax, and the weighted sum of
+// values (accumulated in registers). A job is a row's query heads of one key/value head; jobs go
+// to the pool in chunks of about CHUNK_MACS multiply-adds, and a job's result never depends on
+// which thread ran it.
 #include <cmath>
 #include <cstring>
 #include <vector>
