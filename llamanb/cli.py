@@ -179,6 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--peer-python", default=None, help="with --backend cpu: a Python that has "
                    "llama-cpp-python, to measure llama.cpp F32/BF16 (and the file's own Q4_1) beside it (default: "
                    "$LLAMANB_PEER_PYTHON, or this Python if it can import llama_cpp)")
+    b.add_argument("--also-march", default="auto", help="with --backend cpu: also measure the "
+                   "cpu engines on their kernels built for these -march targets, side by side "
+                   "(comma-separated, e.g. x86-64-v3; 'portable'; 'none'; default 'auto': "
+                   "x86-64-v3 -- the AVX2 kernels -- where this CPU's own build uses AVX-512)")
     b.add_argument("--batching", action="store_true", help="instead: one request at a time vs "
                    "static vs continuous batching (llamanb only, slot counts 1-16)")
 

@@ -98,14 +98,17 @@ class CpuBackend(Backend):
 
     DTYPES = ("float32", "bf16", "q4_1", "q8_0", "auto")
 
-    def __init__(self, weights: Weights, dtype: str = "float32", activations: str | None = None):
+    def __init__(self, weights: Weights, dtype: str = "float32", activations: str | None = None,
+                 march: str | None = None):
+        """march: the kernels' build flavour (cpu_kernels: "native", "portable" or a -march
+        name); default $LLAMANB_CPU_MARCH, else native."""
         if dtype not in self.DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(self.DTYPES)}, got {dtype!r}")
         activations = activations or default_activations()
         if activations not in ACTIVATIONS:
             raise ValueError(f"activations must be one of {', '.join(ACTIVATIONS)}, got "
                              f"{activations!r}")
-        self.k = cpu_kernels.load()                  # LlamanbError (one line) without a compiler
+        self.k = cpu_kernels.load(flavour_name=march)   # LlamanbError (one line) without a compiler
         super().__init__(weights)
         c = self.config
         mats = {f"{i}.{n}": m for i, w in enumerate(weights.layers) for n, m in

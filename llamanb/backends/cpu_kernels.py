@@ -16,8 +16,9 @@ flavour:
     LLAMANB_CPU_MARCH=portable   no -march: the compiler's default target (x86-64: SSE2), the
                                  same source through its generic vector code
     LLAMANB_CPU_MARCH=<name>     -march=<name>, e.g. x86-64-v3 to force the AVX2 kernels on an
-                                 AVX-512 machine (a target this CPU lacks builds, but dies with
-                                 SIGILL when run)
+                                 AVX-512 machine. A target that needs instructions this CPU
+                                 lacks (x86-64-v4 on an AVX2 CPU) is refused in one line before
+                                 anything is loaded: it would build, then die with SIGILL
 
 The flavour is part of the flags, hence of the key: each flavour is its own cached library.
 `-ffp-contract=fast` lets multiply-adds fuse.
@@ -71,14 +72,69 @@ def portable_flags() -> tuple[str, ...]:
     return BASE_FLAGS
 
 
+def check_flavour(value: str, where: str = MARCH_VAR) -> str:
+    """`value` if it is "native", "portable" or something -march could name; else a one-line
+    LlamanbError that names `where` it came from."""
+    if not _MARCH_NAME.match(value):
+        raise LlamanbError(f"{where}={value!r} is not native, portable or a -march name "
+                           "(such as x86-64-v3)")
+    return value
+
+
 def flavour() -> str:
     """The build flavour $LLAMANB_CPU_MARCH asks for: "native" (default), "portable", or a
     -march name; anything else is a one-line LlamanbError."""
-    value = os.environ.get(MARCH_VAR, "").strip() or "native"
-    if not _MARCH_NAME.match(value):
-        raise LlamanbError(f"{MARCH_VAR}={value!r} is not native, portable or a -march name "
-                           "(such as x86-64-v3)")
-    return value
+    return check_flavour(os.environ.get(MARCH_VAR, "").strip() or "native")
+
+
+# the /proc/cpuinfo flag of each ISA_MACROS entry: what a CPU must have to run such a build
+CPU_FLAG = {"SSE2": "sse2", "AVX": "avx", "AVX2": "avx2", "FMA": "fma", "F16C": "f16c",
+            "AVX512F": "avx512f", "AVX512BW": "avx512bw", "AVX512BF16": "avx512_bf16"}
+
+
+def cpu_flags() -> set[str] | None:
+    """This CPU's feature flags as Linux lists them (x86: the `flags` line of /proc/cpuinfo);
+    None where there is no such list."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    flags = {f for ln in text.splitlines() if ln.startswith("flags")
+             for f in ln.split(":", 1)[1].split()}
+    return flags or None
+
+
+@lru_cache(maxsize=None)
+def target_macros(name: str) -> tuple[str, ...] | None:
+    """The ISA_MACROS the compiler defines for flavour `name` (asked of the compiler itself:
+    `-dM -E` of an empty file with the flavour's flags), None when it cannot say (no compiler,
+    or a -march it does not know: the build will then say why)."""
+    import subprocess
+
+    cxx, _ = cxx_build.compiler()
+    if cxx is None:
+        return None
+    flags = [f for f in flavour_flags(name) if f.startswith(("-m", "-std"))]
+    try:
+        out = subprocess.run([cxx, *flags, "-dM", "-E", "-x", "c++", os.devnull],
+                             capture_output=True, text=True, timeout=60)
+    except OSError:
+        return None
+    if out.returncode != 0:
+        return None
+    defined = {ln.split()[1] for ln in out.stdout.splitlines() if ln.startswith("#define ")}
+    return tuple(m for m in ISA_MACROS if f"__{m}__" in defined)
+
+
+def missing_here(name: str) -> list[str]:
+    """The instruction sets a build of flavour `name` would use that this CPU lacks (by its
+    /proc/cpuinfo flags): [] for native, or where either side cannot be read."""
+    if name == "native":
+        return []
+    have, uses = cpu_flags(), target_macros(name)
+    if have is None or uses is None:
+        return []
+    return [m for m in uses if CPU_FLAG[m] not in have]
 
 
 def flavour_flags(name: str) -> tuple[str, ...]:
@@ -424,11 +480,16 @@ def built(kernels_dir: Path = KERNELS_DIR) -> bool:
 def load(kernels_dir: Path = KERNELS_DIR, flavour_name: str | None = None) -> Kernels:
     """The kernels of one build flavour (default: $LLAMANB_CPU_MARCH, else native), built at
     first use; a LlamanbError (one line, naming the numpy backend) when they cannot be built."""
-    wanted = flavour_name or flavour()
+    wanted = check_flavour(flavour_name, "march") if flavour_name else flavour()
     cxx, why = cxx_build.compiler()
     if cxx is None:
         raise LlamanbError(f"backend 'cpu' compiles C++ at first use, but {why} "
                            "(set LLAMANB_CXX, or use --backend numpy)")
+    lacking = missing_here(wanted)
+    if lacking:
+        raise LlamanbError(f"backend 'cpu': -march={wanted} uses {', '.join(lacking)}, which this "
+                           "CPU does not have (the kernels would stop with SIGILL); use native "
+                           "or an older -march")
     with stages() as say:                      # a notebook shows the line while it compiles
         if not built(Path(kernels_dir)):
             say("compiling the cpu backend's C++ kernels for this CPU, once (about 30 s)")

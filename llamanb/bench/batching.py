@@ -93,15 +93,15 @@ def ceiling(one: dict, cont: dict, slots: int) -> float:
 def measure(model_spec, runs: int, n_requests: int = 16, slot_counts=SLOT_COUNTS,
             progress=lambda m: None, backend: str = "numpy", **workload) -> dict:
     """workload: prompt_range / new_range for mixed_workload (tests use short ones). backend: a
-    name, or "cpu:bf16" for a backend with a dtype."""
+    name, or "cpu:bf16" for a backend with a dtype (runners.llamanb_backend)."""
     from ..io.store import load_model
     from ..engine import Engine
     from ..serve.workload import mixed_workload
-    from .runners import PROMPT_TEXT
+    from .runners import PROMPT_TEXT, llamanb_backend
 
     model = load_model(model_spec)
-    name, _, dtype = backend.partition(":")
-    engine = Engine(model, name, **({"dtype": dtype} if dtype else {}))
+    name, options = llamanb_backend(backend)
+    engine = Engine(model, name, **options)
     unit = model.tokenizer.encode(PROMPT_TEXT, add_special_tokens=False)
     work = mixed_workload(unit, n_requests, **workload)
     modes = [("one_at_a_time", 1)] + [(p, s) for s in slot_counts for p in ("static", "continuous")]

@@ -13,6 +13,31 @@ from .machine import (BANDWIDTH_BYTES, ROUND_PROBE_REPEATS, CpuShare, machine_in
 from .report import ratios, report, write_json
 from .runners import DECODE_CONTEXT, PREFILL_LENS, decode_kv_positions, prompt_ids
 
+def also_marches(value: str | None) -> list[str]:
+    """The kernel build flavours `--also-march` asks for beside the cpu engines' own (each is
+    built here, so a flavour that cannot build or run on this CPU is one line before anything is
+    measured): a comma-separated list of -march names (or "portable"); "none"; or "auto" --
+    x86-64-v3 (the AVX2 kernels) where this CPU's own build uses AVX-512, none elsewhere.
+    The own flavour ($LLAMANB_CPU_MARCH, else native) is never measured twice."""
+    from ..backends import cpu_kernels
+
+    value = (value or "auto").strip()
+    own = cpu_kernels.load()
+    if value == "auto":
+        names = ["x86-64-v3"] if "AVX512F" in own.isa else []
+    elif value == "none":
+        names = []
+    else:
+        names = [cpu_kernels.check_flavour(v.strip(), "--also-march") for v in value.split(",")
+                 if v.strip()]
+    out = []
+    for name in names:
+        if name != own.flavour and name not in out:
+            cpu_kernels.load(flavour_name=name)            # built now; LlamanbError if it can't
+            out.append(name)
+    return out
+
+
 def main(args) -> int:
     from importlib.util import find_spec
 
@@ -48,6 +73,7 @@ def main(args) -> int:
     def progress(msg):
         print(f"bench: {msg}", file=sys.stderr, flush=True)
 
+    marches = also_marches(getattr(args, "also_march", "auto")) if backend == "cpu" else []
     model = load_model(args.model)                 # weights are memory-mapped, not read yet
     cfg = model.config
     if backend == "cpu":                           # and the file's own blocks (Q4_1), as stored
@@ -57,6 +83,10 @@ def main(args) -> int:
         if quant:
             engines.insert(engines.index("llamanb@cpu:bf16") + 1,
                            f"llamanb@cpu:{QUANT_PEERS[quant]}")
+    if backend == "cpu":                           # the same engines on other kernel builds
+        cpu_engines = [e for e in engines if e.startswith("llamanb@cpu")]
+        at = engines.index(cpu_engines[-1]) + 1
+        engines[at:at] = [f"{e}/{m}" for m in marches for e in cpu_engines]
     ids = prompt_ids(model.tokenizer, max(PREFILL_LENS), cfg.vocab)
     model_info = {"name": cfg.name, "n_params": cfg.n_params(),
                   "weights_bytes": model.weights.nbytes(), "source": str(model.source),

@@ -104,11 +104,12 @@ def ratios(engines: dict, roofline: float, gb_s: float | None = None,
     for name, e in engines.items():       # another backend side by side with the numpy engine
         if name.startswith("llamanb@"):
             b = name.split("@", 1)[1]
+            base = b.split("/", 1)[0]      # without the kernels' build flavour ("cpu/x86-64-v3")
             rows.append((f"{b} decode / numpy fp32 decode", "x",
                          BACKEND_DECODE_TARGETS.get(b), e["decode_tok_s"] / lb["decode_tok_s"]))
             rows.append((f"{b} prefill_128 / numpy fp32 prefill_128", "x", None,
                          e["prefill_128_tok_s"] / lb["prefill_128_tok_s"]))
-            if b in CPU_PEER:
+            if base in CPU_PEER:
                 rows.append((f"{b} prefill_512 / numpy fp32 prefill_512", "x", None,
                              e["prefill_512_tok_s"] / lb["prefill_512_tok_s"]))
                 if gb_s and e.get("weight_bytes"):       # its own bytes per token (bf16: half)
@@ -116,13 +117,13 @@ def ratios(engines: dict, roofline: float, gb_s: float | None = None,
                     what, v, pairs = against_roofline(e, wb)
                     rows.append((f"{b} decode / its roofline ({what} / {wb / 1e6:.0f} MB read)", "%",
                                  0.90, v, pairs))
-                peer = engines.get(CPU_PEER[b])
+                peer = engines.get(CPU_PEER[base])
                 if peer:
-                    rows.append((f"{b} decode / {label(CPU_PEER[b])} decode", "x", 1.0,
+                    rows.append((f"{b} decode / {label(CPU_PEER[base])} decode", "x", 1.0,
                                  e["decode_tok_s"] / peer["decode_tok_s"],
                                  _paired(e, peer, "decode")))
-                    rows.append((f"{b} prefill_512 / {label(CPU_PEER[b])} prefill_512", "x",
-                                 1.0 if b in ("cpu", "cpu:bf16") else None,   # fp32, bf16: >= 1.0x
+                    rows.append((f"{b} prefill_512 / {label(CPU_PEER[base])} prefill_512", "x",
+                                 1.0 if base in ("cpu", "cpu:bf16") else None,  # fp32, bf16: >= 1.0x
                                  e["prefill_512_tok_s"] / peer["prefill_512_tok_s"],
                                  _paired(e, peer, "prefill_512")))
         elif name in CPU_PEER.values() and gb_s:
@@ -170,15 +171,16 @@ def report(res: dict) -> str:
         f"peak RSS: {res['peak_rss_method']}",
         "",
     ]
+    w = max([22] + [len(label(name)) for name in res["engines"]])
     for name, e in res["engines"].items():
-        lines.append(f"  {label(name):<22} {e['backend']} | threads: {e['threads']} | "
+        lines.append(f"  {label(name):<{w}} {e['backend']} | threads: {e['threads']} | "
                      f"load {e['load_s']:.2f} s")
-    head = (f"{'engine':<22} {'prefill_128':>12} {'prefill_512':>12} {'decode':>10} "
+    head = (f"{'engine':<{w}} {'prefill_128':>12} {'prefill_512':>12} {'decode':>10} "
             f"{'peak RSS':>10}")
-    lines += ["", head, f"{'(medians)':<22} {'tok/s':>12} {'tok/s':>12} {'tok/s':>10} {'MB':>10}",
+    lines += ["", head, f"{'(medians)':<{w}} {'tok/s':>12} {'tok/s':>12} {'tok/s':>10} {'MB':>10}",
               "-" * len(head)]
     for name, e in res["engines"].items():
-        lines.append(f"{label(name):<22} {e['prefill_128_tok_s']:>12.1f} "
+        lines.append(f"{label(name):<{w}} {e['prefill_128_tok_s']:>12.1f} "
                      f"{e['prefill_512_tok_s']:>12.1f} {e['decode_tok_s']:>10.2f} "
                      f"{e['peak_rss_mb']:>10.0f}")
     lines += ["", f"memory read bandwidth: {res['memory_read_gb_s']:.2f} GB/s (best of: "

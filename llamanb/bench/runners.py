@@ -28,6 +28,15 @@ LABELS = {"llamanb": "llamanb (numpy fp32)", "transformers_fp32": "transformers 
           "llamacpp_bf16": "llama.cpp BF16", "llamacpp_q4_1": "llama.cpp Q4_1"}
 
 
+def llamanb_backend(spec: str) -> tuple[str, dict]:
+    """A llamanb engine's backend, as the bench names it -> (backend name, Engine options):
+    "numpy", "cpu", "cpu:bf16" (a dtype), "cpu/x86-64-v3" or "cpu:bf16/x86-64-v3" (after the
+    slash, the cpu kernels' build flavour: llamanb.backends.cpu_kernels)."""
+    spec, _, march = spec.partition("/")
+    name, _, dtype = spec.partition(":")
+    return name, {**({"dtype": dtype} if dtype else {}), **({"march": march} if march else {})}
+
+
 def label(engine: str) -> str:
     """Table label of an engine name: "llamanb", "llamanb@<backend>[:<dtype>]",
     "transformers_<dtype>", "llamacpp_<precision>"."""
@@ -54,8 +63,8 @@ class LlamanbRunner:
         from ..io.store import load_model
 
         self.model = load_model(model_spec)
-        name, _, dtype = backend.partition(":")           # "cpu:bf16": the cpu backend in bf16
-        self.engine = Engine(self.model, name, **({"dtype": dtype} if dtype else {}))
+        name, options = llamanb_backend(backend)          # "cpu:bf16": the cpu backend in bf16
+        self.engine = Engine(self.model, name, **options)
         b = self.engine.backend
         threads = (f"kernel pool {b.k.threads}" if name == "cpu" else
                    f"numpy/OpenBLAS {openblas_info()['threads']}")
