@@ -35,7 +35,7 @@ def choose_engine(model, backend: str, dtype: str = "float32"):
     from .backends import cpu_kernels
 
     if not cpu_kernels.built():
-        note(f"engine cpu: compiling its C++ kernels for this CPU, once (about 30 s; kept in "
+        note(f"engine cpu: compiling its C++ kernels for this CPU, once (about 15 s; kept in "
               f"{cpu_kernels.cache_dir()}); --backend numpy skips this")
     try:
         return Engine(model, "cpu", dtype=dtype)

@@ -492,7 +492,7 @@ def load(kernels_dir: Path = KERNELS_DIR, flavour_name: str | None = None) -> Ke
                            "or an older -march")
     with stages() as say:                      # a notebook shows the line while it compiles
         if not built(Path(kernels_dir)):
-            say("compiling the cpu backend's C++ kernels for this CPU, once (about 30 s)")
+            say("compiling the cpu backend's C++ kernels for this CPU, once (about 15 s)")
         got = _load(Path(kernels_dir), cache_dir(), wanted)
     if isinstance(got, str):
         raise LlamanbError(f"backend 'cpu': {got} (use --backend numpy)")
