@@ -204,16 +204,19 @@ def run_cli_here(args, *, cache: Path, extra_env: dict | None = None):
     calls, llamanb.cli.main(argv), run in this process under run_cli's environment (and working
     directory), with what it writes to stdout / stderr captured as a child's would be (UTF-8,
     strict on stdout, backslashreplace on stderr; a warning is printed to stderr as a fresh
-    interpreter would print it) and its exit status as `sys.exit(main())` gives it: main's return
-    value, a SystemExit's code (argparse: 2 for bad input, 0 for --help), or 1 with the traceback
-    on stderr for any other exception -- so a test's "exit 2, one line, no traceback" checks the
-    same things as against the child. Everything it changes (environment, cwd, streams, warning
-    filters) is put back afterwards.
+    interpreter would print it; what reaches file descriptors 1 and 2 directly, from C code or a
+    child process, follows the Python text) and its exit status as `sys.exit(main())` gives it:
+    main's return value, a SystemExit's code (argparse: 2 for bad input, 0 for --help), or 1 with
+    the traceback on stderr for any other exception -- so a test's "exit 2, one line, no
+    traceback" checks the same things as against the child. Everything it changes (environment,
+    cwd, streams and descriptors 1 and 2, warning filters) is put back afterwards.
 
     It saves a process start and llamanb's imports per call (0.6 s and more on 2 cores); the
     process boundary itself (argv bytes, stdin, signals, a fresh interpreter's caches) is checked
     by the tests that still use run_cli / subprocess."""
+    import ctypes
     import io
+    import tempfile
     import traceback
     import warnings
 
@@ -230,6 +233,10 @@ def run_cli_here(args, *, cache: Path, extra_env: dict | None = None):
     saved_cwd = os.getcwd()
     saved_streams = sys.stdout, sys.stderr
     out_bytes, err_bytes = io.BytesIO(), io.BytesIO()
+    # what reaches file descriptors 1 and 2 directly (C code, a compiler or other child the
+    # command starts) is captured too: a child's pipe would hold it
+    fd_files = {fd: tempfile.TemporaryFile() for fd in (1, 2)}
+    saved_fds = {}
     out = io.TextIOWrapper(out_bytes, encoding="utf-8", errors="strict", write_through=True)
     err = io.TextIOWrapper(err_bytes, encoding="utf-8", errors="backslashreplace",
                            write_through=True)
@@ -244,6 +251,9 @@ def run_cli_here(args, *, cache: Path, extra_env: dict | None = None):
             else:
                 os.environ[k] = v
         os.chdir(REPO_ROOT)
+        for fd, f in fd_files.items():
+            saved_fds[fd] = os.dup(fd)
+            os.dup2(f.fileno(), fd)
         sys.stdout, sys.stderr = out, err
         with warnings.catch_warnings():
             warnings.resetwarnings()
@@ -266,12 +276,24 @@ def run_cli_here(args, *, cache: Path, extra_env: dict | None = None):
         err.flush()
     finally:
         sys.stdout, sys.stderr = saved_streams
+        try:
+            ctypes.CDLL(None).fflush(None)         # C stdio buffers, before the descriptors move
+        except (OSError, AttributeError):
+            pass
+        for fd, saved in saved_fds.items():
+            os.dup2(saved, fd)
+            os.close(saved)
         os.chdir(saved_cwd)
         for k, v in saved_env.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+    for f, b in ((fd_files[1], out_bytes), (fd_files[2], err_bytes)):
+        f.seek(0)
+        raw = f.read()
+        f.close()
+        b.write(raw.decode("utf-8", "backslashreplace").encode("utf-8"))   # after the Python text
     text = lambda b: b.getvalue().decode("utf-8").replace("\r\n", "\n")   # noqa: E731 (text=True)
     import subprocess
 
