@@ -188,6 +188,119 @@ def run_cli(args, *, cache: Path, timeout: float = 300, extra_env: dict | None =
                           env=env, capture_output=True, text=True, timeout=timeout)
 
 
+# CPython's warning filters in a fresh interpreter started without -W or PYTHONWARNINGS (what
+# `python -m llamanb` runs under), most specific first, as warnings.filters lists them.
+_FRESH_INTERPRETER_WARNING_FILTERS = (
+    ("default", DeprecationWarning, "__main__"),
+    ("ignore", DeprecationWarning, None),
+    ("ignore", PendingDeprecationWarning, None),
+    ("ignore", ImportWarning, None),
+    ("ignore", ResourceWarning, None),
+)
+
+
+def run_cli_here(args, *, cache: Path, extra_env: dict | None = None):
+    """`python -m llamanb ARGS` without starting a Python: the entry point that llamanb/__main__.py
+    calls, llamanb.cli.main(argv), run in this process under run_cli's environment (and working
+    directory), with what it writes to stdout / stderr captured as a child's would be (UTF-8,
+    strict on stdout, backslashreplace on stderr; a warning is printed to stderr as a fresh
+    interpreter would print it; what reaches file descriptors 1 and 2 directly, from C code or a
+    child process, follows the Python text) and its exit status as `sys.exit(main())` gives it:
+    main's return value, a SystemExit's code (argparse: 2 for bad input, 0 for --help), or 1 with
+    the traceback on stderr for any other exception -- so a test's "exit 2, one line, no
+    traceback" checks the same things as against the child. Everything it changes (environment,
+    cwd, streams and descriptors 1 and 2, warning filters) is put back afterwards.
+
+    It saves a process start and llamanb's imports per call (0.6 s and more on 2 cores); the
+    process boundary itself (argv bytes, stdin, signals, a fresh interpreter's caches) is checked
+    by the tests that still use run_cli / subprocess."""
+    import ctypes
+    import io
+    import tempfile
+    import traceback
+    import warnings
+
+    from llamanb.cli import main
+
+    env = {"LLAMANB_CACHE": str(cache), "LLAMANB_MODEL": None}
+    env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "2")
+    env["LLAMANB_BACKEND"] = os.environ.get("LLAMANB_BACKEND", "numpy")
+    # argparse wraps --help to the terminal's width: a child whose stdout is a pipe gets 80 columns
+    env["COLUMNS"] = os.environ.get("COLUMNS", "80")
+    env["LINES"] = os.environ.get("LINES", "24")
+    env.update(extra_env or {})
+    saved_env = {k: os.environ.get(k) for k in env}
+    saved_cwd = os.getcwd()
+    saved_streams = sys.stdout, sys.stderr
+    out_bytes, err_bytes = io.BytesIO(), io.BytesIO()
+    # what reaches file descriptors 1 and 2 directly (C code, a compiler or other child the
+    # command starts) is captured too: a child's pipe would hold it
+    fd_files = {fd: tempfile.TemporaryFile() for fd in (1, 2)}
+    saved_fds = {}
+    out = io.TextIOWrapper(out_bytes, encoding="utf-8", errors="strict", write_through=True)
+    err = io.TextIOWrapper(err_bytes, encoding="utf-8", errors="backslashreplace",
+                           write_through=True)
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        err.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    try:
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        os.chdir(REPO_ROOT)
+        for fd, f in fd_files.items():
+            saved_fds[fd] = os.dup(fd)
+            os.dup2(f.fileno(), fd)
+        sys.stdout, sys.stderr = out, err
+        with warnings.catch_warnings():
+            warnings.resetwarnings()
+            for action, category, module in reversed(_FRESH_INTERPRETER_WARNING_FILTERS):
+                warnings.filterwarnings(action, category=category, module=module or "")
+            warnings.showwarning = show
+            try:
+                code = main([str(a) for a in args])
+            except SystemExit as e:
+                code = e.code
+            except Exception:                      # noqa: BLE001 -- the child would print it
+                traceback.print_exc(file=err)
+                code = 1
+        if code is None:
+            code = 0
+        elif not isinstance(code, int):            # sys.exit("text"): printed, status 1
+            print(code, file=err)
+            code = 1
+        out.flush()
+        err.flush()
+    finally:
+        sys.stdout, sys.stderr = saved_streams
+        try:
+            ctypes.CDLL(None).fflush(None)         # C stdio buffers, before the descriptors move
+        except (OSError, AttributeError):
+            pass
+        for fd, saved in saved_fds.items():
+            os.dup2(saved, fd)
+            os.close(saved)
+        os.chdir(saved_cwd)
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    for f, b in ((fd_files[1], out_bytes), (fd_files[2], err_bytes)):
+        f.seek(0)
+        raw = f.read()
+        f.close()
+        b.write(raw.decode("utf-8", "backslashreplace").encode("utf-8"))   # after the Python text
+    text = lambda b: b.getvalue().decode("utf-8").replace("\r\n", "\n")   # noqa: E731 (text=True)
+    import subprocess
+
+    return subprocess.CompletedProcess(["llamanb", *map(str, args)], code, text(out_bytes),
+                                       text(err_bytes))
+
+
 # ---- tiny GGUF files, written with the `gguf` package --------------------------------------------
 def llamacpp_permute_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
     """HF half-split Q/K rows -> llama.cpp's interleaved order, by explicit index arithmetic:

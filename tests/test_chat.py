@@ -184,11 +184,11 @@ def test_chat_ctrl_c_stops_an_answer_then_leaves_and_context_full(smollm):
 
 
 def test_chat_bad_option_is_one_line(llamanb_cache):
-    from conftest import run_cli
+    from conftest import run_cli_here          # llamanb.cli.main in this process, as a child's
 
-    r = run_cli(["chat", "--context", "0"], cache=llamanb_cache)
+    r = run_cli_here(["chat", "--context", "0"], cache=llamanb_cache)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
-    r = run_cli(["chat", "--backend", "npu9"], cache=llamanb_cache)
+    r = run_cli_here(["chat", "--backend", "npu9"], cache=llamanb_cache)
     assert r.returncode == 2 and "unknown backend 'npu9'" in r.stderr
     assert "Traceback" not in r.stderr
 
@@ -342,9 +342,9 @@ def test_make_chat_exits_0_on_ctrl_c(tmp_path, smollm, when):
     (["--top-p", "2"], "top_p must be a number in (0, 1]"),
 ])
 def test_chat_sampling_options_checked_before_any_work(tmp_path, args, words):
-    from conftest import run_cli
+    from conftest import run_cli_here          # llamanb.cli.main in this process, as a child's
 
-    r = run_cli(["chat", *args], cache=tmp_path / "cache")
+    r = run_cli_here(["chat", *args], cache=tmp_path / "cache")
     assert r.returncode == 2 and r.stderr.strip() == f"llamanb: error: {r.stderr.strip()[16:]}"
     assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not (tmp_path / "cache").exists()                 # nothing loaded or converted

@@ -1,5 +1,11 @@
 """`python -m llamanb` as a user runs it: every bad input is one line on stderr, exit code 2, no
-traceback; a good run prints an answer and timings; failed conversions leave no debris."""
+traceback; a good run prints an answer and timings; failed conversions leave no debris.
+
+Most tests call the entry point in this process (conftest.run_cli_here: llamanb.cli.main(argv),
+the function `python -m llamanb` runs, with its exit status and stdout / stderr captured as a
+child's); those about the process itself start `python -m llamanb`: the embedded model's answer,
+the cpu default (built once, then found in the cache by a new process), argv bytes that are not
+UTF-8, the prompt on standard input, and Ctrl-C during a conversion."""
 from __future__ import annotations
 
 import argparse
@@ -13,7 +19,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import REPO_ROOT, make_tiny_checkpoint, run_cli, write_tiny_gguf
+from conftest import REPO_ROOT, make_tiny_checkpoint, run_cli, run_cli_here, write_tiny_gguf
 
 from gguf import GGMLQuantizationType as Q
 
@@ -56,7 +62,7 @@ def _edited_copy(src, dst, **changes):
 
 # ---- bad model inputs ---------------------------------------------------------------------------------
 def test_missing_model_file(tmp_path, cache):
-    p = run_cli(["generate", "--model", tmp_path / "nope.gguf", "--prompt", "hi"], cache=cache)
+    p = run_cli_here(["generate", "--model", tmp_path / "nope.gguf", "--prompt", "hi"], cache=cache)
     assert_user_error(p, contains="not found")
     assert residue(cache) == []
 
@@ -64,7 +70,7 @@ def test_missing_model_file(tmp_path, cache):
 def test_corrupt_model_file(tmp_path, cache):
     f = tmp_path / "x.gguf"
     f.write_bytes(np.random.default_rng(0).integers(0, 256, 10_000, dtype=np.uint8).tobytes())
-    p = run_cli(["generate", "--model", f, "--prompt", "hi"], cache=cache)
+    p = run_cli_here(["generate", "--model", f, "--prompt", "hi"], cache=cache)
     assert_user_error(p)
     assert residue(cache) == []
 
@@ -72,7 +78,7 @@ def test_corrupt_model_file(tmp_path, cache):
 def test_gguf_magic_then_garbage(tmp_path, cache):
     f = tmp_path / "x.gguf"
     f.write_bytes(b"GGUF" + np.random.default_rng(1).integers(0, 256, 10_000, dtype=np.uint8).tobytes())
-    assert_user_error(run_cli(["generate", "--model", f, "--prompt", "hi"], cache=cache))
+    assert_user_error(run_cli_here(["generate", "--model", f, "--prompt", "hi"], cache=cache))
     assert residue(cache) == []
 
 
@@ -84,7 +90,7 @@ def test_unsupported_quant_type(tmp_path, cache):
     raw = np.random.default_rng(0).integers(0, 256, (rows, cols // 32 * 18), dtype=np.uint8)
     f = tmp_path / "iq4.gguf"
     write_tiny_gguf(f, hf, raw_override={"blk.1.ffn_down.weight": (Q.IQ4_NL, raw)})
-    p = run_cli(["generate", "--model", f, "--prompt", "hi"], cache=cache)
+    p = run_cli_here(["generate", "--model", f, "--prompt", "hi"], cache=cache)
     assert_user_error(p, contains="IQ4_NL")
     assert residue(cache) == []
 
@@ -94,37 +100,37 @@ def test_unsupported_quant_type(tmp_path, cache):
                                     {"num_key_value_heads": 4}])
 def test_weights_do_not_match_config(tmp_path, cache, tiny_dir, change):
     d = _edited_copy(tiny_dir, tmp_path / "edited", **change)
-    p = run_cli(["generate", "--model", d, "--prompt", "w3 w4", "--raw"], cache=cache)
+    p = run_cli_here(["generate", "--model", d, "--prompt", "w3 w4", "--raw"], cache=cache)
     assert_user_error(p, contains="do not match")
     assert residue(cache) == []
 
 
 def test_directory_without_config(tmp_path, cache):
     (tmp_path / "empty").mkdir()
-    assert_user_error(run_cli(["generate", "--model", tmp_path / "empty", "--prompt", "hi"], cache=cache))
+    assert_user_error(run_cli_here(["generate", "--model", tmp_path / "empty", "--prompt", "hi"], cache=cache))
 
 
 def test_checkpoint_without_tokenizer(tmp_path, cache, tiny_dir):
     d = tmp_path / "notok"
     shutil.copytree(tiny_dir, d)
     (d / "tokenizer.json").unlink()
-    assert_user_error(run_cli(["generate", "--model", d, "--prompt", "hi"], cache=cache), contains="tokenizer")
+    assert_user_error(run_cli_here(["generate", "--model", d, "--prompt", "hi"], cache=cache), contains="tokenizer")
 
 
 # ---- bad prompts and options ------------------------------------------------------------------------------
 @pytest.mark.parametrize("prompt", ["", "   ", "\n"])
 def test_empty_prompt(cache, prompt):
-    assert_user_error(run_cli(["generate", "--prompt", prompt], cache=cache), contains="empty prompt")
+    assert_user_error(run_cli_here(["generate", "--prompt", prompt], cache=cache), contains="empty prompt")
 
 
 def test_prompt_longer_than_context(cache, tiny_dir):
     long_prompt = " ".join(f"w{i}" for i in range(3, 23))          # 20 tokens, context 16
-    p = run_cli(["generate", "--model", tiny_dir, "--raw", "--prompt", long_prompt], cache=cache)
+    p = run_cli_here(["generate", "--model", tiny_dir, "--raw", "--prompt", long_prompt], cache=cache)
     assert_user_error(p)
 
 
 def test_chat_mode_without_template(cache, tiny_dir):
-    p = run_cli(["generate", "--model", tiny_dir, "--prompt", "w3 w4"], cache=cache)
+    p = run_cli_here(["generate", "--model", tiny_dir, "--prompt", "w3 w4"], cache=cache)
     assert_user_error(p, contains="chat template")
 
 
@@ -134,14 +140,14 @@ def test_chat_mode_without_template(cache, tiny_dir):
     ["--max-new-tokens", "0"], ["--max-new-tokens", "x"], ["--dtype", "int8"], ["--bogus-flag"],
 ])
 def test_bad_options(cache, args):
-    p = run_cli(["generate", "--prompt", "hello", *args], cache=cache)
+    p = run_cli_here(["generate", "--prompt", "hello", *args], cache=cache)
     assert_user_error(p)
     assert residue(cache) == []                      # rejected before any model work
 
 
 def test_bad_subcommand_and_preset(cache):
-    assert_user_error(run_cli(["frobnicate"], cache=cache))
-    assert_user_error(run_cli(["info", "--preset", "gpt-5"], cache=cache), contains="preset")
+    assert_user_error(run_cli_here(["frobnicate"], cache=cache))
+    assert_user_error(run_cli_here(["info", "--preset", "gpt-5"], cache=cache), contains="preset")
 
 
 # ---- good runs ----------------------------------------------------------------------------------------------------
@@ -169,7 +175,7 @@ def test_default_engine_is_cpu_with_numpy_tokens(smollm, llamanb_cache):
     args = ["generate", "--max-new-tokens", "24", "--temperature", "0", "--no-stream",
             "--prompt", "Name three planets of the solar system."]
     auto = run_cli(args, cache=llamanb_cache, extra_env={"LLAMANB_BACKEND": ""})
-    ref = run_cli(args + ["--backend", "numpy"], cache=llamanb_cache)
+    ref = run_cli_here(args + ["--backend", "numpy"], cache=llamanb_cache)    # the reference
     assert auto.returncode == 0 and ref.returncode == 0, auto.stderr + ref.stderr
     assert "[compiled C++ kernels on the host CPU" in auto.stderr, auto.stderr
     assert "[numpy reference engine" in ref.stderr
@@ -179,7 +185,7 @@ def test_default_engine_is_cpu_with_numpy_tokens(smollm, llamanb_cache):
 
 
 def test_default_engine_without_a_compiler_is_numpy_with_one_line(cache, tiny_dir):
-    p = run_cli(["generate", "--model", tiny_dir, "--raw", "--prompt", "w3 w4", "--max-new-tokens",
+    p = run_cli_here(["generate", "--model", tiny_dir, "--raw", "--prompt", "w3 w4", "--max-new-tokens",
                  "2"], cache=cache, extra_env={"LLAMANB_BACKEND": "", "LLAMANB_CXX": "none"})
     assert p.returncode == 0, p.stderr
     notes = [ln for ln in p.stderr.splitlines() if ln.startswith("llamanb:")]
@@ -212,7 +218,7 @@ def test_info_and_the_build_find_the_same_compiler(tmp_path, monkeypatch):
 
 
 def test_generate_tiny_raw_no_stream(cache, tiny_dir):
-    p = run_cli(["generate", "--model", tiny_dir, "--raw", "--prompt", "w3 w4 w5", "--max-new-tokens", "3",
+    p = run_cli_here(["generate", "--model", tiny_dir, "--raw", "--prompt", "w3 w4 w5", "--max-new-tokens", "3",
                  "--no-stream"], cache=cache)
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.startswith("w3 w4 w5")
@@ -220,7 +226,7 @@ def test_generate_tiny_raw_no_stream(cache, tiny_dir):
 
 
 def test_info_preset(cache):
-    p = run_cli(["info", "--preset", "llama3.2-1b", "--seq", "2048"], cache=cache)
+    p = run_cli_here(["info", "--preset", "llama3.2-1b", "--seq", "2048"], cache=cache)
     assert p.returncode == 0, p.stderr
     assert "1,235,814,400" in p.stdout
     assert residue(cache) == []                      # no weights needed, nothing converted
@@ -275,7 +281,7 @@ def test_sampling_gets_a_fresh_seed_and_prints_it(cache, tiny_dir):
     # all 8 short has p ~ 0.02**8 < 1e-13.
     runs = []
     for _ in range(8):
-        runs.append(run_cli(args, cache=cache))
+        runs.append(run_cli_here(args, cache=cache))
         assert runs[-1].returncode == 0, runs[-1].stderr
         if len(runs) >= 2 and len(runs[-1].stdout.split()) > 2:
             break
@@ -283,14 +289,14 @@ def test_sampling_gets_a_fresh_seed_and_prints_it(cache, tiny_dir):
     assert len(first.stdout.split()) > 2             # it did generate something to compare
     seeds = [_seed_of(r) for r in runs]
     assert len(set(seeds)) == len(seeds)             # 32 random bits each: a repeat has p < 2**-26
-    again = run_cli(args + ["--seed", str(seeds[-1])], cache=cache)
+    again = run_cli_here(args + ["--seed", str(seeds[-1])], cache=cache)
     assert again.returncode == 0, again.stderr
     assert _seed_of(again) == seeds[-1]
     assert again.stdout == first.stdout
 
 
 def test_greedy_status_says_greedy(cache, tiny_dir):
-    p = run_cli(["generate", "--model", tiny_dir, "--raw", "--prompt", "w3 w4", "--max-new-tokens", "2"],
+    p = run_cli_here(["generate", "--model", tiny_dir, "--raw", "--prompt", "w3 w4", "--max-new-tokens", "2"],
                 cache=cache)
     assert p.returncode == 0, p.stderr
     assert p.stderr.strip().splitlines()[-1].endswith("| greedy")
@@ -298,7 +304,7 @@ def test_greedy_status_says_greedy(cache, tiny_dir):
 
 @pytest.mark.parametrize("args", [["--seed", "-1"], ["--seed", "1.5"], ["--seed", "abc"]])
 def test_bad_seed(cache, args):
-    assert_user_error(run_cli(["generate", "--prompt", "hi", *args], cache=cache), contains="seed")
+    assert_user_error(run_cli_here(["generate", "--prompt", "hi", *args], cache=cache), contains="seed")
 
 
 def test_help_shows_every_default(cache):
@@ -316,7 +322,7 @@ def test_help_shows_every_default(cache):
             if act.default is None or act.default is False:
                 continue                             # nothing to show (a flag, or an optional value)
             assert f"(default: {act.default})" in text, (name, act.dest, act.default)
-    gen = run_cli(["generate", "--help"], cache=cache)
+    gen = run_cli_here(["generate", "--help"], cache=cache)
     assert gen.returncode == 0
     flat = " ".join(gen.stdout.split())
     for shown in ("(default: 256)", "(default: 0.0)", "(default: 1.0)", "(default: float32)",
@@ -334,14 +340,14 @@ def test_prompt_argv_bytes_not_utf8(cache, tiny_dir):
 
 
 def test_system_argv_bytes_not_utf8(cache):
-    p = run_cli(["generate", "--prompt", "hi", "--system", "\udcc3"], cache=cache)
+    p = run_cli_here(["generate", "--prompt", "hi", "--system", "\udcc3"], cache=cache)
     assert_user_error(p, contains="--system is not valid UTF-8")
 
 
 def test_prompt_file_not_utf8(tmp_path, cache, tiny_dir):
     f = tmp_path / "prompt.txt"
     f.write_bytes("w3 w4 caf\u00e9 ".encode("latin-1"))            # é as one latin-1 byte 0xe9
-    p = run_cli(["generate", "--model", tiny_dir, "--raw", "--prompt-file", f], cache=cache)
+    p = run_cli_here(["generate", "--model", tiny_dir, "--raw", "--prompt-file", f], cache=cache)
     assert_user_error(p, contains="byte 0xe9 at byte offset 9")
 
 
@@ -350,9 +356,13 @@ def test_prompt_file_and_stdin(tmp_path, cache, tiny_dir):
     f = tmp_path / "prompt.txt"
     f.write_text("w3 w4 w5", encoding="utf-8")
     base = ["generate", "--model", tiny_dir, "--raw", "--max-new-tokens", "3", "--no-stream"]
-    direct = run_cli(base + ["--prompt", "w3 w4 w5"], cache=cache)
-    from_file = run_cli(base + ["--prompt-file", f], cache=cache)
-    env = dict(os.environ, LLAMANB_CACHE=str(cache), PYTHONPATH=str(REPO_ROOT))
+    direct = run_cli_here(base + ["--prompt", "w3 w4 w5"], cache=cache)
+    from_file = run_cli_here(base + ["--prompt-file", f], cache=cache)
+    # numpy, as the two runs above (run_cli's default): with `auto` this child compiled the cpu
+    # kernels into the test's fresh cache first (15 s), and compared another engine's tokens
+    env = dict(os.environ, LLAMANB_CACHE=str(cache), PYTHONPATH=str(REPO_ROOT),
+               LLAMANB_BACKEND="numpy")
+    env.pop("LLAMANB_MODEL", None)
     from_stdin = subprocess.run([sys.executable, "-m", "llamanb", *map(str, base), "--prompt-file", "-"],
                                 input=b"w3 w4 w5", cwd=str(REPO_ROOT), env=env, capture_output=True,
                                 timeout=300)
@@ -361,9 +371,9 @@ def test_prompt_file_and_stdin(tmp_path, cache, tiny_dir):
 
 
 def test_prompt_file_missing_or_with_prompt(tmp_path, cache):
-    assert_user_error(run_cli(["generate", "--prompt-file", tmp_path / "none.txt"], cache=cache),
+    assert_user_error(run_cli_here(["generate", "--prompt-file", tmp_path / "none.txt"], cache=cache),
                       contains="no such file")
-    assert_user_error(run_cli(["generate", "--prompt", "a", "--prompt-file", "b"], cache=cache),
+    assert_user_error(run_cli_here(["generate", "--prompt", "a", "--prompt-file", "b"], cache=cache),
                       contains="not allowed with")
 
 
@@ -379,7 +389,7 @@ def test_prompt_file_missing_or_with_prompt(tmp_path, cache):
 ])
 def test_malformed_config_values(tmp_path, cache, tiny_dir, change, contains):
     d = _edited_copy(tiny_dir, tmp_path / "edited", **change)
-    line = assert_user_error(run_cli(["generate", "--model", d, "--prompt", "w3", "--raw"], cache=cache),
+    line = assert_user_error(run_cli_here(["generate", "--model", d, "--prompt", "w3", "--raw"], cache=cache),
                              contains=contains)
     assert "config.json" in line
     assert residue(cache) == []
@@ -404,7 +414,7 @@ def test_broken_config_json(tmp_path, cache, tiny_dir, text, contains):
         del cfg["vocab_size"]
         text = json.dumps(cfg).encode()
     d = _rewrite_config(tiny_dir, tmp_path / "broken", text)
-    line = assert_user_error(run_cli(["info", "--model", d], cache=cache), contains=contains)
+    line = assert_user_error(run_cli_here(["info", "--model", d], cache=cache), contains=contains)
     assert "config.json" in line
     assert residue(cache) == []
 
@@ -414,7 +424,7 @@ def test_broken_tokenizer_config_json(tmp_path, cache, tiny_dir):
     d = tmp_path / "badtok"
     shutil.copytree(tiny_dir, d)
     (d / "tokenizer_config.json").write_text('{"chat_template": ')
-    assert_user_error(run_cli(["info", "--model", d], cache=cache), contains="tokenizer_config.json")
+    assert_user_error(run_cli_here(["info", "--model", d], cache=cache), contains="tokenizer_config.json")
     assert residue(cache) == []
 
 
@@ -439,15 +449,17 @@ def test_malformed_gguf_metadata(tmp_path, cache, variant, contains):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    assert_user_error(run_cli(["info", "--model", f], cache=cache), contains=contains)
+    assert_user_error(run_cli_here(["info", "--model", f], cache=cache), contains=contains)
     assert residue(cache) == []
 
 
-def test_hardware_backend_without_its_stack_is_one_line(cache):
-    """A real-hardware backend named where its stack is absent: one line, exit 2, no traceback."""
+def test_hardware_backend_without_its_stack_is_one_line(smollm, llamanb_cache):
+    """A real-hardware backend named where its stack is absent: one line, exit 2, no traceback.
+    (The embedded model is loaded before the backend is chosen: the session cache, where it is
+    converted already, spares converting it again into a fresh one.)"""
     from importlib.util import find_spec
 
     if find_spec("ttnn") is not None:
         pytest.skip("ttnn is installed here")
-    assert_user_error(run_cli(["generate", "--prompt", "hi", "--backend", "galaxy-ttnn"],
-                              cache=cache), contains="ttnn")
+    assert_user_error(run_cli_here(["generate", "--prompt", "hi", "--backend", "galaxy-ttnn"],
+                                   cache=llamanb_cache), contains="ttnn")

@@ -420,15 +420,14 @@ def _gguf_dequant(raw: np.ndarray, qtype: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize("qtype", ["Q4_1", "Q8_0"])
-def test_quantised_panels_decode_bit_for_bit_as_gguf(kernels, portable_kernels, qtype, smollm_gguf_path):
+def test_quantised_panels_decode_bit_for_bit_as_gguf(kernels, portable_kernels, qtype, smollm_reader):
     """Every weight decoded in registers (kernels/cpu/quant.h, through the matmul's own decode
     function) has the bits of the `gguf` package's dequantisation: random blocks over float16's
     whole range, and the shipped GGUF's own blocks. Both builds (F16C or AVX-512 conversion in
     the native one, the scalar float16 conversion in the portable one)."""
-    from gguf import GGUFReader
-
     raw = _random_blocks(qtype, 37, 3, seed=7)                   # N = 37: a short last panel
-    t = next(t for t in GGUFReader(str(smollm_gguf_path)).tensors if t.tensor_type.name == qtype)
+    # the shipped GGUF as the gguf package reads it (conftest's session-wide GGUFReader)
+    t = next(t for t in smollm_reader.tensors if t.tensor_type.name == qtype)
     real = np.asarray(t.data).view(np.uint8).reshape(int(t.shape[-1]), -1)[:50]
     for k in (kernels, portable_kernels):
         for r in (raw, real):

@@ -4,7 +4,10 @@ file, below one, somewhere that cannot be created, a read-only filesystem, a ful
 exit code 2, said before any work, and leaves nothing behind.
 
 Read-only and full filesystems are small tmpfs mounts (`mount -t tmpfs -o size=...`); where this
-process may not mount (not root, no CAP_SYS_ADMIN) those cases skip and say why."""
+process may not mount (not root, no CAP_SYS_ADMIN) those cases skip and say why.
+
+The commands run in this process (conftest.run_cli_here: llamanb.cli.main(argv), what `python -m
+llamanb` runs, its exit status and stderr captured as a child's)."""
 from __future__ import annotations
 
 import os
@@ -13,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import make_tiny_checkpoint, run_cli, write_tiny_gguf
+from conftest import make_tiny_checkpoint, run_cli_here, write_tiny_gguf
 
 from llamanb.errors import LlamanbError
 
@@ -61,7 +64,7 @@ def mount_tmpfs(tmp_path):
 
 
 def _generate(model, cache, *extra):
-    return run_cli(["generate", "--model", model, "--raw", "--prompt", "w3 w4", "--max-new-tokens",
+    return run_cli_here(["generate", "--model", model, "--raw", "--prompt", "w3 w4", "--max-new-tokens",
                     "2", *extra], cache=cache)
 
 
@@ -97,7 +100,7 @@ def test_full_disk_is_said_before_any_work(tmp_path, smollm_gguf_path, mount_tmp
     the time it takes to read the GGUF's header, and keeps nothing."""
     small = mount_tmpfs("small", "size=1m")
     t0 = time.perf_counter()
-    line = one_line(run_cli(["generate", "--prompt", "hi", "--max-new-tokens", "1"], cache=small))
+    line = one_line(run_cli_here(["generate", "--prompt", "hi", "--max-new-tokens", "1"], cache=small))
     took = time.perf_counter() - t0
     assert "No space left" in line and "MB free" in line and "needs about 538 MB" in line, line
     assert os.listdir(small) == []
@@ -157,12 +160,12 @@ def test_a_full_disk_does_not_stop_a_derived_layout(tiny, mount_tmpfs, monkeypat
 def test_bench_json_to_a_read_only_place_fails_before_measuring(tmp_path, mount_tmpfs):
     ro = mount_tmpfs("ro-json", "size=1m,ro")
     t0 = time.perf_counter()
-    line = one_line(run_cli(["bench", "--no-transformers", "--json", ro / "out.json"],
+    line = one_line(run_cli_here(["bench", "--no-transformers", "--json", ro / "out.json"],
                             cache=tmp_path / "cache"))
     assert "--json" in line and "Read-only file system" in line and "before anything runs" in line
     assert time.perf_counter() - t0 < 60                     # refused, not measured
     assert not (tmp_path / "cache").exists()                 # no model was even converted
-    line = one_line(run_cli(["verify", "--live", "--save", ro / "ref.json"], cache=tmp_path / "c"))
+    line = one_line(run_cli_here(["verify", "--live", "--save", ro / "ref.json"], cache=tmp_path / "c"))
     assert "--save" in line and "Read-only file system" in line
 
 
@@ -199,10 +202,10 @@ def test_truncated_gguf_says_truncated_with_the_sizes(tmp_path, tiny, cut):
 
 # ---- arguments before output -----------------------------------------------------------------------
 def test_info_with_a_bad_argument_prints_nothing_else(tmp_path):
-    p = run_cli(["info", "--preset", "gpt-5"], cache=tmp_path / "cache")
+    p = run_cli_here(["info", "--preset", "gpt-5"], cache=tmp_path / "cache")
     assert "unknown preset" in one_line(p) and p.stdout == ""
 
 
 def test_no_command_is_one_line_naming_the_commands(tmp_path):
-    line = one_line(run_cli([], cache=tmp_path / "cache"))
+    line = one_line(run_cli_here([], cache=tmp_path / "cache"))
     assert "name a command: generate | chat | verify" in line

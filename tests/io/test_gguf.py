@@ -305,18 +305,16 @@ def test_gguf_without_merges_is_a_user_error(tmp_path, fresh_cache, tiny_hf):
         assert _cache_residue(fresh_cache) == []
 
 
-def test_tensor_index_matches_the_gguf_reader(smollm_gguf_path, tmp_path):
+def test_tensor_index_matches_the_gguf_reader(smollm_gguf_path, smollm_reader, tmp_path):
     """llamanb.io.gguf.tensor_index (the header only, metadata skipped) finds every tensor where
     the `gguf` package's reader does: type, dims, data offset and size; raw_rows maps those bytes
     (q and k rows un-permuted as the float32 conversion does); a truncated file is one line."""
-    from gguf import GGUFReader
-
     from llamanb.errors import LlamanbError
     from llamanb.io.gguf import GGUFSource, hf_name, raw_rows, tensor_index
     from llamanb.io.quants import dequantize
 
     ix = tensor_index(smollm_gguf_path)
-    r = GGUFReader(str(smollm_gguf_path))
+    r = smollm_reader                             # the gguf package's GGUFReader of that file
     assert len(ix) == len(r.tensors)
     for t in r.tensors:
         assert ix[t.name] == (t.tensor_type.name, tuple(int(d) for d in t.shape),

@@ -130,6 +130,27 @@ def test_tiny_cache_dir_reloads_in_transformers(tiny_dir, fresh_cache):
     np.testing.assert_allclose(Engine(m).logits_all(ids), hf_logits(orig, ids), rtol=0, atol=1e-4)
 
 
+@pytest.fixture
+def kernels_already_built(fresh_cache, llamanb_cache):
+    """fresh_cache as a user's cache is after the first cpu run: it holds the cpu kernels' library
+    (built once for the session, copied in), so an engine here loads it instead of compiling
+    them again (15 s and more each time; the build itself and its cache are tested in
+    tests/backends/test_cpu_backend.py). Nothing is copied where no C++ compiler is found."""
+    from llamanb import cxx_build
+    from llamanb.backends import cpu_kernels
+
+    if cxx_build.compiler()[0] is not None:
+        try:
+            os.environ["LLAMANB_CACHE"] = str(llamanb_cache)
+            cpu_kernels.load()                        # built (or found) in the session's cache
+            session_dir = cpu_kernels.cache_dir()
+        finally:
+            os.environ["LLAMANB_CACHE"] = str(fresh_cache)
+        shutil.copytree(session_dir, cpu_kernels.cache_dir())
+        assert cpu_kernels.built()                    # what the engines below will find
+    return fresh_cache
+
+
 def test_stale_temp_dir_is_ignored(tiny_dir, fresh_cache):
     """A crashed conversion leaves `.<name>-<key>.<random>/` behind: it is neither used nor fatal."""
     m = load_model(tiny_dir)
@@ -376,7 +397,7 @@ def test_safetensors_bf16_bits_round_trip(tmp_path):
     assert not (tmp_path / "u.safetensors").exists()
 
 
-def test_cache_holds_one_copy_of_the_weights(tiny_dir, fresh_cache):
+def test_cache_holds_one_copy_of_the_weights(tiny_dir, kernels_already_built):
     """Issue 29 item 4: whatever engines run (numpy, cpu float32, cpu bf16), the entry holds the
     float32 checkpoint and the tokenizer only -- every other layout is derived in memory -- and
     the copies an earlier version cached beside it are removed at the next load (nothing else)."""
@@ -408,7 +429,7 @@ def test_cache_holds_one_copy_of_the_weights(tiny_dir, fresh_cache):
     assert np.array_equal(Engine(again).prefill(ids, Engine(again).new_cache(8)), want)
 
 
-def test_cpu_panels_in_memory_and_mapped_pages_handed_back(tiny_dir, fresh_cache):
+def test_cpu_panels_in_memory_and_mapped_pages_handed_back(tiny_dir, kernels_already_built):
     """The cpu backend packs its panels in memory (its own anonymous arena, not a cached file);
     the weights they came from give their pages back and still read the same; a second engine
     gives the first one's bits."""

@@ -1,11 +1,12 @@
 """`python -m llamanb batch FILE`: answers, the --check against generating alone, and one-line
-errors (exit 2) that name the bad request."""
+errors (exit 2) that name the bad request. The command runs in this process (conftest.run_cli_here:
+llamanb.cli.main(argv), its exit status, stdout and stderr captured as a child's)."""
 import json
 import os
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli_here
 
 
 def test_batch_check_passes(smollm, tmp_path):
@@ -16,7 +17,7 @@ def test_batch_check_passes(smollm, tmp_path):
          "temperature": 0.8, "seed": 5},
         {"messages": [{"role": "user", "content": "Say hi."}], "max_new_tokens": 3},
     ]))
-    p = run_cli(["batch", f, "--slots", "2", "--max-new-tokens", "5", "--check"],
+    p = run_cli_here(["batch", f, "--slots", "2", "--max-new-tokens", "5", "--check"],
                 cache=os.environ["LLAMANB_CACHE"])
     assert p.returncode == 0, p.stderr[-2000:]
     assert "=== request 1:" in p.stdout and "=== story:" in p.stdout and "=== request 3:" in p.stdout
@@ -39,17 +40,17 @@ def test_batch_check_passes(smollm, tmp_path):
 def test_bad_request_files_are_one_line_errors(smollm, tmp_path, content, message):
     f = tmp_path / "bad.jsonl"
     f.write_text(content)
-    p = run_cli(["batch", f], cache=os.environ["LLAMANB_CACHE"])
+    p = run_cli_here(["batch", f], cache=os.environ["LLAMANB_CACHE"])
     assert p.returncode == 2, p.stderr[-2000:]
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("llamanb: error:") and message in lines[0], lines
 
 
 def test_batch_missing_file_and_small_pool(smollm, tmp_path):
-    p = run_cli(["batch", tmp_path / "nope.json"], cache=os.environ["LLAMANB_CACHE"])
+    p = run_cli_here(["batch", tmp_path / "nope.json"], cache=os.environ["LLAMANB_CACHE"])
     assert p.returncode == 2 and "no such file" in p.stderr
     f = tmp_path / "r.json"
     f.write_text('[{"name": "big", "prompt": "hello there", "max_new_tokens": 100}]')
-    p = run_cli(["batch", f, "--kv-positions", "32"], cache=os.environ["LLAMANB_CACHE"])
+    p = run_cli_here(["batch", f, "--kv-positions", "32"], cache=os.environ["LLAMANB_CACHE"])
     assert p.returncode == 2 and "request big:" in p.stderr and "blocks" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
