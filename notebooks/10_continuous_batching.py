@@ -496,7 +496,7 @@ print(f"position 0 missing:   logits off by more than 10, next token "
 # requests, medians of interleaved rounds) measured continuous batching at 8 slots at 1.68x one
 # request at a time and 1.17x static batching.
 #
-# Measured here, as a demo: 12 short requests served one at a time (`generate`), and by static
+# Measured here, as a demo: 6 short requests served one at a time (`generate`), and by static
 # and continuous batching with 4 slots (`llamanb.bench.batching`, the functions `python -m
 # llamanb bench --batching` runs). Each round runs all three, in a rotated order, so each
 # batched run is compared with the one-at-a-time run of its own round (paired); the figure shows
@@ -511,7 +511,7 @@ from llamanb.bench.batching import batched, one_at_a_time
 from llamanb.serve.workload import mixed_workload
 
 work = mixed_workload(tok.encode("The old lighthouse stood at the end of a narrow spit of rock, "
-                                 "where the harbour met the open sea."), 12, seed=1,
+                                 "where the harbour met the open sea."), 6, seed=1,
                       prompt_range=(8, 40), new_range=(4, 12))
 MODES = {"one at a time": lambda: one_at_a_time(engine, work)[0],
          "static, 4 slots": lambda: batched(engine, work, 4, "static")[0],
@@ -542,7 +542,7 @@ ax.set_yticks(range(len(ratios)), list(ratios))
 ax.set_ylim(-0.6, len(ratios) - 0.4)
 ax.set_xlim(0, 1.15 * max(max(counted.values()), max(max(r) for r in ratios.values())))
 ax.set_xlabel("throughput / one at a time (measured, this machine and run)")
-ax.set_title(f"12 requests, {ROUNDS} paired rounds: a noisy demo; the diamonds are counted",
+ax.set_title(f"{len(work)} requests, {ROUNDS} paired rounds: a noisy demo; diamonds are counted",
              fontsize=10)
 ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 plt.show()
