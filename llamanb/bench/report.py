@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 from .machine import ROUND_PROBE_REPEATS as ROUND_PROBES
-from .runners import DECODE_CONTEXT, PREFILL_LENS, label
+from .runners import DECODE_CONTEXT, PREFILL_LENS, label, split_march
 
 # Speed targets for other backends, as a ratio to the numpy engine's decode in the same run: an
 # emulated NPU2 must keep the course interactive.
@@ -104,7 +104,7 @@ def ratios(engines: dict, roofline: float, gb_s: float | None = None,
     for name, e in engines.items():       # another backend side by side with the numpy engine
         if name.startswith("llamanb@"):
             b = name.split("@", 1)[1]
-            base = b.split("/", 1)[0]      # without the kernels' build flavour ("cpu/x86-64-v3")
+            base = split_march(b)[0]       # without the kernels' build flavour ("cpu/x86-64-v3")
             rows.append((f"{b} decode / numpy fp32 decode", "x",
                          BACKEND_DECODE_TARGETS.get(b), e["decode_tok_s"] / lb["decode_tok_s"]))
             rows.append((f"{b} prefill_128 / numpy fp32 prefill_128", "x", None,

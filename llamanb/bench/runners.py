@@ -28,11 +28,18 @@ LABELS = {"llamanb": "llamanb (numpy fp32)", "transformers_fp32": "transformers 
           "llamacpp_bf16": "llama.cpp BF16", "llamacpp_q4_1": "llama.cpp Q4_1"}
 
 
+def split_march(spec: str) -> tuple[str, str]:
+    """"cpu:bf16/x86-64-v3" -> ("cpu:bf16", "x86-64-v3"): a llamanb engine's backend and dtype,
+    and after the slash the cpu kernels' build flavour (llamanb.backends.cpu_kernels; "" for
+    the default build)."""
+    spec, _, march = spec.partition("/")
+    return spec, march
+
+
 def llamanb_backend(spec: str) -> tuple[str, dict]:
     """A llamanb engine's backend, as the bench names it -> (backend name, Engine options):
-    "numpy", "cpu", "cpu:bf16" (a dtype), "cpu/x86-64-v3" or "cpu:bf16/x86-64-v3" (after the
-    slash, the cpu kernels' build flavour: llamanb.backends.cpu_kernels)."""
-    spec, _, march = spec.partition("/")
+    "numpy", "cpu", "cpu:bf16" (a dtype), "cpu/x86-64-v3" or "cpu:bf16/x86-64-v3" (split_march)."""
+    spec, march = split_march(spec)
     name, _, dtype = spec.partition(":")
     return name, {**({"dtype": dtype} if dtype else {}), **({"march": march} if march else {})}
 
