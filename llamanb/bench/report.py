@@ -122,8 +122,9 @@ def ratios(engines: dict, roofline: float, gb_s: float | None = None,
                     rows.append((f"{b} decode / {label(CPU_PEER[base])} decode", "x", 1.0,
                                  e["decode_tok_s"] / peer["decode_tok_s"],
                                  _paired(e, peer, "decode")))
+                    # prefill targets: fp32 and bf16 >= 1.0x (Q4_1: none)
                     rows.append((f"{b} prefill_512 / {label(CPU_PEER[base])} prefill_512", "x",
-                                 1.0 if base in ("cpu", "cpu:bf16") else None,  # fp32, bf16: >= 1.0x
+                                 1.0 if base in ("cpu", "cpu:bf16") else None,
                                  e["prefill_512_tok_s"] / peer["prefill_512_tok_s"],
                                  _paired(e, peer, "prefill_512")))
         elif name in CPU_PEER.values() and gb_s:
