@@ -112,10 +112,11 @@ def _sampling_args(p, chat: bool = False) -> None:
     p.add_argument("--dtype", choices=DTYPES, default="float32", help=DTYPE_HELP)
 
 
-DTYPES = ["float32", "bf16", "q4_1", "q8_0", "auto"]
-DTYPE_HELP = ("bf16 rounds weights and every op's output to bfloat16 (numpy, cpu); q4_1 / q8_0 "
-              "run a GGUF's own quantised blocks as stored, auto each matrix as the file stores it "
-              "(cpu backend)")
+# as llamanb.backends.cpu.CpuBackend.DTYPES (not imported here: the CLI starts without numpy)
+DTYPES = ["float32", "bf16", "q4_1", "q4_0", "q8_0", "auto"]
+DTYPE_HELP = ("bf16 rounds weights and every op's output to bfloat16 (numpy, cpu); q4_1 / q4_0 / "
+              "q8_0 run a GGUF's own quantised blocks as stored, auto each matrix as the file "
+              "stores it (cpu backend)")
 
 
 from .engine_choice import AUTO, choose_engine as _engine  # noqa: E402

@@ -10,6 +10,10 @@
 //       uint8  q[8][VW][4]         group g, lane j, byte t: low nibble = column j, high nibble =
 //                                  column j + VW, at k = 4 g + t
 //       w[k, j] = d[j] * q + m[j]
+//   Q4_0 panel block (18 NP bytes, GGUF's 18 per 32 weights): Q4_1's without the minimums
+//       uint16 d[NP]               float16 scale of each column's block
+//       uint8  q[8][VW][4]         as Q4_1's
+//       w[k, j] = d[j] * (q - 8)       (the 8-bit-activation path: d q + m with m = -8 d, exact)
 //   Q8_0 panel block (34 NP bytes):
 //       uint16 d[NP]               float16 scale of each column's block
 //       int8   q[8][2][VW][4]      group g, half h, lane j, byte t: column h VW + j at k = 4 g + t
@@ -22,7 +26,8 @@
 //   dequantisation gives (and that the model cache stores): a float16 widens to float32 exactly; d
 //   has 11 significant bits and q at most 4 (Q4_1) or 8 (Q8_0), so d * q is exact in float32's 24;
 //   Q4_1's d * q + m then rounds once, whether or not the compiler fuses it (an exact product
-//   rounds the same either way). So this path computes the float32 engine's bits.
+//   rounds the same either way). Q4_0's d * (q - 8) is exact likewise, and formed as gguf forms it,
+//   so that even its zeros carry gguf's signs. So this path computes the float32 engine's bits.
 //
 // * 8-bit activations (IDot<WT>): each activation row is quantised once per product into blocks of
 //   32 (quantize_q8 below: scale da = max|x| / 127, qa = round(x / da), and the block's sum
@@ -89,6 +94,7 @@ static inline V loadv(const void* p) {
 // (pointer arithmetic in bytes); `block` is the bytes of one panel block of 32 k, `head` the
 // bytes of its scales, `group` the bytes of one group of 4 k.
 struct q4_1_t { uint8_t byte; };
+struct q4_0_t { uint8_t byte; };
 struct q8_0_t { uint8_t byte; };
 
 template <typename WT> struct Quant { static constexpr bool is = false; };
@@ -109,6 +115,26 @@ template <> struct Quant<q4_1_t> {
         const vq v = loadv<vq>(b + head + (kk >> 2) * group) >> (8 * (kk & 3));
         lo = __builtin_convertvector((vi)(v & 15), vf) * s[0] + s[2];
         hi = __builtin_convertvector((vi)((v >> 4) & 15), vf) * s[1] + s[3];
+    }
+};
+
+// Q4_0: the scales d, and m = -8 d made from them for the 8-bit-activation path (4 scales, as
+// Q4_1's); the quants as Q4_1's, decoded to d (q - 8).
+template <> struct Quant<q4_0_t> {
+    static constexpr bool is = true;
+    static constexpr long head = 4L * VW, group = 4L * VW, block = head + 8 * group;
+    static constexpr int n_scales = 4;
+    static inline void scales(const uint8_t* b, vf* s) {
+        const uint16_t* h = reinterpret_cast<const uint16_t*>(b);
+        s[0] = load_half(h);
+        s[1] = load_half(h + VW);
+        s[2] = s[0] * -8.0f;
+        s[3] = s[1] * -8.0f;
+    }
+    static inline void row(const uint8_t* b, int kk, const vf* s, vf& lo, vf& hi) {
+        const vq v = loadv<vq>(b + head + (kk >> 2) * group) >> (8 * (kk & 3));
+        lo = __builtin_convertvector((vi)(v & 15) - 8, vf) * s[0];
+        hi = __builtin_convertvector((vi)((v >> 4) & 15) - 8, vf) * s[1];
     }
 };
 
@@ -299,3 +325,6 @@ template <> struct IDot<q8_0_t> : IDot32 {
     }
 };
 #endif
+
+// Q4_0's quants are Q4_1's (0..15, m = -8 d taken through the activation block's sum).
+template <> struct IDot<q4_0_t> : IDot<q4_1_t> {};

@@ -9,7 +9,8 @@ from the model cache's one float32 copy (or the GGUF's blocks), a slice of rows 
 mapped slice's pages handed back once packed, into one arena of transparent huge pages
 (cpu_kernels.Arena: a step streams every weight, and 4 KiB pages cost a TLB miss each).
 `dtype="bf16"` stores them as bfloat16 bits, halving the bytes a decode step reads.
-`dtype="q4_1"` (or "q8_0", or "auto": each matrix as the file stores it) runs a GGUF's own blocks:
+`dtype="q4_1"` (or "q4_0", "q8_0", or "auto": each matrix as the file stores it) runs a GGUF's own
+blocks:
 they are regrouped into panels (cpu_kernels.pack_quant) and decoded in registers inside the
 matmul (kernels/cpu/quant.h), never expanded in memory -- a Q4_1 model streams 0.625 bytes a
 weight instead of 4. By default (activations="int8") each activation row is quantised once per
@@ -48,7 +49,8 @@ from . import cpu_kernels
 from .base import Backend
 
 
-QUANT_DTYPES = ("q4_1", "q8_0", "auto")
+# a GGUF's own blocks, one format for every layer matrix ("q4_1", ...), or "auto": each as stored
+QUANT_DTYPES = tuple(q.lower() for q in cpu_kernels.QUANT_FORMATS) + ("auto",)
 # How quantised panels meet the activations: "int8" quantises each activation row to 8-bit
 # blocks of 32 and takes integer dot products (the default: about 3x fewer instructions a weight),
 # "float32" decodes each weight to float32 (the float32 engine's bits). $LLAMANB_CPU_ACTIVATIONS
@@ -96,7 +98,7 @@ def check_dtype(backend: str, dtype: str) -> None:
 class CpuBackend(Backend):
     name = "cpu"
 
-    DTYPES = ("float32", "bf16", "q4_1", "q8_0", "auto")
+    DTYPES = ("float32", "bf16") + QUANT_DTYPES
 
     def __init__(self, weights: Weights, dtype: str = "float32", activations: str | None = None,
                  march: str | None = None):
@@ -115,7 +117,7 @@ class CpuBackend(Backend):
                 (("wqkv", w.wqkv), ("wo", w.wo), ("gate_up", w.w_gate_up), ("down", w.w_down))}
         mats["lm_head"] = weights.lm_head                                # [V, H]
         quant = self._quantised(weights, dtype, c)                       # name -> (qtype, rows)
-        if dtype in ("q4_1", "q8_0", "auto"):
+        if dtype in QUANT_DTYPES:
             dtype = "float32" if not quant else dtype
         self.dtype, self.bf16 = dtype, dtype == "bf16"
         # quantised panels multiplied with 8-bit activations (kernels/cpu/quant.h's IDot)
@@ -178,7 +180,7 @@ class CpuBackend(Backend):
 
     def _act8(self, w: cpu_kernels.Packed) -> bool:
         """Whether products with w take 8-bit activations (quantised panels, activations=int8)."""
-        return self.act8 and w.fmt in ("q4_1", "q8_0")
+        return self.act8 and w.fmt in cpu_kernels.ACT8_FORMATS
 
     def _mm(self, x: np.ndarray, w: cpu_kernels.Packed, y: np.ndarray, accumulate: bool = False):
         return self.k.matmul(x, w, y, accumulate=accumulate, rnd=self.bf16, act8=self._act8(w))
@@ -187,8 +189,8 @@ class CpuBackend(Backend):
     def _quantised(weights: Weights, dtype: str, c) -> dict:
         """The matrices to run on the GGUF's own blocks: name -> (GGUF type, [uint8 rows [n, ...]
         of each part]), a fused matrix's parts (q|k|v, gate|up) in stacking order. Empty for float32 and bf16, and for
-        "auto" on weights with no quantised source; "q4_1" / "q8_0" ask that every layer matrix
-        be stored in that format (one line if not)."""
+        "auto" on weights with no quantised source; "q4_1" / "q4_0" / "q8_0" ask that every layer
+        matrix be stored in that format (one line if not)."""
         if dtype in ("float32", "bf16"):
             return {}
         if weights.quantized is None:

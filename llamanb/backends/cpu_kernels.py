@@ -245,11 +245,14 @@ class Arena:
 
 
 # a panel format's code in kernels/cpu (forward.cc's fmt, llamanb_cpu_unpack_quant)
-# ("q4_1_q8", "q8_0_q8": the same panels, multiplied with 8-bit activations)
-FORMATS = {"f32": 0, "bf16": 1, "q4_1": 2, "q8_0": 3, "q4_1_q8": 4, "q8_0_q8": 5}
-# GGUF block formats the kernels decode in registers: name -> (GGUF bytes per block of 32, panel
-# block bytes per output column) -- kernels/cpu/quant.h
-QUANT_FORMATS = {"Q4_1": ("q4_1", 20, 20), "Q8_0": ("q8_0", 34, 34)}
+# ("q4_1_q8", "q4_0_q8", "q8_0_q8": the same panels, multiplied with 8-bit activations)
+FORMATS = {"f32": 0, "bf16": 1, "q4_1": 2, "q8_0": 3, "q4_1_q8": 4, "q8_0_q8": 5, "q4_0": 6,
+           "q4_0_q8": 7}
+# GGUF block formats the kernels decode in registers: name -> (panel format, GGUF bytes per block
+# of 32, panel block bytes per output column) -- kernels/cpu/quant.h
+QUANT_FORMATS = {"Q4_1": ("q4_1", 20, 20), "Q4_0": ("q4_0", 18, 18), "Q8_0": ("q8_0", 34, 34)}
+# panel formats whose products can take 8-bit activations (quant.h's IDot): all of them
+ACT8_FORMATS = tuple(f for f, _, _ in QUANT_FORMATS.values())
 
 
 def pack_quant(raw: np.ndarray, qtype: str, np_width: int) -> np.ndarray:
@@ -258,9 +261,9 @@ def pack_quant(raw: np.ndarray, qtype: str, np_width: int) -> np.ndarray:
     raw: uint8 [N, K/32 * bytes per block], row n = output column n (HF order). Returns uint8
     [ceil(N / NP), K/32, block bytes]: per panel and block of 32 k, the NP columns' float16
     scales (Q4_1: then their minimums), then their quants in 8 groups of 4 k, each group column
-    j's 4 bytes (k = 4 g + t) at bytes 4 j .. 4 j + 3 (Q4_1: columns j and j + NP/2 share a byte,
-    low and high nibble; Q8_0: columns NP/2 .. NP-1 follow as a second half). Columns past N are
-    zero blocks (weight 0)."""
+    j's 4 bytes (k = 4 g + t) at bytes 4 j .. 4 j + 3 (Q4_1 and Q4_0: columns j and j + NP/2 share
+    a byte, low and high nibble; Q8_0: columns NP/2 .. NP-1 follow as a second half). Columns past
+    N are zero blocks (weight 0)."""
     name, gb, _ = QUANT_FORMATS[qtype]
     raw = np.ascontiguousarray(raw, dtype=np.uint8)
     N = raw.shape[0]
@@ -274,13 +277,14 @@ def pack_quant(raw: np.ndarray, qtype: str, np_width: int) -> np.ndarray:
     def cols(a):                                    # [P, nb, NP, c] -> [P, nb, NP * c] bytes
         return np.ascontiguousarray(a).reshape(P, nb, -1)
 
-    if qtype == "Q4_1":
-        qs = blocks[..., 4:]                                             # [P, nb, NP, 16]
+    if qtype in ("Q4_1", "Q4_0"):
+        head = 4 if qtype == "Q4_1" else 2                               # d, m / d: float16 each
+        qs = blocks[..., head:]                                          # [P, nb, NP, 16]
         q = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)                # weight kk of the block
         q = q.transpose(0, 1, 3, 2).reshape(P, nb, 8, 4, NP)            # [P, nb, g, t, NP]
         packed = q[..., :VW] | (q[..., VW:] << 4)                        # [P, nb, g, t, VW]
-        parts = [cols(blocks[..., 0:2]), cols(blocks[..., 2:4]),
-                 cols(packed.transpose(0, 1, 2, 4, 3))]                  # [P, nb, g, VW, t]
+        parts = [cols(blocks[..., h:h + 2]) for h in range(0, head, 2)] + \
+            [cols(packed.transpose(0, 1, 2, 4, 3))]                      # [P, nb, g, VW, t]
     else:
         q = blocks[..., 2:].transpose(0, 1, 3, 2)                        # [P, nb, 32, NP] int8
         q = q.reshape(P, nb, 8, 4, 2, VW).transpose(0, 1, 2, 4, 5, 3)   # [P, nb, g, h, VW, t]
@@ -291,7 +295,7 @@ def pack_quant(raw: np.ndarray, qtype: str, np_width: int) -> np.ndarray:
 class Packed:
     """A weight W [n, k] packed for the matmul kernel: `data` [ceil(n / NP), k, NP] float32 or
     uint16 (bfloat16 bits), or quantised panels [ceil(n / NP), k / 32, block bytes] (fmt "q4_1",
-    "q8_0": see pack_quant)."""
+    "q4_0", "q8_0": see pack_quant)."""
 
     def __init__(self, n: int, k: int, data: np.ndarray, fmt: str | None = None):
         self.n, self.k, self.data = n, k, data
@@ -322,10 +326,8 @@ class Kernels:
                "llamanb_cpu_panel_width": (),
                "llamanb_cpu_bf16_unpack_order": (),
                "llamanb_cpu_matmul_bf16": (P, I, I, P, I, P, I, I),
-               "llamanb_cpu_matmul_q4_1": (P, I, I, P, I, P, I, I),
-               "llamanb_cpu_matmul_q8_0": (P, I, I, P, I, P, I, I),
-               "llamanb_cpu_matmul_q4_1_q8": (P, I, I, P, I, P, I, I),
-               "llamanb_cpu_matmul_q8_0_q8": (P, I, I, P, I, P, I, I),
+               **{f"llamanb_cpu_matmul_{f}{act}": (P, I, I, P, I, P, I, I)
+                  for f in ACT8_FORMATS for act in ("", "_q8")},
                "llamanb_cpu_quantize_q8": (P, I, I, P, P, P),
                "llamanb_cpu_int_dot_bytes": (),
                "llamanb_cpu_unpack_quant": (I, P, I, I, P),
@@ -354,7 +356,7 @@ class Kernels:
         self.int_dot_bytes = bool(lib.llamanb_cpu_int_dot_bytes())
 
     def packed_layout(self, n: int, k: int, fmt: str) -> tuple[tuple, object]:
-        """(shape, dtype) of W [n, k] packed in panel format fmt ("f32", "bf16", "Q4_1",
+        """(shape, dtype) of W [n, k] packed in panel format fmt ("f32", "bf16", "Q4_1", "Q4_0",
         "Q8_0"): what pack / pack_quant return, for carving it from an Arena beforehand."""
         P = -(-n // self.panel_width)
         if fmt in QUANT_FORMATS:
@@ -392,7 +394,7 @@ class Kernels:
         M, K = x.shape
         N = w.n
         assert w.k == K and y.shape == (M, N) and x.flags.c_contiguous and y.flags.c_contiguous
-        assert not act8 or w.fmt in ("q4_1", "q8_0")
+        assert not act8 or w.fmt in ACT8_FORMATS
         fn = getattr(self.lib, f"llamanb_cpu_matmul_{w.fmt}" + ("_q8" if act8 else ""))
         fn(x.ctypes.data, M, K, w.data.ctypes.data, N, y.ctypes.data, int(accumulate), int(rnd))
         return y

@@ -281,7 +281,7 @@ def test_packed_panels_are_the_weight_transposed(kernels):
     assert got.shape == want.shape and np.array_equal(got, want)
 
 
-@pytest.mark.parametrize("qtype", [None, "bf16", "Q4_1", "Q8_0"])
+@pytest.mark.parametrize("qtype", [None, "bf16", "Q4_1", "Q4_0", "Q8_0"])
 def test_packing_in_slices_gives_the_panels_of_one_pass(kernels, monkeypatch, qtype):
     """pack / pack_quant work PACK_ROWS rows at a time (so a memory-mapped matrix's pages can be
     handed back as it goes): with slices of 2 panels the panels equal those of one slice, and
@@ -290,7 +290,7 @@ def test_packing_in_slices_gives_the_panels_of_one_pass(kernels, monkeypatch, qt
 
     NP = kernels.panel_width
     N = 5 * NP + 3                                                # a short last panel
-    if qtype in ("Q4_1", "Q8_0"):
+    if qtype in QTYPES:
         w = _random_blocks(qtype, N, 3, seed=3)
         pack = lambda a, **kw: kernels.pack_quant(a, qtype, 96, **kw)     # noqa: E731
     else:
@@ -396,18 +396,30 @@ def test_build_is_keyed_and_atomic(tmp_path, kernels):
 
 # ---- the GGUF's own quantised blocks, decoded inside the matmul ---------------------------------
 
+QTYPES = ("Q4_1", "Q4_0", "Q8_0")
+
+
+def _block_bytes(qtype: str) -> int:
+    """A block of 32 weights' bytes, as the gguf package states it (GGML_QUANT_SIZES)."""
+    import gguf
+
+    size, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype]]
+    assert size == 32
+    return nbytes
+
+
 def _random_blocks(qtype: str, n_rows: int, n_blocks: int, seed: int) -> np.ndarray:
     """GGUF rows of random blocks: scales drawn over float16's range (normal, subnormal, zero,
     negative), quants uniform -- uint8 [n_rows, n_blocks * bytes per block]."""
     rng = np.random.default_rng(seed)
-    per = {"Q4_1": 20, "Q8_0": 34}[qtype]
+    per = _block_bytes(qtype)
     b = rng.integers(0, 256, (n_rows, n_blocks, per), dtype=np.uint8)
     scales = (rng.standard_normal((n_rows, n_blocks, 2)) *
               2.0 ** rng.integers(-26, 4, (n_rows, n_blocks, 2))).astype(np.float16)
     scales[0, 0] = [0.0, -0.0]
     b[..., :4] = scales.view(np.uint8).reshape(n_rows, n_blocks, 4)
-    if qtype == "Q8_0":
-        b[..., 2:4] = rng.integers(0, 256, (n_rows, n_blocks, 2), dtype=np.uint8)    # quants
+    if qtype != "Q4_1":                                          # one scale, then quants
+        b[..., 2:4] = rng.integers(0, 256, (n_rows, n_blocks, 2), dtype=np.uint8)
     return b.reshape(n_rows, -1)
 
 
@@ -419,25 +431,30 @@ def _gguf_dequant(raw: np.ndarray, qtype: str) -> np.ndarray:
     return np.asarray(gguf.quants.dequantize(raw, q), dtype=np.float32).reshape(raw.shape[0], -1)
 
 
-@pytest.mark.parametrize("qtype", ["Q4_1", "Q8_0"])
+@pytest.mark.parametrize("qtype", QTYPES)
 def test_quantised_panels_decode_bit_for_bit_as_gguf(kernels, portable_kernels, qtype, smollm_reader):
     """Every weight decoded in registers (kernels/cpu/quant.h, through the matmul's own decode
     function) has the bits of the `gguf` package's dequantisation: random blocks over float16's
     whole range, and the shipped GGUF's own blocks. Both builds (F16C or AVX-512 conversion in
     the native one, the scalar float16 conversion in the portable one)."""
+    import gguf
+
     raw = _random_blocks(qtype, 37, 3, seed=7)                   # N = 37: a short last panel
-    # the shipped GGUF as the gguf package reads it (conftest's session-wide GGUFReader)
-    t = next(t for t in smollm_reader.tensors if t.tensor_type.name == qtype)
+    # the shipped GGUF as the gguf package reads it (conftest's session-wide GGUFReader); it has
+    # no Q4_0 tensor: a Q4_1 one's weights quantised to Q4_0 by the gguf package stand in
+    t = next(t for t in smollm_reader.tensors if t.tensor_type.name == qtype.replace("Q4_0", "Q4_1"))
     real = np.asarray(t.data).view(np.uint8).reshape(int(t.shape[-1]), -1)[:50]
+    if qtype == "Q4_0":
+        real = gguf.quants.quantize(_gguf_dequant(real, "Q4_1"), gguf.GGMLQuantizationType.Q4_0)
     for k in (kernels, portable_kernels):
         for r in (raw, real):
-            w = k.pack_quant(r, qtype, r.shape[1] // {"Q4_1": 20, "Q8_0": 34}[qtype] * 32)
+            w = k.pack_quant(r, qtype, r.shape[1] // _block_bytes(qtype) * 32)
             got, want = k.unpack(w), _gguf_dequant(r, qtype)
             assert got.shape == want.shape
             assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), k.flavour
 
 
-@pytest.mark.parametrize("qtype", ["Q4_1", "Q8_0"])
+@pytest.mark.parametrize("qtype", QTYPES)
 def test_quantised_matmul_equals_float32_panels_bitwise(kernels, portable_kernels, qtype):
     """The matmul on quantised panels multiplies the same float32 weights (previous test) in the
     same order (one FMA chain over k per output) as on float32 panels of the dequantised matrix:
@@ -457,8 +474,8 @@ def test_quantised_matmul_equals_float32_panels_bitwise(kernels, portable_kernel
             bound = gamma(w.shape[1] + 1) * (np.abs(x).astype(np.float64) @
                                               np.abs(w).astype(np.float64).T + np.abs(y0))
             assert (np.abs(yq - exact) <= bound).all()
-    assert wq.nbytes * 32 == -(-45 // k.panel_width) * k.panel_width * 7 * 32 * \
-        {"Q4_1": 20, "Q8_0": 34}[qtype]              # the GGUF's bytes per weight, padded to panels
+    assert wq.nbytes == -(-45 // k.panel_width) * k.panel_width * 7 * \
+        _block_bytes(qtype)                          # the GGUF's bytes per weight, padded to panels
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ The bound. For one output y = y0 + sum_k w_k x_k, with w* = d q + m the block's 
 (W = fl(w*), the gguf package's float32 dequantisation, |W - w*| <= u |w*|), the kernel computes,
 per block b of 32 k, with the activation block's scale da, quants qa and xh_k = da qa_k:
     P1_b = (d da) isum_b,  isum_b = sum_k q_k qa_k        (exact in int32)
-    P2_b = m sa_b,  sa_b = fl(da sum_k qa_k)              (Q4_1 only)
+    P2_b = m sa_b,  sa_b = fl(da sum_k qa_k)              (Q4_1; Q4_0 with m = -8 d, exact)
 and sums acc = fma(isum, fl(d da), acc), acc = fma(m, sa, acc) over the blocks, then y0 + acc.
   * activations: x / da rounds once (relative u), then to the nearest integer (absolute 1/2):
         |x_k - xh_k| <= da / 2 + u |x_k|                  (da a normal float32; no clipping
@@ -28,6 +28,14 @@ from llamanb.errors import LlamanbError
 from llamanb.numerics import U_FLOAT32, gamma
 
 U = U_FLOAT32
+QTYPES = ("Q4_1", "Q4_0", "Q8_0")
+
+
+def _block_bytes(qtype: str) -> int:
+    """A block of 32 weights' bytes, as the gguf package states it (GGML_QUANT_SIZES)."""
+    import gguf
+
+    return gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype]][1]
 
 
 def _numpy_q8(x: np.ndarray):
@@ -47,24 +55,25 @@ def _numpy_q8(x: np.ndarray):
 def _blocks(qtype: str, n: int, nb: int, seed: int) -> np.ndarray:
     """GGUF rows of random blocks with scales of a trained model's size (normal float16)."""
     rng = np.random.default_rng(seed)
-    per = {"Q4_1": 20, "Q8_0": 34}[qtype]
+    per = _block_bytes(qtype)
     b = rng.integers(0, 256, (n, nb, per), dtype=np.uint8)
     sc = (rng.standard_normal((n, nb, 2)) * 2.0 ** rng.integers(-8, -2, (n, nb, 2)))
     b[..., :4] = sc.astype(np.float16).view(np.uint8).reshape(n, nb, 4)
-    if qtype == "Q8_0":
+    if qtype != "Q4_1":                                          # one scale, then quants
         b[..., 2:4] = rng.integers(0, 256, (n, nb, 2), dtype=np.uint8)
     return b.reshape(n, -1)
 
 
 def _parts(raw: np.ndarray, qtype: str):
-    """|d q| and |m| per weight [N, K], float64, from the GGUF blocks' own fields."""
+    """|d q| and |m| per weight [N, K], float64, from the GGUF blocks' own fields (q the stored
+    quant, 0..15 for the 4-bit formats; Q4_0's m is -8 d)."""
     N = raw.shape[0]
-    per = {"Q4_1": 20, "Q8_0": 34}[qtype]
-    b = raw.reshape(N, -1, per)
+    b = raw.reshape(N, -1, _block_bytes(qtype))
     d = b[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float64)          # [N, nb]
-    if qtype == "Q4_1":
-        m = b[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float64)
-        q = np.concatenate([b[..., 4:] & 15, b[..., 4:] >> 4], axis=-1).astype(np.float64)
+    if qtype in ("Q4_1", "Q4_0"):
+        h = 4 if qtype == "Q4_1" else 2
+        m = b[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float64) if h == 4 else -8 * d
+        q = np.concatenate([b[..., h:] & 15, b[..., h:] >> 4], axis=-1).astype(np.float64)
     else:
         m = np.zeros_like(d)
         q = b[..., 2:].view(np.int8).astype(np.float64)
@@ -96,7 +105,7 @@ def test_activation_blocks_are_the_numpy_derivation(kernels, portable_kernels):
         assert np.isnan(d[3, 0]) and np.isnan(s[3, 0]) and not np.isnan(d[3, 1:]).any()
 
 
-@pytest.mark.parametrize("qtype", ["Q4_1", "Q8_0"])
+@pytest.mark.parametrize("qtype", QTYPES)
 def test_int8_products_within_the_derived_bound(kernels, portable_kernels, qtype):
     """Both builds, decode and prefill row counts, a short last panel (N = 45): within the
     bound of the module doc of float64, and visibly not the float path (the activations'
@@ -132,7 +141,7 @@ def test_int8_products_within_the_derived_bound(kernels, portable_kernels, qtype
         assert beyond_float, k.flavour
 
 
-@pytest.mark.parametrize("qtype", ["Q4_1", "Q8_0"])
+@pytest.mark.parametrize("qtype", QTYPES)
 def test_int8_row_bits_do_not_depend_on_the_step(kernels, qtype):
     """A row's result is the same bits alone, in a decode step of 8 and in a prefill block of 70:
     what batching's token-identity rests on."""
