@@ -121,7 +121,7 @@ def tiny_text(ids) -> str:
 def make_tiny_checkpoint(directory, *, n_heads: int, n_kv_heads: int, tie: bool,
                          rope_scaling: dict | None = None, seed: int = 0,
                          max_position_embeddings: int = 256, n_layers: int = TINY_LAYERS,
-                         init_std: float = 0.1):
+                         init_std: float = 0.1, hidden: int = TINY_HIDDEN, ffn: int = TINY_FFN):
     """Build a random transformers LlamaForCausalLM, save it (safetensors) with a tokenizer.json
     into `directory`, and return the HF model (float32, eval mode).
 
@@ -137,7 +137,7 @@ def make_tiny_checkpoint(directory, *, n_heads: int, n_kv_heads: int, tie: bool,
     if rope_scaling is not None:
         kwargs["rope_scaling"] = dict(rope_scaling)
     cfg = LlamaConfig(
-        vocab_size=TINY_VOCAB, hidden_size=TINY_HIDDEN, intermediate_size=TINY_FFN,
+        vocab_size=TINY_VOCAB, hidden_size=hidden, intermediate_size=ffn,
         num_hidden_layers=n_layers, num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
         head_dim=TINY_HEAD_DIM, max_position_embeddings=max_position_embeddings,
         rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=tie, bos_token_id=BOS_ID,

@@ -23,7 +23,7 @@
 //
 // Threads (pool.h) take chunks of panels (x one block of rows when M is large) on demand.
 //
-// Quantised panels (quant.h: Q4_1, Q4_0, Q8_0) go through the same tiles: a block of 32 k at a time,
+// Quantised panels (quant.h: Q4_1, Q4_0, Q4_K, Q8_0) go through the same tiles: a block of 32 k at a time,
 // each row of weights decoded in registers (the block's scales loaded once per block) and then
 // multiplied exactly as a float32 row would be.
 #include <cstring>
@@ -499,6 +499,11 @@ void llamanb_cpu_matmul_q4_0(const float* x, int M, int K, const uint8_t* P, int
     matmul(x, M, K, reinterpret_cast<const q4_0_t*>(P), N, y, accumulate, rnd);
 }
 
+void llamanb_cpu_matmul_q4_k(const float* x, int M, int K, const uint8_t* P, int N, float* y,
+                             int accumulate, int rnd) {
+    matmul(x, M, K, reinterpret_cast<const q4_k_t*>(P), N, y, accumulate, rnd);
+}
+
 // The same products with each activation row quantised to 8 bits per block of 32 (quant.h's
 // IDot): integer dot products, the float path's results to within the activations' rounding.
 void llamanb_cpu_matmul_q4_1_q8(const float* x, int M, int K, const uint8_t* P, int N, float* y,
@@ -516,6 +521,11 @@ void llamanb_cpu_matmul_q4_0_q8(const float* x, int M, int K, const uint8_t* P, 
     matmul_q8<q4_0_t>(x, M, K, P, N, y, accumulate, rnd);
 }
 
+void llamanb_cpu_matmul_q4_k_q8(const float* x, int M, int K, const uint8_t* P, int N, float* y,
+                                int accumulate, int rnd) {
+    matmul_q8<q4_k_t>(x, M, K, P, N, y, accumulate, rnd);
+}
+
 // Rows x [M, K] -> their 8-bit blocks as the q8 products make them: q int8 [M, K], d and s
 // float32 [M, K / 32] (quant.h's quantize_q8), for the tests and chapter 11.
 void llamanb_cpu_quantize_q8(const float* x, int M, int K, int8_t* q, float* d, float* s) {
@@ -530,7 +540,7 @@ int llamanb_cpu_int_dot_bytes() { return INT_DOT_BYTES ? 1 : 0; }
 
 // Quantised panels [ceil(N/NP), K/32, block] -> W [N, K] float32, through the decode the matmul
 // uses (quant.h): what each weight is, for the tests against the gguf package. fmt: 2 Q4_1, 3 Q8_0,
-// 6 Q4_0.
+// 6 Q4_0, 8 Q4_K.
 void llamanb_cpu_unpack_quant(int fmt, const uint8_t* P, int N, int K, float* W) {
     auto run = [&](auto tag) {
         using Q = Quant<decltype(tag)>;
@@ -551,6 +561,7 @@ void llamanb_cpu_unpack_quant(int fmt, const uint8_t* P, int N, int K, float* W)
     if (fmt == 2) run(q4_1_t{});
     else if (fmt == 3) run(q8_0_t{});
     else if (fmt == 6) run(q4_0_t{});
+    else if (fmt == 8) run(q4_k_t{});
 }
 
 int llamanb_cpu_vector_width() { return VW; }

@@ -14,6 +14,13 @@
 //       uint16 d[NP]               float16 scale of each column's block
 //       uint8  q[8][VW][4]         as Q4_1's
 //       w[k, j] = d[j] * (q - 8)       (the 8-bit-activation path: d q + m with m = -8 d, exact)
+//   Q4_K panel block (24 NP bytes; GGUF's Q4_K holds 18 per 32 weights): a super-block of 256
+//   weights has float16 d and dmin and 6-bit scale and minimum per sub-block of 32 (sc, m); here
+//   each sub-block gets its products, D = d sc and M = -dmin m, as float32 (exact: 11 + 6
+//   significant bits; float16 holds 11, hence the 4/3 of the file's bytes), and Q4_1's quants:
+//       float  D[NP], M[NP]
+//       uint8  q[8][VW][4]         as Q4_1's
+//       w[k, j] = D[j] * q + M[j]
 //   Q8_0 panel block (34 NP bytes):
 //       uint16 d[NP]               float16 scale of each column's block
 //       int8   q[8][2][VW][4]      group g, half h, lane j, byte t: column h VW + j at k = 4 g + t
@@ -26,7 +33,8 @@
 //   dequantisation gives (and that the model cache stores): a float16 widens to float32 exactly; d
 //   has 11 significant bits and q at most 4 (Q4_1) or 8 (Q8_0), so d * q is exact in float32's 24;
 //   Q4_1's d * q + m then rounds once, whether or not the compiler fuses it (an exact product
-//   rounds the same either way). Q4_0's d * (q - 8) is exact likewise, and formed as gguf forms it,
+//   rounds the same either way; Q4_K's D q + M likewise, as gguf's (d sc) q - dmin m rounds
+//   once). Q4_0's d * (q - 8) is exact likewise, and formed as gguf forms it,
 //   so that even its zeros carry gguf's signs. So this path computes the float32 engine's bits.
 //
 // * 8-bit activations (IDot<WT>): each activation row is quantised once per product into blocks of
@@ -95,9 +103,18 @@ static inline V loadv(const void* p) {
 // bytes of its scales, `group` the bytes of one group of 4 k.
 struct q4_1_t { uint8_t byte; };
 struct q4_0_t { uint8_t byte; };
+struct q4_k_t { uint8_t byte; };
 struct q8_0_t { uint8_t byte; };
 
 template <typename WT> struct Quant { static constexpr bool is = false; };
+
+// Row kk of a block's 4-bit quants q (8 groups of 4 VW bytes, laid out as Q4_1's): lo = column
+// j's weight d q + m, hi = column j + VW's, with s = {d lo, d hi, m lo, m hi}.
+static inline void nibble_row(const uint8_t* q, int kk, const vf* s, vf& lo, vf& hi) {
+    const vq v = loadv<vq>(q + (kk >> 2) * 4L * VW) >> (8 * (kk & 3));
+    lo = __builtin_convertvector((vi)(v & 15), vf) * s[0] + s[2];
+    hi = __builtin_convertvector((vi)((v >> 4) & 15), vf) * s[1] + s[3];
+}
 
 template <> struct Quant<q4_1_t> {
     static constexpr bool is = true;
@@ -112,9 +129,7 @@ template <> struct Quant<q4_1_t> {
         s[3] = load_half(h + 3 * VW);
     }
     static inline void row(const uint8_t* b, int kk, const vf* s, vf& lo, vf& hi) {
-        const vq v = loadv<vq>(b + head + (kk >> 2) * group) >> (8 * (kk & 3));
-        lo = __builtin_convertvector((vi)(v & 15), vf) * s[0] + s[2];
-        hi = __builtin_convertvector((vi)((v >> 4) & 15), vf) * s[1] + s[3];
+        nibble_row(b + head, kk, s, lo, hi);
     }
 };
 
@@ -135,6 +150,19 @@ template <> struct Quant<q4_0_t> {
         const vq v = loadv<vq>(b + head + (kk >> 2) * group) >> (8 * (kk & 3));
         lo = __builtin_convertvector((vi)(v & 15) - 8, vf) * s[0];
         hi = __builtin_convertvector((vi)((v >> 4) & 15) - 8, vf) * s[1];
+    }
+};
+
+// Q4_K: float32 D and M per sub-block (4 scales, as Q4_1's float16 d and m); Q4_1's quants.
+template <> struct Quant<q4_k_t> {
+    static constexpr bool is = true;
+    static constexpr long head = 16L * VW, group = 4L * VW, block = head + 8 * group;
+    static constexpr int n_scales = 4;
+    static inline void scales(const uint8_t* b, vf* s) {
+        for (int i = 0; i < 4; ++i) s[i] = loadv<vf>(b + 4L * VW * i);
+    }
+    static inline void row(const uint8_t* b, int kk, const vf* s, vf& lo, vf& hi) {
+        nibble_row(b + head, kk, s, lo, hi);
     }
 };
 
@@ -328,3 +356,5 @@ template <> struct IDot<q8_0_t> : IDot32 {
 
 // Q4_0's quants are Q4_1's (0..15, m = -8 d taken through the activation block's sum).
 template <> struct IDot<q4_0_t> : IDot<q4_1_t> {};
+// Q4_K's quants are Q4_1's too (M taken through the activation block's sum).
+template <> struct IDot<q4_k_t> : IDot<q4_1_t> {};

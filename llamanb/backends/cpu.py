@@ -9,11 +9,10 @@ from the model cache's one float32 copy (or the GGUF's blocks), a slice of rows 
 mapped slice's pages handed back once packed, into one arena of transparent huge pages
 (cpu_kernels.Arena: a step streams every weight, and 4 KiB pages cost a TLB miss each).
 `dtype="bf16"` stores them as bfloat16 bits, halving the bytes a decode step reads.
-`dtype="q4_1"` (or "q4_0", "q8_0", or "auto": each matrix as the file stores it) runs a GGUF's own
-blocks:
-they are regrouped into panels (cpu_kernels.pack_quant) and decoded in registers inside the
-matmul (kernels/cpu/quant.h), never expanded in memory -- a Q4_1 model streams 0.625 bytes a
-weight instead of 4. By default (activations="int8") each activation row is quantised once per
+`dtype="q4_1"` (or "q4_0", "q4_k", "q8_0", or "auto": each matrix as the file stores it) runs a
+GGUF's own blocks: they are regrouped into panels (cpu_kernels.pack_quant) and decoded in
+registers inside the matmul (kernels/cpu/quant.h), never expanded to floats -- a Q4_1 model
+streams 0.625 bytes a weight instead of 4 (Q4_K 0.75: its sub-block scales as float32). By default (activations="int8") each activation row is quantised once per
 product to 8-bit blocks of 32 and the blocks' dot products are integer (vpmaddubsw on AVX2);
 with activations="float32" each decoded weight is exactly the float32 the cache's dequantised
 copy holds, so that engine computes the float32 engine's bits from a sixth of its bytes.
@@ -189,7 +188,7 @@ class CpuBackend(Backend):
     def _quantised(weights: Weights, dtype: str, c) -> dict:
         """The matrices to run on the GGUF's own blocks: name -> (GGUF type, [uint8 rows [n, ...]
         of each part]), a fused matrix's parts (q|k|v, gate|up) in stacking order. Empty for float32 and bf16, and for
-        "auto" on weights with no quantised source; "q4_1" / "q4_0" / "q8_0" ask that every layer
+        "auto" on weights with no quantised source; "q4_1", "q4_k", ... ask that every layer
         matrix be stored in that format (one line if not)."""
         if dtype in ("float32", "bf16"):
             return {}

@@ -245,14 +245,47 @@ class Arena:
 
 
 # a panel format's code in kernels/cpu (forward.cc's fmt, llamanb_cpu_unpack_quant)
-# ("q4_1_q8", "q4_0_q8", "q8_0_q8": the same panels, multiplied with 8-bit activations)
+# ("<fmt>_q8": the same panels, multiplied with 8-bit activations)
 FORMATS = {"f32": 0, "bf16": 1, "q4_1": 2, "q8_0": 3, "q4_1_q8": 4, "q8_0_q8": 5, "q4_0": 6,
-           "q4_0_q8": 7}
-# GGUF block formats the kernels decode in registers: name -> (panel format, GGUF bytes per block
-# of 32, panel block bytes per output column) -- kernels/cpu/quant.h
-QUANT_FORMATS = {"Q4_1": ("q4_1", 20, 20), "Q4_0": ("q4_0", 18, 18), "Q8_0": ("q8_0", 34, 34)}
+           "q4_0_q8": 7, "q4_k": 8, "q4_k_q8": 9}
+# GGUF block formats the kernels decode in registers: name -> (panel format, GGUF bytes per 32
+# weights, panel block bytes per output column and 32 weights) -- kernels/cpu/quant.h
+QUANT_FORMATS = {"Q4_1": ("q4_1", 20, 20), "Q4_0": ("q4_0", 18, 18), "Q4_K": ("q4_k", 18, 24),
+                 "Q8_0": ("q8_0", 34, 34)}
+# the 4-bit formats: the byte widths of the scale fields before a block's 16 bytes of nibbles
+# (Q4_K once regrouped by q4_k_blocks: float32 D and M per sub-block of 32)
+NIBBLE_HEADS = {"Q4_1": (2, 2), "Q4_0": (2,), "Q4_K": (4, 4)}
 # panel formats whose products can take 8-bit activations (quant.h's IDot): all of them
 ACT8_FORMATS = tuple(f for f, _, _ in QUANT_FORMATS.values())
+
+
+def q4_k_blocks(raw: np.ndarray) -> np.ndarray:
+    """GGUF Q4_K rows (uint8 [N, K/256 * 144]) -> per sub-block of 32 weights a 24-byte block laid
+    out as Q4_1's with float32 fields: D = d sc, M = -dmin m, then 16 bytes whose low nibbles are
+    weights 0..15 and high nibbles 16..31 (w = D q + M, gguf's (d sc) q - dmin m to the bit).
+
+    A Q4_K super-block of 256 weights: float16 d, float16 dmin, 12 bytes of 6-bit scales sc and
+    minimums m for its 8 sub-blocks, 128 bytes of quants. In the 12 bytes, sub-blocks 0-3 keep sc
+    in the low 6 bits of bytes 0-3 and m in those of bytes 4-7; sub-blocks 4-7 take their low 4
+    bits from the nibbles of bytes 8-11 (sc low, m high) and their top 2 bits from the top 2 bits
+    of bytes 0-3 (sc) and 4-7 (m). The quants come 32 bytes per pair of sub-blocks: sub-block 2 c
+    in the low nibbles of bytes 32 c .. 32 c + 31, sub-block 2 c + 1 in their high nibbles."""
+    N = raw.shape[0]
+    sb = np.ascontiguousarray(raw, dtype=np.uint8).reshape(N, -1, 144)    # [N, S, 144]
+    S = sb.shape[1]
+    half = lambda a: a.copy().view(np.float16).astype(np.float32)        # noqa: E731
+    d, dmin = half(sb[..., 0:2]), half(sb[..., 2:4])                    # [N, S, 1]
+    b = sb[..., 4:16]
+    lo, hi, mix = b[..., 0:4], b[..., 4:8], b[..., 8:12]
+    sc = np.concatenate([lo & 63, (mix & 15) | ((lo >> 6) << 4)], axis=-1)        # [N, S, 8]
+    m = np.concatenate([hi & 63, (mix >> 4) | ((hi >> 6) << 4)], axis=-1)
+    D = d * sc.astype(np.float32)                                       # exact (17 bits)
+    M = -(dmin * m.astype(np.float32))
+    qs = sb[..., 16:].reshape(N, S, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(1, 1, 1, 2, 1)
+    q = (qs & 15).reshape(N, S * 8, 32)                                 # sub-block j, weight i
+    f32 = lambda a: a.reshape(N, S * 8, 1).view(np.uint8)              # noqa: E731
+    out = np.concatenate([f32(D), f32(M), q[..., :16] | (q[..., 16:] << 4)], axis=-1)
+    return out.reshape(N, -1)
 
 
 def pack_quant(raw: np.ndarray, qtype: str, np_width: int) -> np.ndarray:
@@ -260,11 +293,13 @@ def pack_quant(raw: np.ndarray, qtype: str, np_width: int) -> np.ndarray:
 
     raw: uint8 [N, K/32 * bytes per block], row n = output column n (HF order). Returns uint8
     [ceil(N / NP), K/32, block bytes]: per panel and block of 32 k, the NP columns' float16
-    scales (Q4_1: then their minimums), then their quants in 8 groups of 4 k, each group column
-    j's 4 bytes (k = 4 g + t) at bytes 4 j .. 4 j + 3 (Q4_1 and Q4_0: columns j and j + NP/2 share
-    a byte, low and high nibble; Q8_0: columns NP/2 .. NP-1 follow as a second half). Columns past
-    N are zero blocks (weight 0)."""
+    scales (Q4_1: then their minimums; Q4_K: float32 D, then M, see q4_k_blocks), then their
+    quants in 8 groups of 4 k, each group column j's 4 bytes (k = 4 g + t) at bytes 4 j ..
+    4 j + 3 (4-bit formats: columns j and j + NP/2 share a byte, low and high nibble; Q8_0:
+    columns NP/2 .. NP-1 follow as a second half). Columns past N are zero blocks (weight 0)."""
     name, gb, _ = QUANT_FORMATS[qtype]
+    if qtype == "Q4_K":
+        raw, gb = q4_k_blocks(raw), QUANT_FORMATS[qtype][2]              # 24-byte blocks of 32
     raw = np.ascontiguousarray(raw, dtype=np.uint8)
     N = raw.shape[0]
     nb = raw.shape[1] // gb
@@ -277,13 +312,13 @@ def pack_quant(raw: np.ndarray, qtype: str, np_width: int) -> np.ndarray:
     def cols(a):                                    # [P, nb, NP, c] -> [P, nb, NP * c] bytes
         return np.ascontiguousarray(a).reshape(P, nb, -1)
 
-    if qtype in ("Q4_1", "Q4_0"):
-        head = 4 if qtype == "Q4_1" else 2                               # d, m / d: float16 each
-        qs = blocks[..., head:]                                          # [P, nb, NP, 16]
+    if qtype in NIBBLE_HEADS:
+        at = np.cumsum((0,) + NIBBLE_HEADS[qtype])                       # the scale fields' bytes
+        qs = blocks[..., at[-1]:]                                        # [P, nb, NP, 16]
         q = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)                # weight kk of the block
         q = q.transpose(0, 1, 3, 2).reshape(P, nb, 8, 4, NP)            # [P, nb, g, t, NP]
         packed = q[..., :VW] | (q[..., VW:] << 4)                        # [P, nb, g, t, VW]
-        parts = [cols(blocks[..., h:h + 2]) for h in range(0, head, 2)] + \
+        parts = [cols(blocks[..., a:b]) for a, b in zip(at, at[1:])] + \
             [cols(packed.transpose(0, 1, 2, 4, 3))]                      # [P, nb, g, VW, t]
     else:
         q = blocks[..., 2:].transpose(0, 1, 3, 2)                        # [P, nb, 32, NP] int8
@@ -295,7 +330,7 @@ def pack_quant(raw: np.ndarray, qtype: str, np_width: int) -> np.ndarray:
 class Packed:
     """A weight W [n, k] packed for the matmul kernel: `data` [ceil(n / NP), k, NP] float32 or
     uint16 (bfloat16 bits), or quantised panels [ceil(n / NP), k / 32, block bytes] (fmt "q4_1",
-    "q4_0", "q8_0": see pack_quant)."""
+    "q4_0", "q4_k", "q8_0": see pack_quant)."""
 
     def __init__(self, n: int, k: int, data: np.ndarray, fmt: str | None = None):
         self.n, self.k, self.data = n, k, data
@@ -356,8 +391,8 @@ class Kernels:
         self.int_dot_bytes = bool(lib.llamanb_cpu_int_dot_bytes())
 
     def packed_layout(self, n: int, k: int, fmt: str) -> tuple[tuple, object]:
-        """(shape, dtype) of W [n, k] packed in panel format fmt ("f32", "bf16", "Q4_1", "Q4_0",
-        "Q8_0"): what pack / pack_quant return, for carving it from an Arena beforehand."""
+        """(shape, dtype) of W [n, k] packed in panel format fmt ("f32", "bf16", or a
+        QUANT_FORMATS name): what pack / pack_quant return, for carving it from an Arena beforehand."""
         P = -(-n // self.panel_width)
         if fmt in QUANT_FORMATS:
             return (P, k // 32, QUANT_FORMATS[fmt][2] * self.panel_width), np.uint8

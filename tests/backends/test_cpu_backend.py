@@ -291,8 +291,9 @@ def test_packing_in_slices_gives_the_panels_of_one_pass(kernels, monkeypatch, qt
     NP = kernels.panel_width
     N = 5 * NP + 3                                                # a short last panel
     if qtype in QTYPES:
-        w = _random_blocks(qtype, N, 3, seed=3)
-        pack = lambda a, **kw: kernels.pack_quant(a, qtype, 96, **kw)     # noqa: E731
+        K = _k32(qtype, 96)
+        w = _random_blocks(qtype, N, K // 32, seed=3)
+        pack = lambda a, **kw: kernels.pack_quant(a, qtype, K, **kw)      # noqa: E731
     else:
         w = np.random.default_rng(2).standard_normal((N, 13)).astype(np.float32)
         pack = lambda a, **kw: kernels.pack(a, bf16=qtype == "bf16", **kw)   # noqa: E731
@@ -396,30 +397,46 @@ def test_build_is_keyed_and_atomic(tmp_path, kernels):
 
 # ---- the GGUF's own quantised blocks, decoded inside the matmul ---------------------------------
 
-QTYPES = ("Q4_1", "Q4_0", "Q8_0")
+QTYPES = ("Q4_1", "Q4_0", "Q4_K", "Q8_0")
+# bytes of a panel block per output column and 32 weights where they differ from the file's:
+# Q4_K's sub-block scale and minimum as two float32 (kernels/cpu/quant.h), then 16 of nibbles
+PANEL_BYTES = {"Q4_K": 4 + 4 + 16}
+
+
+def _gguf_block(qtype: str) -> tuple[int, int]:
+    """(weights, bytes) of one block, as the gguf package states them (GGML_QUANT_SIZES)."""
+    import gguf
+
+    return gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype]]
 
 
 def _block_bytes(qtype: str) -> int:
-    """A block of 32 weights' bytes, as the gguf package states it (GGML_QUANT_SIZES)."""
-    import gguf
+    """The file's bytes per 32 weights."""
+    size, nbytes = _gguf_block(qtype)
+    return nbytes * 32 // size
 
-    size, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype]]
-    assert size == 32
-    return nbytes
+
+def _k32(qtype: str, k: int) -> int:
+    """The smallest multiple of the format's block (32, or Q4_K's super-block of 256) >= k."""
+    size = _gguf_block(qtype)[0]
+    return -(-k // size) * size
 
 
 def _random_blocks(qtype: str, n_rows: int, n_blocks: int, seed: int) -> np.ndarray:
-    """GGUF rows of random blocks: scales drawn over float16's range (normal, subnormal, zero,
-    negative), quants uniform -- uint8 [n_rows, n_blocks * bytes per block]."""
+    """GGUF rows of random blocks of n_blocks x 32 weights: scales drawn over float16's range
+    (normal, subnormal, zero, negative), everything else uniform (Q4_K: its 6-bit sub-block
+    scales and minimums too) -- uint8 [n_rows, file bytes]."""
     rng = np.random.default_rng(seed)
-    per = _block_bytes(qtype)
-    b = rng.integers(0, 256, (n_rows, n_blocks, per), dtype=np.uint8)
-    scales = (rng.standard_normal((n_rows, n_blocks, 2)) *
-              2.0 ** rng.integers(-26, 4, (n_rows, n_blocks, 2))).astype(np.float16)
+    size, per = _gguf_block(qtype)
+    n = n_blocks * 32 // size
+    assert n * size == n_blocks * 32
+    b = rng.integers(0, 256, (n_rows, n, per), dtype=np.uint8)
+    scales = (rng.standard_normal((n_rows, n, 2)) *
+              2.0 ** rng.integers(-26, 4, (n_rows, n, 2))).astype(np.float16)
     scales[0, 0] = [0.0, -0.0]
-    b[..., :4] = scales.view(np.uint8).reshape(n_rows, n_blocks, 4)
-    if qtype != "Q4_1":                                          # one scale, then quants
-        b[..., 2:4] = rng.integers(0, 256, (n_rows, n_blocks, 2), dtype=np.uint8)
+    b[..., :4] = scales.view(np.uint8).reshape(n_rows, n, 4)     # Q4_1: d, m; Q4_K: d, dmin
+    if qtype in ("Q4_0", "Q8_0"):                                # one scale, then quants
+        b[..., 2:4] = rng.integers(0, 256, (n_rows, n, 2), dtype=np.uint8)
     return b.reshape(n_rows, -1)
 
 
@@ -439,15 +456,20 @@ def test_quantised_panels_decode_bit_for_bit_as_gguf(kernels, portable_kernels, 
     the native one, the scalar float16 conversion in the portable one)."""
     import gguf
 
-    raw = _random_blocks(qtype, 37, 3, seed=7)                   # N = 37: a short last panel
+    raw = _random_blocks(qtype, 37, _k32(qtype, 96) // 32, seed=7)   # N = 37: a short last panel
     # the shipped GGUF as the gguf package reads it (conftest's session-wide GGUFReader); it has
-    # no Q4_0 tensor: a Q4_1 one's weights quantised to Q4_0 by the gguf package stand in
-    t = next(t for t in smollm_reader.tensors if t.tensor_type.name == qtype.replace("Q4_0", "Q4_1"))
-    real = np.asarray(t.data).view(np.uint8).reshape(int(t.shape[-1]), -1)[:50]
-    if qtype == "Q4_0":
-        real = gguf.quants.quantize(_gguf_dequant(real, "Q4_1"), gguf.GGMLQuantizationType.Q4_0)
+    # no Q4_0 tensor: a Q4_1 one's weights quantised to Q4_0 by the gguf package stand in (the
+    # package cannot write Q4_K: random blocks only)
+    rows = [raw]
+    if qtype != "Q4_K":
+        t = next(t for t in smollm_reader.tensors
+                 if t.tensor_type.name == qtype.replace("Q4_0", "Q4_1"))
+        real = np.asarray(t.data).view(np.uint8).reshape(int(t.shape[-1]), -1)[:50]
+        if qtype == "Q4_0":
+            real = gguf.quants.quantize(_gguf_dequant(real, "Q4_1"), gguf.GGMLQuantizationType.Q4_0)
+        rows.append(real)
     for k in (kernels, portable_kernels):
-        for r in (raw, real):
+        for r in rows:
             w = k.pack_quant(r, qtype, r.shape[1] // _block_bytes(qtype) * 32)
             got, want = k.unpack(w), _gguf_dequant(r, qtype)
             assert got.shape == want.shape
@@ -459,7 +481,7 @@ def test_quantised_matmul_equals_float32_panels_bitwise(kernels, portable_kernel
     """The matmul on quantised panels multiplies the same float32 weights (previous test) in the
     same order (one FMA chain over k per output) as on float32 panels of the dequantised matrix:
     the derived bound between the two is 0. And within Higham's bound of float64."""
-    raw = _random_blocks(qtype, 45, 7, seed=11)                  # K = 224, N = 45
+    raw = _random_blocks(qtype, 45, _k32(qtype, 224) // 32, seed=11)     # K = 224 (256), N = 45
     w = _gguf_dequant(raw, qtype)
     rng = np.random.default_rng(5)
     for k in (kernels, portable_kernels):
@@ -474,8 +496,8 @@ def test_quantised_matmul_equals_float32_panels_bitwise(kernels, portable_kernel
             bound = gamma(w.shape[1] + 1) * (np.abs(x).astype(np.float64) @
                                               np.abs(w).astype(np.float64).T + np.abs(y0))
             assert (np.abs(yq - exact) <= bound).all()
-    assert wq.nbytes == -(-45 // k.panel_width) * k.panel_width * 7 * \
-        _block_bytes(qtype)                          # the GGUF's bytes per weight, padded to panels
+    assert wq.nbytes == -(-45 // k.panel_width) * k.panel_width * w.shape[1] // 32 * \
+        PANEL_BYTES.get(qtype, _block_bytes(qtype))  # the GGUF's bytes per weight, padded to panels
 
 
 @pytest.fixture(scope="module")

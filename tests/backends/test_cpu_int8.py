@@ -28,14 +28,20 @@ from llamanb.errors import LlamanbError
 from llamanb.numerics import U_FLOAT32, gamma
 
 U = U_FLOAT32
-QTYPES = ("Q4_1", "Q4_0", "Q8_0")
+QTYPES = ("Q4_1", "Q4_0", "Q4_K", "Q8_0")
 
 
-def _block_bytes(qtype: str) -> int:
-    """A block of 32 weights' bytes, as the gguf package states it (GGML_QUANT_SIZES)."""
+def _gguf_block(qtype: str) -> tuple[int, int]:
+    """(weights, bytes) of one block, as the gguf package states them (GGML_QUANT_SIZES)."""
     import gguf
 
-    return gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype]][1]
+    return gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype]]
+
+
+def _k(qtype: str, k: int) -> int:
+    """The smallest multiple of the format's block (32, or Q4_K's super-block of 256) >= k."""
+    size = _gguf_block(qtype)[0]
+    return -(-k // size) * size
 
 
 def _numpy_q8(x: np.ndarray):
@@ -53,23 +59,37 @@ def _numpy_q8(x: np.ndarray):
 
 
 def _blocks(qtype: str, n: int, nb: int, seed: int) -> np.ndarray:
-    """GGUF rows of random blocks with scales of a trained model's size (normal float16)."""
+    """GGUF rows of random blocks (nb x 32 weights) with scales of a trained model's size (normal
+    float16; Q4_K: d and dmin, its 6-bit sub-block scales and minimums uniform)."""
     rng = np.random.default_rng(seed)
-    per = _block_bytes(qtype)
+    size, per = _gguf_block(qtype)
+    nb = nb * 32 // size
     b = rng.integers(0, 256, (n, nb, per), dtype=np.uint8)
     sc = (rng.standard_normal((n, nb, 2)) * 2.0 ** rng.integers(-8, -2, (n, nb, 2)))
     b[..., :4] = sc.astype(np.float16).view(np.uint8).reshape(n, nb, 4)
-    if qtype != "Q4_1":                                          # one scale, then quants
+    if qtype in ("Q4_0", "Q8_0"):                                # one scale, then quants
         b[..., 2:4] = rng.integers(0, 256, (n, nb, 2), dtype=np.uint8)
     return b.reshape(n, -1)
 
 
 def _parts(raw: np.ndarray, qtype: str):
     """|d q| and |m| per weight [N, K], float64, from the GGUF blocks' own fields (q the stored
-    quant, 0..15 for the 4-bit formats; Q4_0's m is -8 d)."""
+    quant, 0..15 for the 4-bit formats; Q4_0's m is -8 d; Q4_K's d and m are a sub-block's
+    d sc and -dmin m, its 6-bit fields unpacked by the gguf package)."""
+    import gguf
+
     N = raw.shape[0]
-    b = raw.reshape(N, -1, _block_bytes(qtype))
+    b = raw.reshape(N, -1, _gguf_block(qtype)[1])
     d = b[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float64)          # [N, nb]
+    if qtype == "Q4_K":
+        dmin = b[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float64)
+        sc, mn = gguf.quants.Q4_K.get_scale_min(b[..., 4:16].reshape(-1, 12))
+        D = d[..., None] * sc.reshape(N, -1, 8)                                 # [N, S, 8]
+        M = dmin[..., None] * mn.reshape(N, -1, 8)
+        qs = b[..., 16:].reshape(N, -1, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(2, 1)
+        q = (qs & 15).reshape(N, -1, 8, 32).astype(np.float64)
+        return (np.abs(D[..., None] * q).reshape(N, -1),
+                np.repeat(np.abs(M).reshape(N, -1), 32, axis=1))
     if qtype in ("Q4_1", "Q4_0"):
         h = 4 if qtype == "Q4_1" else 2
         m = b[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float64) if h == 4 else -8 * d
@@ -112,7 +132,7 @@ def test_int8_products_within_the_derived_bound(kernels, portable_kernels, qtype
     rounding shows: some error exceeds the float32 summation bound)."""
     import gguf
 
-    K, N = 224, 45
+    K, N = _k(qtype, 224), 45
     nb = K // 32
     raw = _blocks(qtype, N, nb, seed=21)
     W = np.asarray(gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[qtype]),
@@ -145,7 +165,7 @@ def test_int8_products_within_the_derived_bound(kernels, portable_kernels, qtype
 def test_int8_row_bits_do_not_depend_on_the_step(kernels, qtype):
     """A row's result is the same bits alone, in a decode step of 8 and in a prefill block of 70:
     what batching's token-identity rests on."""
-    K, N = 160, 70
+    K, N = _k(qtype, 160), 70
     raw = _blocks(qtype, N, K // 32, seed=5)
     wq = kernels.pack_quant(raw, qtype, K)
     x = np.random.default_rng(2).standard_normal((70, K)).astype(np.float32)
