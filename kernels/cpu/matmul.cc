@@ -23,7 +23,7 @@
 //
 // Threads (pool.h) take chunks of panels (x one block of rows when M is large) on demand.
 //
-// Quantised panels (quant.h: Q4_1, Q4_0, Q4_K, Q8_0) go through the same tiles: a block of 32 k at a time,
+// Quantised panels (quant.h: Q4_1, Q4_0, Q4_K, Q6_K, Q8_0) go through the same tiles: a block of 32 k at a time,
 // each row of weights decoded in registers (the block's scales loaded once per block) and then
 // multiplied exactly as a float32 row would be.
 #include <cstring>
@@ -352,6 +352,19 @@ struct Q8Rows {
     const float* s;                 // [M, K / 32]
 };
 
+// Each row's integer sums so far, times the block's scales (lo, hi columns) and the row's da.
+template <int MR, typename D>
+inline void fold_q8(const typename D::Acc (&a)[MR], const Q8Rows& x, int nb, int b, vf s_lo,
+                    vf s_hi, vf (&acc)[MR][1][2]) {
+    for (int i = 0; i < MR; ++i) {
+        vi lo, hi;
+        D::sums(a[i], lo, hi);
+        const vf da = bcast(x.d[(long)i * nb + b]);
+        acc[i][0][0] += __builtin_convertvector(lo, vf) * (s_lo * da);
+        acc[i][0][1] += __builtin_convertvector(hi, vf) * (s_hi * da);
+    }
+}
+
 template <int MR, typename WT>
 inline void micro_q8(const Q8Rows& x, int K, const uint8_t* P, float* y, long ldy, int cols,
                      int accumulate, int rnd, long pf) {
@@ -365,19 +378,25 @@ inline void micro_q8(const Q8Rows& x, int K, const uint8_t* P, float* y, long ld
         for (long c = 0; c < Q::block; c += 64) __builtin_prefetch(blk + pf + c, 0, 3);
         typename D::Acc a[MR];
         for (int i = 0; i < MR; ++i) D::zero(a[i]);
+        vf s[Q::n_scales];
+        if constexpr (Q::halves) Q::scales(blk, s);
         for (int g = 0; g < 8; ++g) {
             const typename D::G q = D::decode(blk + Q::head + g * Q::group);
             for (int i = 0; i < MR; ++i) D::step(a[i], q, x.q + (long)i * K + 32 * b + 4 * g);
+            if constexpr (Q::halves)
+                if (g == 3) {                      // k 0..15 done: their own scales (Q6_K's D0)
+                    fold_q8<MR, D>(a, x, nb, b, s[0], s[1], acc);
+                    for (int i = 0; i < MR; ++i) D::zero(a[i]);
+                }
         }
-        vf s[Q::n_scales];
+        if constexpr (Q::halves) {
+            fold_q8<MR, D>(a, x, nb, b, s[2], s[3], acc);
+            continue;
+        }
         Q::scales(blk, s);
-        for (int i = 0; i < MR; ++i) {
-            vi lo, hi;
-            D::sums(a[i], lo, hi);
-            const vf da = bcast(x.d[(long)i * nb + b]);
-            acc[i][0][0] += __builtin_convertvector(lo, vf) * (s[0] * da);
-            acc[i][0][1] += __builtin_convertvector(hi, vf) * (s[1] * da);
-            if constexpr (Q::n_scales == 4) {                       // Q4_1: + m sa
+        fold_q8<MR, D>(a, x, nb, b, s[0], s[1], acc);
+        if constexpr (Q::n_scales == 4) {                           // Q4_1, Q4_0, Q4_K: + m sa
+            for (int i = 0; i < MR; ++i) {
                 const vf sa = bcast(x.s[(long)i * nb + b]);
                 acc[i][0][0] += s[2] * sa;
                 acc[i][0][1] += s[3] * sa;
@@ -504,6 +523,11 @@ void llamanb_cpu_matmul_q4_k(const float* x, int M, int K, const uint8_t* P, int
     matmul(x, M, K, reinterpret_cast<const q4_k_t*>(P), N, y, accumulate, rnd);
 }
 
+void llamanb_cpu_matmul_q6_k(const float* x, int M, int K, const uint8_t* P, int N, float* y,
+                             int accumulate, int rnd) {
+    matmul(x, M, K, reinterpret_cast<const q6_k_t*>(P), N, y, accumulate, rnd);
+}
+
 // The same products with each activation row quantised to 8 bits per block of 32 (quant.h's
 // IDot): integer dot products, the float path's results to within the activations' rounding.
 void llamanb_cpu_matmul_q4_1_q8(const float* x, int M, int K, const uint8_t* P, int N, float* y,
@@ -526,6 +550,11 @@ void llamanb_cpu_matmul_q4_k_q8(const float* x, int M, int K, const uint8_t* P, 
     matmul_q8<q4_k_t>(x, M, K, P, N, y, accumulate, rnd);
 }
 
+void llamanb_cpu_matmul_q6_k_q8(const float* x, int M, int K, const uint8_t* P, int N, float* y,
+                                int accumulate, int rnd) {
+    matmul_q8<q6_k_t>(x, M, K, P, N, y, accumulate, rnd);
+}
+
 // Rows x [M, K] -> their 8-bit blocks as the q8 products make them: q int8 [M, K], d and s
 // float32 [M, K / 32] (quant.h's quantize_q8), for the tests and chapter 11.
 void llamanb_cpu_quantize_q8(const float* x, int M, int K, int8_t* q, float* d, float* s) {
@@ -540,7 +569,7 @@ int llamanb_cpu_int_dot_bytes() { return INT_DOT_BYTES ? 1 : 0; }
 
 // Quantised panels [ceil(N/NP), K/32, block] -> W [N, K] float32, through the decode the matmul
 // uses (quant.h): what each weight is, for the tests against the gguf package. fmt: 2 Q4_1, 3 Q8_0,
-// 6 Q4_0, 8 Q4_K.
+// 6 Q4_0, 8 Q4_K, 10 Q6_K.
 void llamanb_cpu_unpack_quant(int fmt, const uint8_t* P, int N, int K, float* W) {
     auto run = [&](auto tag) {
         using Q = Quant<decltype(tag)>;
@@ -562,6 +591,7 @@ void llamanb_cpu_unpack_quant(int fmt, const uint8_t* P, int N, int K, float* W)
     else if (fmt == 3) run(q8_0_t{});
     else if (fmt == 6) run(q4_0_t{});
     else if (fmt == 8) run(q4_k_t{});
+    else if (fmt == 10) run(q6_k_t{});
 }
 
 int llamanb_cpu_vector_width() { return VW; }

@@ -21,6 +21,13 @@
 //       float  D[NP], M[NP]
 //       uint8  q[8][VW][4]         as Q4_1's
 //       w[k, j] = D[j] * q + M[j]
+//   Q6_K panel block (40 NP bytes; GGUF's Q6_K holds 26.25 per 32 weights): a super-block of 256
+//   weights has a float16 d and an int8 scale sc per 16 weights, and 6-bit quants q (w = d sc
+//   (q - 32)); here each half block of 16 k gets D = d sc as float32 (exact: 11 + 7 bits), and
+//   the quants q - 32 as int8, laid out as Q8_0's:
+//       float  D0[NP], D1[NP]      k 0..15, k 16..31
+//       int8   q[8][2][VW][4]      as Q8_0's
+//       w[k, j] = (k < 16 ? D0 : D1)[j] * q
 //   Q8_0 panel block (34 NP bytes):
 //       uint16 d[NP]               float16 scale of each column's block
 //       int8   q[8][2][VW][4]      group g, half h, lane j, byte t: column h VW + j at k = 4 g + t
@@ -34,7 +41,7 @@
 //   has 11 significant bits and q at most 4 (Q4_1) or 8 (Q8_0), so d * q is exact in float32's 24;
 //   Q4_1's d * q + m then rounds once, whether or not the compiler fuses it (an exact product
 //   rounds the same either way; Q4_K's D q + M likewise, as gguf's (d sc) q - dmin m rounds
-//   once). Q4_0's d * (q - 8) is exact likewise, and formed as gguf forms it,
+//   once; Q6_K's D q is exact, 11 + 7 + 5 bits). Q4_0's d * (q - 8) is exact likewise, and formed as gguf forms it,
 //   so that even its zeros carry gguf's signs. So this path computes the float32 engine's bits.
 //
 // * 8-bit activations (IDot<WT>): each activation row is quantised once per product into blocks of
@@ -104,6 +111,7 @@ static inline V loadv(const void* p) {
 struct q4_1_t { uint8_t byte; };
 struct q4_0_t { uint8_t byte; };
 struct q4_k_t { uint8_t byte; };
+struct q6_k_t { uint8_t byte; };
 struct q8_0_t { uint8_t byte; };
 
 template <typename WT> struct Quant { static constexpr bool is = false; };
@@ -117,7 +125,7 @@ static inline void nibble_row(const uint8_t* q, int kk, const vf* s, vf& lo, vf&
 }
 
 template <> struct Quant<q4_1_t> {
-    static constexpr bool is = true;
+    static constexpr bool is = true, halves = false;
     static constexpr long head = 8L * VW, group = 4L * VW, block = head + 8 * group;
     static constexpr int n_scales = 4;
     // d (columns 0..VW-1, VW..2VW-1), then m likewise
@@ -136,7 +144,7 @@ template <> struct Quant<q4_1_t> {
 // Q4_0: the scales d, and m = -8 d made from them for the 8-bit-activation path (4 scales, as
 // Q4_1's); the quants as Q4_1's, decoded to d (q - 8).
 template <> struct Quant<q4_0_t> {
-    static constexpr bool is = true;
+    static constexpr bool is = true, halves = false;
     static constexpr long head = 4L * VW, group = 4L * VW, block = head + 8 * group;
     static constexpr int n_scales = 4;
     static inline void scales(const uint8_t* b, vf* s) {
@@ -155,7 +163,7 @@ template <> struct Quant<q4_0_t> {
 
 // Q4_K: float32 D and M per sub-block (4 scales, as Q4_1's float16 d and m); Q4_1's quants.
 template <> struct Quant<q4_k_t> {
-    static constexpr bool is = true;
+    static constexpr bool is = true, halves = false;
     static constexpr long head = 16L * VW, group = 4L * VW, block = head + 8 * group;
     static constexpr int n_scales = 4;
     static inline void scales(const uint8_t* b, vf* s) {
@@ -166,8 +174,17 @@ template <> struct Quant<q4_k_t> {
     }
 };
 
+// Row kk of a block's int8 quants q (8 groups of 8 VW bytes, laid out as Q8_0's), as floats:
+// lo = column j's, hi = column j + VW's.
+static inline void byte_row(const uint8_t* q, int kk, vf& lo, vf& hi) {
+    const uint8_t* g = q + (kk >> 2) * 8L * VW;
+    const int up = 24 - 8 * (kk & 3);                       // byte t to the top, then back down
+    lo = __builtin_convertvector((loadv<vi>(g) << up) >> 24, vf);
+    hi = __builtin_convertvector((loadv<vi>(g + 4 * VW) << up) >> 24, vf);
+}
+
 template <> struct Quant<q8_0_t> {
-    static constexpr bool is = true;
+    static constexpr bool is = true, halves = false;
     static constexpr long head = 4L * VW, group = 8L * VW, block = head + 8 * group;
     static constexpr int n_scales = 2;
     static inline void scales(const uint8_t* b, vf* s) {
@@ -176,10 +193,25 @@ template <> struct Quant<q8_0_t> {
         s[1] = load_half(h + VW);
     }
     static inline void row(const uint8_t* b, int kk, const vf* s, vf& lo, vf& hi) {
-        const uint8_t* g = b + head + (kk >> 2) * group;
-        const int up = 24 - 8 * (kk & 3);                   // byte t to the top, then back down
-        lo = __builtin_convertvector((loadv<vi>(g) << up) >> 24, vf) * s[0];
-        hi = __builtin_convertvector((loadv<vi>(g + 4 * VW) << up) >> 24, vf) * s[1];
+        byte_row(b + head, kk, lo, hi);
+        lo *= s[0];
+        hi *= s[1];
+    }
+};
+
+// Q6_K: float32 D0 (k 0..15) and D1 (k 16..31), then Q8_0's quants. `halves`: the 8-bit-activation
+// product folds each half block's integer sums with its own scale (matmul.cc's micro_q8).
+template <> struct Quant<q6_k_t> {
+    static constexpr bool is = true, halves = true;
+    static constexpr long head = 16L * VW, group = 8L * VW, block = head + 8 * group;
+    static constexpr int n_scales = 4;                      // D0 lo, D0 hi, D1 lo, D1 hi
+    static inline void scales(const uint8_t* b, vf* s) {
+        for (int i = 0; i < 4; ++i) s[i] = loadv<vf>(b + 4L * VW * i);
+    }
+    static inline void row(const uint8_t* b, int kk, const vf* s, vf& lo, vf& hi) {
+        byte_row(b + head, kk, lo, hi);
+        lo *= s[kk < 16 ? 0 : 2];
+        hi *= s[kk < 16 ? 1 : 3];
     }
 };
 
@@ -358,3 +390,5 @@ template <> struct IDot<q8_0_t> : IDot32 {
 template <> struct IDot<q4_0_t> : IDot<q4_1_t> {};
 // Q4_K's quants are Q4_1's too (M taken through the activation block's sum).
 template <> struct IDot<q4_k_t> : IDot<q4_1_t> {};
+// Q6_K's quants (q - 32) are signed bytes, as Q8_0's.
+template <> struct IDot<q6_k_t> : IDot<q8_0_t> {};

@@ -9,10 +9,11 @@ from the model cache's one float32 copy (or the GGUF's blocks), a slice of rows 
 mapped slice's pages handed back once packed, into one arena of transparent huge pages
 (cpu_kernels.Arena: a step streams every weight, and 4 KiB pages cost a TLB miss each).
 `dtype="bf16"` stores them as bfloat16 bits, halving the bytes a decode step reads.
-`dtype="q4_1"` (or "q4_0", "q4_k", "q8_0", or "auto": each matrix as the file stores it) runs a
-GGUF's own blocks: they are regrouped into panels (cpu_kernels.pack_quant) and decoded in
+`dtype="q4_1"` (or "q4_0", "q4_k", "q6_k", "q8_0", or "auto": each matrix as the file stores it)
+runs a GGUF's own blocks: they are regrouped into panels (cpu_kernels.pack_quant) and decoded in
 registers inside the matmul (kernels/cpu/quant.h), never expanded to floats -- a Q4_1 model
-streams 0.625 bytes a weight instead of 4 (Q4_K 0.75: its sub-block scales as float32). By default (activations="int8") each activation row is quantised once per
+streams 0.625 bytes a weight instead of 4 (Q4_K 0.75, Q6_K 1.25: sub-block scales as float32).
+A fused matrix (q|k|v, gate|up) runs on its blocks when its parts share a format, else float32. By default (activations="int8") each activation row is quantised once per
 product to 8-bit blocks of 32 and the blocks' dot products are integer (vpmaddubsw on AVX2);
 with activations="float32" each decoded weight is exactly the float32 the cache's dequantised
 copy holds, so that engine computes the float32 engine's bits from a sixth of its bytes.

@@ -247,14 +247,16 @@ class Arena:
 # a panel format's code in kernels/cpu (forward.cc's fmt, llamanb_cpu_unpack_quant)
 # ("<fmt>_q8": the same panels, multiplied with 8-bit activations)
 FORMATS = {"f32": 0, "bf16": 1, "q4_1": 2, "q8_0": 3, "q4_1_q8": 4, "q8_0_q8": 5, "q4_0": 6,
-           "q4_0_q8": 7, "q4_k": 8, "q4_k_q8": 9}
+           "q4_0_q8": 7, "q4_k": 8, "q4_k_q8": 9, "q6_k": 10, "q6_k_q8": 11}
 # GGUF block formats the kernels decode in registers: name -> (panel format, GGUF bytes per 32
 # weights, panel block bytes per output column and 32 weights) -- kernels/cpu/quant.h
 QUANT_FORMATS = {"Q4_1": ("q4_1", 20, 20), "Q4_0": ("q4_0", 18, 18), "Q4_K": ("q4_k", 18, 24),
-                 "Q8_0": ("q8_0", 34, 34)}
-# the 4-bit formats: the byte widths of the scale fields before a block's 16 bytes of nibbles
-# (Q4_K once regrouped by q4_k_blocks: float32 D and M per sub-block of 32)
+                 "Q6_K": ("q6_k", 26.25, 40), "Q8_0": ("q8_0", 34, 34)}
+# the byte widths of the scale fields before a block's quants: 4-bit formats (16 bytes of
+# nibbles; Q4_K once regrouped by q4_k_blocks: float32 D and M per sub-block of 32), and 8-bit
+# ones (32 int8; Q6_K once regrouped by q6_k_blocks: float32 D per half block of 16)
 NIBBLE_HEADS = {"Q4_1": (2, 2), "Q4_0": (2,), "Q4_K": (4, 4)}
+BYTE_HEADS = {"Q8_0": (2,), "Q6_K": (4, 4)}
 # panel formats whose products can take 8-bit activations (quant.h's IDot): all of them
 ACT8_FORMATS = tuple(f for f, _, _ in QUANT_FORMATS.values())
 
@@ -288,18 +290,43 @@ def q4_k_blocks(raw: np.ndarray) -> np.ndarray:
     return out.reshape(N, -1)
 
 
+def q6_k_blocks(raw: np.ndarray) -> np.ndarray:
+    """GGUF Q6_K rows (uint8 [N, K/256 * 210]) -> per block of 32 weights a 40-byte block: float32
+    D0 and D1, the scales of its two halves of 16 (D = d sc), then 32 int8 quants q - 32 in
+    weight order (w = D (q - 32), gguf's (d sc) (q - 32) to the bit).
+
+    A Q6_K super-block of 256 weights: 128 bytes of low 4 bits, 64 bytes of high 2 bits, 16 int8
+    scales (one per 16 weights), a float16 d. Each half of 128 weights takes 64 low bytes and 32
+    high bytes: weight 64 s + i of the half (s = 0, 1; i < 64) has its low 4 bits in nibble s of
+    low byte i, and weight 32 t + i (t < 4, i < 32) its high 2 bits at bits 2 t of high byte i."""
+    N = raw.shape[0]
+    sb = np.ascontiguousarray(raw, dtype=np.uint8).reshape(N, -1, 210)    # [N, S, 210]
+    S = sb.shape[1]
+    ql = sb[..., :128].reshape(N, S, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(2, 1)
+    qh = sb[..., 128:192].reshape(N, S, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(4, 1)
+    q = ((ql & 15).reshape(N, S, 256) | ((qh & 3).reshape(N, S, 256) << 4)).astype(np.int16) - 32
+    sc = sb[..., 192:208].copy().view(np.int8).astype(np.float32)           # [N, S, 16]
+    d = sb[..., 208:210].copy().view(np.float16).astype(np.float32)         # [N, S, 1]
+    D = (d * sc).reshape(N, S * 8, 2)                                       # exact (18 bits)
+    out = np.concatenate([D[..., 0:1].view(np.uint8), D[..., 1:2].view(np.uint8),
+                          q.astype(np.int8).reshape(N, S * 8, 32).view(np.uint8)], axis=-1)
+    return out.reshape(N, -1)
+
+
 def pack_quant(raw: np.ndarray, qtype: str, np_width: int) -> np.ndarray:
     """GGUF rows of blocks -> the kernels' quantised panels (kernels/cpu/quant.h).
 
     raw: uint8 [N, K/32 * bytes per block], row n = output column n (HF order). Returns uint8
     [ceil(N / NP), K/32, block bytes]: per panel and block of 32 k, the NP columns' float16
-    scales (Q4_1: then their minimums; Q4_K: float32 D, then M, see q4_k_blocks), then their
+    scales (Q4_1: then their minimums; Q4_K: float32 D, then M, see q4_k_blocks; Q6_K: float32
+    D0, then D1, see q6_k_blocks), then their
     quants in 8 groups of 4 k, each group column j's 4 bytes (k = 4 g + t) at bytes 4 j ..
     4 j + 3 (4-bit formats: columns j and j + NP/2 share a byte, low and high nibble; Q8_0:
     columns NP/2 .. NP-1 follow as a second half). Columns past N are zero blocks (weight 0)."""
     name, gb, _ = QUANT_FORMATS[qtype]
-    if qtype == "Q4_K":
-        raw, gb = q4_k_blocks(raw), QUANT_FORMATS[qtype][2]              # 24-byte blocks of 32
+    regroup = {"Q4_K": q4_k_blocks, "Q6_K": q6_k_blocks}.get(qtype)
+    if regroup is not None:                   # super-blocks of 256 -> panel-ready blocks of 32
+        raw, gb = regroup(raw), QUANT_FORMATS[qtype][2]
     raw = np.ascontiguousarray(raw, dtype=np.uint8)
     N = raw.shape[0]
     nb = raw.shape[1] // gb
@@ -321,16 +348,17 @@ def pack_quant(raw: np.ndarray, qtype: str, np_width: int) -> np.ndarray:
         parts = [cols(blocks[..., a:b]) for a, b in zip(at, at[1:])] + \
             [cols(packed.transpose(0, 1, 2, 4, 3))]                      # [P, nb, g, VW, t]
     else:
-        q = blocks[..., 2:].transpose(0, 1, 3, 2)                        # [P, nb, 32, NP] int8
+        at = np.cumsum((0,) + BYTE_HEADS[qtype])
+        q = blocks[..., at[-1]:].transpose(0, 1, 3, 2)                   # [P, nb, 32, NP] int8
         q = q.reshape(P, nb, 8, 4, 2, VW).transpose(0, 1, 2, 4, 5, 3)   # [P, nb, g, h, VW, t]
-        parts = [cols(blocks[..., 0:2]), cols(q)]
+        parts = [cols(blocks[..., a:b]) for a, b in zip(at, at[1:])] + [cols(q)]
     return np.concatenate(parts, axis=-1)
 
 
 class Packed:
     """A weight W [n, k] packed for the matmul kernel: `data` [ceil(n / NP), k, NP] float32 or
     uint16 (bfloat16 bits), or quantised panels [ceil(n / NP), k / 32, block bytes] (fmt "q4_1",
-    "q4_0", "q4_k", "q8_0": see pack_quant)."""
+    "q4_0", "q4_k", "q6_k", "q8_0": see pack_quant)."""
 
     def __init__(self, n: int, k: int, data: np.ndarray, fmt: str | None = None):
         self.n, self.k, self.data = n, k, data

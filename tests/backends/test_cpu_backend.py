@@ -397,10 +397,11 @@ def test_build_is_keyed_and_atomic(tmp_path, kernels):
 
 # ---- the GGUF's own quantised blocks, decoded inside the matmul ---------------------------------
 
-QTYPES = ("Q4_1", "Q4_0", "Q4_K", "Q8_0")
-# bytes of a panel block per output column and 32 weights where they differ from the file's:
-# Q4_K's sub-block scale and minimum as two float32 (kernels/cpu/quant.h), then 16 of nibbles
-PANEL_BYTES = {"Q4_K": 4 + 4 + 16}
+QTYPES = ("Q4_1", "Q4_0", "Q4_K", "Q6_K", "Q8_0")
+# bytes of a panel block per output column and 32 weights where they differ from the file's
+# (kernels/cpu/quant.h): Q4_K's sub-block scale and minimum as two float32, then 16 of nibbles;
+# Q6_K's scales of the two halves as two float32, then 32 int8
+PANEL_BYTES = {"Q4_K": 4 + 4 + 16, "Q6_K": 4 + 4 + 32}
 
 
 def _gguf_block(qtype: str) -> tuple[int, int]:
@@ -425,7 +426,7 @@ def _k32(qtype: str, k: int) -> int:
 def _random_blocks(qtype: str, n_rows: int, n_blocks: int, seed: int) -> np.ndarray:
     """GGUF rows of random blocks of n_blocks x 32 weights: scales drawn over float16's range
     (normal, subnormal, zero, negative), everything else uniform (Q4_K: its 6-bit sub-block
-    scales and minimums too) -- uint8 [n_rows, file bytes]."""
+    scales and minimums too; Q6_K: its int8 scales) -- uint8 [n_rows, file bytes]."""
     rng = np.random.default_rng(seed)
     size, per = _gguf_block(qtype)
     n = n_blocks * 32 // size
@@ -434,6 +435,9 @@ def _random_blocks(qtype: str, n_rows: int, n_blocks: int, seed: int) -> np.ndar
     scales = (rng.standard_normal((n_rows, n, 2)) *
               2.0 ** rng.integers(-26, 4, (n_rows, n, 2))).astype(np.float16)
     scales[0, 0] = [0.0, -0.0]
+    if qtype == "Q6_K":                                          # d is the last 2 bytes
+        b[..., -2:] = scales[..., :1].view(np.uint8).reshape(n_rows, n, 2)
+        return b.reshape(n_rows, -1)
     b[..., :4] = scales.view(np.uint8).reshape(n_rows, n, 4)     # Q4_1: d, m; Q4_K: d, dmin
     if qtype in ("Q4_0", "Q8_0"):                                # one scale, then quants
         b[..., 2:4] = rng.integers(0, 256, (n_rows, n, 2), dtype=np.uint8)
@@ -459,9 +463,9 @@ def test_quantised_panels_decode_bit_for_bit_as_gguf(kernels, portable_kernels, 
     raw = _random_blocks(qtype, 37, _k32(qtype, 96) // 32, seed=7)   # N = 37: a short last panel
     # the shipped GGUF as the gguf package reads it (conftest's session-wide GGUFReader); it has
     # no Q4_0 tensor: a Q4_1 one's weights quantised to Q4_0 by the gguf package stand in (the
-    # package cannot write Q4_K: random blocks only)
+    # package cannot write K-quants: random blocks only)
     rows = [raw]
-    if qtype != "Q4_K":
+    if qtype not in ("Q4_K", "Q6_K"):
         t = next(t for t in smollm_reader.tensors
                  if t.tensor_type.name == qtype.replace("Q4_0", "Q4_1"))
         real = np.asarray(t.data).view(np.uint8).reshape(int(t.shape[-1]), -1)[:50]

@@ -1,12 +1,12 @@
-"""GGUF files of Q4_0 and of Q4_K blocks on the cpu backend (`--dtype q4_0` / `q4_k`, or `auto`):
-each matrix runs on panels made from the file's own blocks, decoded in registers
-(kernels/cpu/quant.h's Quant<q4_0_t>, Quant<q4_k_t>).
+"""GGUF files of Q4_0, Q4_K and Q6_K blocks on the cpu backend (`--dtype q4_0` / `q4_k` / `q6_k`,
+or `auto`): each matrix runs on panels made from the file's own blocks, decoded in registers
+(kernels/cpu/quant.h's Quant<q4_0_t>, Quant<q4_k_t>, Quant<q6_k_t>).
 
 The block-level checks (every decoded weight bit for bit as the gguf package dequantises it, the
 product equal to float32 panels', the 8-bit-activation product within its derived bound) are
 parametrised over every format in test_cpu_backend.py and test_cpu_int8.py. Here: whole models,
 tiny random checkpoints written as GGUF by the gguf package (conftest.write_tiny_gguf). The
-package quantises to Q4_0 itself; it cannot write Q4_K, so those files hold random Q4_K blocks
+package quantises to Q4_0 itself; it cannot write K-quants, so those files hold random blocks
 (their weights are whatever the blocks say; the loader dequantises them with the package)."""
 from __future__ import annotations
 
@@ -23,19 +23,24 @@ LAYER_TENSORS = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
                  "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
 
 
-def _random_q4_k(rows: int, k: int, rng) -> np.ndarray:
-    """Random Q4_K rows [rows, k / 256 * 144]: float16 d and dmin of a trained layer's size (the
-    weights d sc q - dmin m then stay within about +-0.2), everything else uniform bytes."""
+def _random_k_blocks(qtype: str, rows: int, k: int, rng) -> np.ndarray:
+    """Random K-quant rows [rows, k / 256 * bytes]: float16 scales of a trained layer's size (Q4_K:
+    d and dmin, its weights d sc q - dmin m then within about +-0.2; Q6_K: d, its weights
+    d sc (q - 32) within about +-0.5), everything else uniform bytes."""
     import gguf
 
-    size, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.Q4_K]
+    size, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype]]
     b = rng.integers(0, 256, (rows, k // size, nbytes), dtype=np.uint8)
-    dd = rng.uniform(1, 2, (rows, k // size, 2)) * 2.0 ** -12
-    b[..., :4] = dd.astype(np.float16).view(np.uint8).reshape(rows, -1, 4)
+    if qtype == "Q4_K":                                      # d, dmin first
+        dd = rng.uniform(1, 2, (rows, k // size, 2)) * 2.0 ** -12
+        b[..., :4] = dd.astype(np.float16).view(np.uint8).reshape(rows, -1, 4)
+    else:                                                    # Q6_K: d last
+        dd = rng.uniform(1, 2, (rows, k // size, 1)) * 2.0 ** -14
+        b[..., -2:] = dd.astype(np.float16).view(np.uint8).reshape(rows, -1, 2)
     return b.reshape(rows, -1)
 
 
-@pytest.fixture(scope="module", params=["Q4_0", "Q4_K"])
+@pytest.fixture(scope="module", params=["Q4_0", "Q4_K", "Q6_K"])
 def quant_model(request, tmp_path_factory, kernels):
     """(GGUF type, the model loaded from a GGUF whose every 2-D weight is of that type)."""
     import gguf
@@ -44,20 +49,21 @@ def quant_model(request, tmp_path_factory, kernels):
 
     qtype = request.param
     d = tmp_path_factory.mktemp(f"tiny-{qtype}")
-    # K-quants hold rows of whole 256-weight super-blocks: for Q4_K a model 256 wide, and 16 heads
-    # of 16 (wo's rows are 256 long too)
-    heads = dict(n_heads=16, n_kv_heads=4, hidden=256, ffn=256) if qtype == "Q4_K" else \
+    # K-quants hold rows of whole 256-weight super-blocks: for them a model 256 wide, and 16
+    # heads of 16 (wo's rows are 256 long too)
+    kquant = qtype.endswith("_K")
+    heads = dict(n_heads=16, n_kv_heads=4, hidden=256, ffn=256) if kquant else \
         dict(n_heads=8, n_kv_heads=2)
     hf = make_tiny_checkpoint(d / "hf", tie=False, seed=5, **heads)
     override = {}
-    if qtype == "Q4_K":
+    if kquant:
         rng = np.random.default_rng(9)
         state = {k: v.shape for k, v in hf.state_dict().items()}
         names = {f"blk.{i}.{g}.weight": state[f"model.layers.{i}.{h}.weight"]
                  for i in range(hf.config.num_hidden_layers) for g, h in LAYER_TENSORS.items()}
         names["output.weight"] = state["lm_head.weight"]
         names["token_embd.weight"] = state["model.embed_tokens.weight"]
-        override = {n: (gguf.GGMLQuantizationType.Q4_K, _random_q4_k(*shape, rng))
+        override = {n: (gguf.GGMLQuantizationType[qtype], _random_k_blocks(qtype, *shape, rng))
                     for n, shape in names.items()}
     write_tiny_gguf(d / f"tiny-{qtype}.gguf", hf, qtype="F32" if override else qtype,
                     raw_override=override)
@@ -74,9 +80,9 @@ def _run(engine, ids, steps=3):
 
 def test_engine_is_the_float32_engine_from_its_own_blocks(quant_model):
     """Every matrix (the untied output head too) on panels of the file's format and size (Q4_K:
-    4/3 of it, float32 sub-block scales); with float32 activations, prefill logits and three
-    greedy decode steps bit-identical to the float32 engine on the dequantised cache: the same
-    weights in the same order, so the bound is 0."""
+    4/3 of it, Q6_K 1.5x: float32 sub-block scales); with float32 activations, prefill logits
+    and three greedy decode steps bit-identical to the float32 engine on the dequantised cache:
+    the same weights in the same order, so the bound is 0."""
     import gguf
 
     from llamanb.engine import Engine
@@ -89,9 +95,10 @@ def test_engine_is_the_float32_engine_from_its_own_blocks(quant_model):
     assert {lw[n].fmt for lw in b.layer_w for n in MATS} == {fmt} and b.lm_head.fmt == fmt
     assert f"{qtype} matrices as stored in the GGUF" in b.description
     # bytes: the gguf package's size of a block per weight (Q4_K: float32 D and M for the
-    # float16 d, dmin and 6-bit sc, m: 24 bytes per 32 weights), rows padded to whole panels
+    # float16 d, dmin and 6-bit sc, m: 24 bytes per 32 weights; Q6_K: float32 D per 16 and int8
+    # quants, 40), rows padded to whole panels
     size, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype]]
-    per32 = 4 + 4 + 16 if qtype == "Q4_K" else nbytes * 32 // size
+    per32 = {"Q4_K": 4 + 4 + 16, "Q6_K": 4 + 4 + 32}.get(qtype, nbytes * 32 // size)
     NP = b.k.panel_width
     mats = [lw[n] for lw in b.layer_w for n in MATS] + [b.lm_head]
     assert sum(m.data.nbytes for m in mats) == sum(-(-m.n // NP) * NP * m.k // 32 * per32
@@ -125,9 +132,9 @@ def test_int8_one_call_equals_block_by_block(quant_model):
     assert not np.array_equal(_run(e8, ids, 0)[0], _run(ef, ids, 0)[0])
 
 
-@pytest.mark.parametrize("dtype", ["q4_0", "q4_k"])
+@pytest.mark.parametrize("dtype", ["q4_0", "q4_k", "q6_k"])
 def test_dtype_on_another_format_is_one_line(smollm, kernels, dtype):
-    """`--dtype q4_0` / `q4_k` on the shipped Q4_1 file names what the file holds instead."""
+    """`--dtype q4_0` / `q4_k` / `q6_k` on the shipped Q4_1 file names what the file holds."""
     from llamanb.engine import Engine
 
     with pytest.raises(LlamanbError, match=f"are not {dtype.upper()}") as e:

@@ -28,7 +28,7 @@ from llamanb.errors import LlamanbError
 from llamanb.numerics import U_FLOAT32, gamma
 
 U = U_FLOAT32
-QTYPES = ("Q4_1", "Q4_0", "Q4_K", "Q8_0")
+QTYPES = ("Q4_1", "Q4_0", "Q4_K", "Q6_K", "Q8_0")
 
 
 def _gguf_block(qtype: str) -> tuple[int, int]:
@@ -66,6 +66,9 @@ def _blocks(qtype: str, n: int, nb: int, seed: int) -> np.ndarray:
     nb = nb * 32 // size
     b = rng.integers(0, 256, (n, nb, per), dtype=np.uint8)
     sc = (rng.standard_normal((n, nb, 2)) * 2.0 ** rng.integers(-8, -2, (n, nb, 2)))
+    if qtype == "Q6_K":                                          # d is the last 2 bytes
+        b[..., -2:] = sc[..., :1].astype(np.float16).view(np.uint8).reshape(n, nb, 2)
+        return b.reshape(n, -1)
     b[..., :4] = sc.astype(np.float16).view(np.uint8).reshape(n, nb, 4)
     if qtype in ("Q4_0", "Q8_0"):                                # one scale, then quants
         b[..., 2:4] = rng.integers(0, 256, (n, nb, 2), dtype=np.uint8)
@@ -75,10 +78,13 @@ def _blocks(qtype: str, n: int, nb: int, seed: int) -> np.ndarray:
 def _parts(raw: np.ndarray, qtype: str):
     """|d q| and |m| per weight [N, K], float64, from the GGUF blocks' own fields (q the stored
     quant, 0..15 for the 4-bit formats; Q4_0's m is -8 d; Q4_K's d and m are a sub-block's
-    d sc and -dmin m, its 6-bit fields unpacked by the gguf package)."""
+    d sc and -dmin m, its 6-bit fields unpacked by the gguf package; Q6_K: d sc (q - 32), no m)."""
     import gguf
 
     N = raw.shape[0]
+    if qtype == "Q6_K":                 # no minimum: |d q| is the weight's magnitude, exactly
+        W = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q6_K).reshape(N, -1)
+        return np.abs(W.astype(np.float64)), np.zeros(W.shape)
     b = raw.reshape(N, -1, _gguf_block(qtype)[1])
     d = b[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float64)          # [N, nb]
     if qtype == "Q4_K":
