@@ -13,7 +13,9 @@ mapped slice's pages handed back once packed, into one arena of transparent huge
 runs a GGUF's own blocks: they are regrouped into panels (cpu_kernels.pack_quant) and decoded in
 registers inside the matmul (kernels/cpu/quant.h), never expanded to floats -- a Q4_1 model
 streams 0.625 bytes a weight instead of 4 (Q4_K 0.75, Q6_K 1.25: sub-block scales as float32).
-A fused matrix (q|k|v, gate|up) runs on its blocks when its parts share a format, else float32. By default (activations="int8") each activation row is quantised once per
+Q5_0 blocks (no panels of their own) are re-encoded losslessly as Q8_0 (cpu_kernels.recode), as
+are Q4_0 parts of a fused matrix (q|k|v, gate|up) beside Q8_0 ones; a fused matrix whose parts
+share no panel format, and any other format, runs on float32 panels. By default (activations="int8") each activation row is quantised once per
 product to 8-bit blocks of 32 and the blocks' dot products are integer (vpmaddubsw on AVX2);
 with activations="float32" each decoded weight is exactly the float32 the cache's dequantised
 copy holds, so that engine computes the float32 engine's bits from a sixth of its bytes.
@@ -126,8 +128,10 @@ class CpuBackend(Backend):
         isa = {"native": "-march=native", "portable": "portable flags"}.get(
             self.k.flavour, f"-march={self.k.flavour}")
         if quant:
-            kinds = sorted({q for q, _ in quant.values()})
-            what = " + ".join(f"{sum(q == k for q, _ in quant.values())} {k}" for k in kinds) + \
+            # each matrix as the file stores it, and the panels it runs on where they differ
+            named = [("/".join(sorted(set(src))) + ("" if set(src) == {q} else f" as {q}"))
+                     for q, _, src in quant.values()]
+            what = " + ".join(f"{named.count(k)} {k}" for k in sorted(set(named))) + \
                 " matrices as stored in the GGUF" + \
                 (f", {len(mats) - len(quant)} float32" if len(quant) < len(mats) else "") + \
                 (", 8-bit activations" if self.act8 else ", float32 activations")
@@ -148,11 +152,12 @@ class CpuBackend(Backend):
             if n not in quant:
                 mat[n] = self.k.pack(m, bf16=self.bf16, done=release_pages, out=out)
                 continue
-            parts = quant[n][1]                    # one matrix's blocks at a time, then let go
+            parts = [cpu_kernels.recode(p, src, fmt[n])     # one matrix's blocks at a time,
+                     for p, src in zip(quant[n][1], quant[n][2])]   # then let go
             raw = parts[0]
             if len(parts) > 1:
                 raw = np.concatenate(parts)
-                for part in parts:
+                for part in quant[n][1]:
                     release_pages(part)
             mat[n] = self.k.pack_quant(raw, fmt[n], m.shape[1], done=release_pages, out=out)
             del raw
@@ -187,10 +192,11 @@ class CpuBackend(Backend):
 
     @staticmethod
     def _quantised(weights: Weights, dtype: str, c) -> dict:
-        """The matrices to run on the GGUF's own blocks: name -> (GGUF type, [uint8 rows [n, ...]
-        of each part]), a fused matrix's parts (q|k|v, gate|up) in stacking order. Empty for float32 and bf16, and for
-        "auto" on weights with no quantised source; "q4_1", "q4_k", ... ask that every layer
-        matrix be stored in that format (one line if not)."""
+        """The matrices to run on the GGUF's own blocks: name -> (panel format, [uint8 rows
+        [n, ...] of each part], [each part's GGUF type]), a fused matrix's parts (q|k|v, gate|up)
+        in stacking order, in one format (cpu_kernels.panel_format). Empty for float32 and bf16,
+        and for "auto" on weights with no quantised source; "q4_1", "q4_k", ... ask that every
+        layer matrix be stored in that format (one line if not)."""
         if dtype in ("float32", "bf16"):
             return {}
         if weights.quantized is None:
@@ -203,18 +209,16 @@ class CpuBackend(Backend):
                  for n, ps in (("wqkv", ("q", "k", "v")), ("wo", ("o",)),
                                ("gate_up", ("gate", "up")), ("down", ("down",)))}
         parts["lm_head"] = ["model.embed_tokens.weight" if c.tie_embeddings else "lm_head.weight"]
-        out, other = {}, {}
+        out, stored = {}, {}
         for name, hf in parts.items():
             got = [weights.quantized(n) for n in hf]
-            kinds = {q for q, _ in got}
-            if len(kinds) == 1 and next(iter(kinds)) in cpu_kernels.QUANT_FORMATS:
-                out[name] = (got[0][0], [r for _, r in got])      # stacked when packed
-            else:
-                other[name] = "/".join(sorted(kinds))
+            stored[name] = "/".join(sorted({q for q, _ in got}))
+            fmt = cpu_kernels.panel_format(q for q, _ in got)
+            if fmt is not None:
+                out[name] = (fmt, [r for _, r in got], [q for q, _ in got])  # stacked when packed
         if dtype != "auto":
             want = dtype.upper()
-            wrong = {n: (out[n][0] if n in out else other[n]) for n in parts
-                     if n != "lm_head" and (out[n][0] if n in out else other[n]) != want}
+            wrong = {n: stored[n] for n in parts if n != "lm_head" and stored[n] != want}
             if wrong:
                 n, q = next(iter(wrong.items()))
                 raise LlamanbError(f"--dtype {dtype} runs a GGUF file's own {want} blocks, but "

@@ -259,6 +259,42 @@ NIBBLE_HEADS = {"Q4_1": (2, 2), "Q4_0": (2,), "Q4_K": (4, 4)}
 BYTE_HEADS = {"Q8_0": (2,), "Q6_K": (4, 4)}
 # panel formats whose products can take 8-bit activations (quant.h's IDot): all of them
 ACT8_FORMATS = tuple(f for f, _, _ in QUANT_FORMATS.values())
+# GGUF formats with no panels of their own whose blocks re-encode losslessly into another's (and,
+# in a fused matrix whose parts differ, Q4_0 too): a Q5_0 or Q4_0 block is a Q8_0 block with the
+# same float16 d and the quant q - 16 or q - 8 as int8, w = d (q - 16) = d q8 to the bit (recode)
+RECODE = {"Q5_0": "Q8_0", "Q4_0": "Q8_0"}
+
+
+def panel_format(kinds) -> str | None:
+    """The QUANT_FORMATS name one matrix runs in whose parts (q|k|v, gate|up) are stored in the
+    GGUF types `kinds`: their own when they share one that has panels, else one every part is or
+    re-encodes into (RECODE); None when there is none (the matrix runs on float32 panels)."""
+    kinds = set(kinds)
+    if len(kinds) == 1 and next(iter(kinds)) in QUANT_FORMATS:
+        return next(iter(kinds))
+    for t in QUANT_FORMATS:
+        if all(k == t or RECODE.get(k) == t for k in kinds):
+            return t
+    return None
+
+
+def recode(raw: np.ndarray, src: str, dst: str) -> np.ndarray:
+    """GGUF rows of `src` blocks -> the same weights as rows of `dst` blocks (RECODE), exactly."""
+    if src == dst:
+        return raw
+    if RECODE.get(src) != dst:
+        raise LlamanbError(f"no lossless re-encoding of {src} blocks as {dst}")
+    N = raw.shape[0]
+    b = np.ascontiguousarray(raw, dtype=np.uint8).reshape(N, -1, {"Q4_0": 18, "Q5_0": 22}[src])
+    qs = b[..., -16:]                        # low nibbles: weights 0..15, high: 16..31
+    q = np.concatenate([qs & 15, qs >> 4], axis=-1).astype(np.int16)         # [N, nb, 32]
+    if src == "Q5_0":                        # bit j of the little-endian uint32: weight j's 5th
+        hb = b[..., 2:6].copy().view("<u4") >> np.arange(32, dtype=np.uint32)
+        q = q + ((hb & 1).astype(np.int16) << 4) - 16
+    else:
+        q = q - 8
+    out = np.concatenate([b[..., :2], q.astype(np.int8).view(np.uint8)], axis=-1)
+    return out.reshape(N, -1)
 
 
 def q4_k_blocks(raw: np.ndarray) -> np.ndarray:

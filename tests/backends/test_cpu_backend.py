@@ -439,9 +439,38 @@ def _random_blocks(qtype: str, n_rows: int, n_blocks: int, seed: int) -> np.ndar
         b[..., -2:] = scales[..., :1].view(np.uint8).reshape(n_rows, n, 2)
         return b.reshape(n_rows, -1)
     b[..., :4] = scales.view(np.uint8).reshape(n_rows, n, 4)     # Q4_1: d, m; Q4_K: d, dmin
-    if qtype in ("Q4_0", "Q8_0"):                                # one scale, then quants
+    if qtype in ("Q4_0", "Q5_0", "Q8_0"):                        # one scale, then quants
         b[..., 2:4] = rng.integers(0, 256, (n_rows, n, 2), dtype=np.uint8)
     return b.reshape(n_rows, -1)
+
+
+@pytest.mark.parametrize("qtype", ["Q5_0", "Q4_0"])
+def test_recoded_blocks_decode_bit_for_bit_as_gguf(kernels, portable_kernels, qtype):
+    """Q5_0 (no panels of its own) and Q4_0 (in a fused matrix beside Q8_0 parts) re-encoded as
+    Q8_0 blocks (cpu_kernels.recode): every weight the kernels decode has the bits of the gguf
+    package's dequantisation of the original blocks, scales over float16's whole range."""
+    from llamanb.backends import cpu_kernels
+
+    raw = _random_blocks(qtype, 37, 5, seed=13)
+    q8 = cpu_kernels.recode(raw, qtype, "Q8_0")
+    assert q8.shape == (37, 5 * _block_bytes("Q8_0"))
+    want = _gguf_dequant(raw, qtype)
+    assert np.array_equal(_gguf_dequant(q8, "Q8_0").view(np.uint32), want.view(np.uint32))
+    for k in (kernels, portable_kernels):
+        got = k.unpack(k.pack_quant(q8, "Q8_0", 160))
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), k.flavour
+
+
+def test_panel_format_of_a_fused_matrix():
+    """One panel format for a matrix whose parts are stored as these GGUF types, or None."""
+    from llamanb.backends.cpu_kernels import panel_format
+
+    cases = {("Q4_1",): "Q4_1", ("Q4_0",): "Q4_0", ("Q5_0",): "Q8_0", ("Q5_0", "Q8_0"): "Q8_0",
+             ("Q4_0", "Q8_0"): "Q8_0", ("Q4_0", "Q5_0"): "Q8_0", ("Q4_K", "Q4_K"): "Q4_K",
+             ("Q4_1", "Q8_0"): None, ("Q4_K", "Q6_K"): None, ("Q5_1",): None, ("F32",): None,
+             ("Q4_K", "Q5_0"): None}
+    for kinds, want in cases.items():
+        assert panel_format(kinds) == want, kinds
 
 
 def _gguf_dequant(raw: np.ndarray, qtype: str) -> np.ndarray:

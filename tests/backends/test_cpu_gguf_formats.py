@@ -1,6 +1,7 @@
-"""GGUF files of Q4_0, Q4_K and Q6_K blocks on the cpu backend (`--dtype q4_0` / `q4_k` / `q6_k`,
-or `auto`): each matrix runs on panels made from the file's own blocks, decoded in registers
-(kernels/cpu/quant.h's Quant<q4_0_t>, Quant<q4_k_t>, Quant<q6_k_t>).
+"""GGUF files of Q4_0, Q4_K, Q6_K and Q5_0 blocks on the cpu backend (`--dtype auto`): each matrix
+runs on panels made from the file's own blocks, decoded in registers (kernels/cpu/quant.h's
+Quant<q4_0_t>, Quant<q4_k_t>, Quant<q6_k_t>; Q5_0 re-encoded losslessly as Q8_0, also where a
+fused matrix's parts are Q5_0 and Q8_0).
 
 The block-level checks (every decoded weight bit for bit as the gguf package dequantises it, the
 product equal to float32 panels', the 8-bit-activation product within its derived bound) are
@@ -40,9 +41,15 @@ def _random_k_blocks(qtype: str, rows: int, k: int, rng) -> np.ndarray:
     return b.reshape(rows, -1)
 
 
-@pytest.fixture(scope="module", params=["Q4_0", "Q4_K", "Q6_K"])
+# the file's type -> the panels it runs on (Q5_0 has none of its own: re-encoded as Q8_0)
+PANELS = {"Q4_0": "q4_0", "Q4_K": "q4_k", "Q6_K": "q6_k", "Q5_0": "q8_0"}
+
+
+@pytest.fixture(scope="module", params=list(PANELS))
 def quant_model(request, tmp_path_factory, kernels):
-    """(GGUF type, the model loaded from a GGUF whose every 2-D weight is of that type)."""
+    """(GGUF type, the model loaded from a GGUF whose every 2-D weight is of that type; Q5_0's
+    file has its attn_v tensors in Q8_0, as llama.cpp's Q4_K_M of SmolLM2 has in 14 layers, so
+    that q|k|v is a fused matrix of two formats)."""
     import gguf
 
     from llamanb.io.store import load_model
@@ -65,7 +72,13 @@ def quant_model(request, tmp_path_factory, kernels):
         names["token_embd.weight"] = state["model.embed_tokens.weight"]
         override = {n: (gguf.GGMLQuantizationType[qtype], _random_k_blocks(qtype, *shape, rng))
                     for n, shape in names.items()}
-    write_tiny_gguf(d / f"tiny-{qtype}.gguf", hf, qtype="F32" if override else qtype,
+    if qtype == "Q5_0":
+        Q8 = gguf.GGMLQuantizationType.Q8_0
+        state = hf.state_dict()
+        override = {f"blk.{i}.attn_v.weight": (Q8, gguf.quants.quantize(
+            state[f"model.layers.{i}.self_attn.v_proj.weight"].numpy(), Q8))
+            for i in range(hf.config.num_hidden_layers)}
+    write_tiny_gguf(d / f"tiny-{qtype}.gguf", hf, qtype="F32" if kquant else qtype,
                     raw_override=override)
     return qtype, load_model(d / f"tiny-{qtype}.gguf")
 
@@ -88,16 +101,19 @@ def test_engine_is_the_float32_engine_from_its_own_blocks(quant_model):
     from llamanb.engine import Engine
 
     qtype, model = quant_model
-    eq = Engine(model, "cpu", dtype=qtype.lower(), activations="float32")
+    eq = Engine(model, "cpu", dtype="auto", activations="float32")
     ef = Engine(model, "cpu")
     b = eq.backend
-    fmt = qtype.lower()
+    fmt = PANELS[qtype]
     assert {lw[n].fmt for lw in b.layer_w for n in MATS} == {fmt} and b.lm_head.fmt == fmt
-    assert f"{qtype} matrices as stored in the GGUF" in b.description
-    # bytes: the gguf package's size of a block per weight (Q4_K: float32 D and M for the
+    if qtype == "Q5_0":
+        assert "Q5_0/Q8_0 as Q8_0" in b.description and "Q5_0 as Q8_0" in b.description
+    else:
+        assert f"{qtype} matrices as stored in the GGUF" in b.description
+    # bytes: the gguf package's size of the panels' block per weight (Q4_K: float32 D and M for the
     # float16 d, dmin and 6-bit sc, m: 24 bytes per 32 weights; Q6_K: float32 D per 16 and int8
     # quants, 40), rows padded to whole panels
-    size, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype]]
+    size, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[PANELS[qtype].upper()]]
     per32 = {"Q4_K": 4 + 4 + 16, "Q6_K": 4 + 4 + 32}.get(qtype, nbytes * 32 // size)
     NP = b.k.panel_width
     mats = [lw[n] for lw in b.layer_w for n in MATS] + [b.lm_head]
@@ -119,7 +135,7 @@ def test_int8_one_call_equals_block_by_block(quant_model):
     qtype, model = quant_model
     e8 = Engine(model, "cpu", dtype="auto")                    # auto: each matrix as stored
     assert e8.backend.act8 and "8-bit activations" in e8.backend.description
-    assert {lw[n].fmt for lw in e8.backend.layer_w for n in MATS} == {qtype.lower()}
+    assert {lw[n].fmt for lw in e8.backend.layer_w for n in MATS} == {PANELS[qtype]}
     out = []
     for collect in (None, []):
         c = e8.new_cache(16, slots=2)
@@ -127,7 +143,7 @@ def test_int8_one_call_equals_block_by_block(quant_model):
         step = Step.build([(0, 3, np.array([7])), (1, 0, np.array([1, 9, 10, 11]))])
         out.append(e8.step(step, c, collect=collect))
     assert np.array_equal(out[0], out[1])
-    ef = Engine(model, "cpu", dtype=qtype.lower(), activations="float32")
+    ef = Engine(model, "cpu", dtype="auto", activations="float32")
     ids = [1, 40, 41, 7]
     assert not np.array_equal(_run(e8, ids, 0)[0], _run(ef, ids, 0)[0])
 
