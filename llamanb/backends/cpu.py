@@ -15,8 +15,9 @@ registers inside the matmul (kernels/cpu/quant.h), never expanded to floats -- a
 streams 0.625 bytes a weight instead of 4 (Q4_K 0.75, Q6_K 1.25: sub-block scales as float32).
 Q5_0 blocks (no panels of their own) are re-encoded losslessly as Q8_0 (cpu_kernels.recode), as
 are Q4_0 parts of a fused matrix (q|k|v, gate|up) beside Q8_0 ones; a fused matrix whose parts
-share no panel format, and any other format, runs on float32 panels. By default (activations="int8") each activation row is quantised once per
-product to 8-bit blocks of 32 and the blocks' dot products are integer (vpmaddubsw on AVX2);
+share no panel format, and any other format, runs on float32 panels. By default
+(activations="int8") each activation row is quantised once per product to 8-bit blocks of 32 and
+the blocks' dot products are integer (vpmaddubsw on AVX2);
 with activations="float32" each decoded weight is exactly the float32 the cache's dequantised
 copy holds, so that engine computes the float32 engine's bits from a sixth of its bytes.
 The kernel streams each panel once per step and multiplies every activation row against it, so
@@ -88,6 +89,26 @@ def release_pages(a: np.ndarray) -> None:
     lo, hi = start // page * page, -(-(start + a.nbytes) // page) * page
     libc = ctypes.CDLL(None, use_errno=True)
     libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), ctypes.c_int(4))   # DONTNEED
+
+
+def matrix_parts(c) -> dict[str, list[str]]:
+    """The backend's matrices -> the HF tensors stacked into each, in order: "{layer}.wqkv" (q, k,
+    v), ".wo", ".gate_up" (gate, up), ".down", and "lm_head" (the embedding when tied)."""
+    parts = {f"{i}.{n}": [names[p] for p in ps] for i in range(c.n_layers)
+             for names in [layer_names(i)]
+             for n, ps in (("wqkv", ("q", "k", "v")), ("wo", ("o",)),
+                           ("gate_up", ("gate", "up")), ("down", ("down",)))}
+    parts["lm_head"] = ["model.embed_tokens.weight" if c.tie_embeddings else "lm_head.weight"]
+    return parts
+
+
+def runs_from_blocks(weights: Weights, c) -> bool:
+    """Whether `dtype="auto"` runs every matrix of these weights from the GGUF's own blocks (none
+    falls back to float32 panels). False for weights with no quantised source."""
+    if weights.quantized is None:
+        return False
+    return all(cpu_kernels.panel_format(weights.quantized(n)[0] for n in hf) is not None
+               for hf in matrix_parts(c).values())
 
 
 def check_dtype(backend: str, dtype: str) -> None:
@@ -204,13 +225,8 @@ class CpuBackend(Backend):
                 return {}
             raise LlamanbError(f"--dtype {dtype} runs a GGUF file's own {dtype.upper()} blocks, but "
                                f"{c.name} was not loaded from a GGUF file (use --dtype float32)")
-        parts = {f"{i}.{n}": [names[p] for p in ps] for i in range(c.n_layers)
-                 for names in [layer_names(i)]
-                 for n, ps in (("wqkv", ("q", "k", "v")), ("wo", ("o",)),
-                               ("gate_up", ("gate", "up")), ("down", ("down",)))}
-        parts["lm_head"] = ["model.embed_tokens.weight" if c.tie_embeddings else "lm_head.weight"]
         out, stored = {}, {}
-        for name, hf in parts.items():
+        for name, hf in matrix_parts(c).items():
             got = [weights.quantized(n) for n in hf]
             stored[name] = "/".join(sorted({q for q, _ in got}))
             fmt = cpu_kernels.panel_format(q for q, _ in got)
@@ -218,7 +234,7 @@ class CpuBackend(Backend):
                 out[name] = (fmt, [r for _, r in got], [q for q, _ in got])  # stacked when packed
         if dtype != "auto":
             want = dtype.upper()
-            wrong = {n: stored[n] for n in parts if n != "lm_head" and stored[n] != want}
+            wrong = {n: q for n, q in stored.items() if n != "lm_head" and q != want}
             if wrong:
                 n, q = next(iter(wrong.items()))
                 raise LlamanbError(f"--dtype {dtype} runs a GGUF file's own {want} blocks, but "

@@ -76,10 +76,10 @@ def main(args) -> int:
     marches = also_marches(getattr(args, "also_march", "auto")) if backend == "cpu" else []
     model = load_model(args.model)                 # weights are memory-mapped, not read yet
     cfg = model.config
-    if backend == "cpu":                           # and the file's own blocks (Q4_1), as stored
+    if backend == "cpu":                       # and the file's own blocks (Q4_1, ...), as stored
         from .peer import QUANT_PEERS, source_quant
 
-        quant = source_quant(model.source)
+        quant = source_quant(model.source, model)
         if quant:
             engines.insert(engines.index("llamanb@cpu:bf16") + 1,
                            f"llamanb@cpu:{QUANT_PEERS[quant]}")

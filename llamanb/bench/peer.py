@@ -5,6 +5,8 @@ runner in a child process of whichever Python has `llama_cpp` installed.
                                                                           .../<name>-<hash>.BF16.gguf
     the model's GGUF itself, where its layer matrices are Q4_1     (llama.cpp's Q4_1 engine, beside
                                                                     the cpu backend's --dtype q4_1)
+    ... or of other formats the cpu backend runs from their blocks  (llama.cpp on the file, beside
+                                                                    --dtype auto)
 
 Both files hold the weights llamanb computes with (dequantised by the `gguf` package, exactly as
 llamanb does, tests/io/test_gguf.py), as float32 or rounded to bfloat16 (1-D norms stay float32, as
@@ -28,14 +30,18 @@ from pathlib import Path
 
 from ..errors import LlamanbError
 
-PEERS = {"llamacpp_f32": "F32", "llamacpp_bf16": "BF16", "llamacpp_q4_1": "Q4_1"}
+PEERS = {"llamacpp_f32": "F32", "llamacpp_bf16": "BF16", "llamacpp_q4_1": "Q4_1",
+         "llamacpp_file": "FILE"}
 # the peers that run the model's own file, and the cpu backend dtype that runs it beside them
-QUANT_PEERS = {"Q4_1": "q4_1"}
+QUANT_PEERS = {"Q4_1": "q4_1", "FILE": "auto"}
 
 
-def source_quant(source) -> str | None:
-    """The block format every layer matrix of a GGUF file is stored in, when the cpu backend and
-    llama.cpp can both run it as stored ("Q4_1"); None for anything else (or not a GGUF)."""
+def source_quant(source, model=None) -> str | None:
+    """How the bench runs a GGUF file's own blocks, beside llama.cpp running the file itself:
+    "Q4_1" when every layer matrix is Q4_1 (the shipped model; the cpu backend's --dtype q4_1),
+    "FILE" when they are stored otherwise and the cpu backend runs every matrix of `model` (the
+    file, loaded) from its blocks (--dtype auto: Q4_0, Q4_K_M, ...); None for anything else (or
+    not a GGUF)."""
     from ..io.gguf import tensor_index
 
     source = Path(source)
@@ -43,7 +49,14 @@ def source_quant(source) -> str | None:
         return None
     kinds = {q for name, (q, dims, _, _) in tensor_index(source).items()
              if name.startswith("blk.") and len(dims) == 2}
-    return next(iter(kinds)) if len(kinds) == 1 and next(iter(kinds)) in QUANT_PEERS else None
+    if kinds == {"Q4_1"}:
+        return "Q4_1"
+    if model is not None and not kinds <= {"F32", "F16", "BF16"}:
+        from ..backends.cpu import runs_from_blocks
+
+        if runs_from_blocks(model.weights, model.config):
+            return "FILE"
+    return None
 RUNNER = Path(__file__).with_name("peer_llamacpp.py")
 
 

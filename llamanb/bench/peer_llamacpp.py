@@ -32,6 +32,8 @@ def main() -> None:
                           n_threads=cfg["threads"], n_threads_batch=cfg["threads"],
                           verbose=False)
     prec = cfg.get("precision") or cfg["gguf"].rsplit(".", 2)[-2]
+    if prec == "FILE":                    # the model's own file, whatever its blocks
+        prec = "the file's blocks"
     info = {"load_s": time.perf_counter() - t0,
             "backend": f"llama.cpp (llama-cpp-python {llama_cpp.__version__}) {prec}",
             "dtype": prec, "threads": f"llama.cpp {cfg['threads']}"}

@@ -16,7 +16,8 @@ BACKEND_DECODE_TARGETS = {"npu2-emulated": 0.5}
 
 
 # The cpu backend against llama.cpp at the same precision, in the same run (issue 18's targets).
-CPU_PEER = {"cpu": "llamacpp_f32", "cpu:bf16": "llamacpp_bf16", "cpu:q4_1": "llamacpp_q4_1"}
+CPU_PEER = {"cpu": "llamacpp_f32", "cpu:bf16": "llamacpp_bf16", "cpu:q4_1": "llamacpp_q4_1",
+            "cpu:auto": "llamacpp_file"}
 
 # A ratio between engines is decided per round: the rounds are interleaved (every engine runs once
 # in each), so round r's two rates met the same state of a shared machine, and their ratio is one
@@ -122,7 +123,7 @@ def ratios(engines: dict, roofline: float, gb_s: float | None = None,
                     rows.append((f"{b} decode / {label(CPU_PEER[base])} decode", "x", 1.0,
                                  e["decode_tok_s"] / peer["decode_tok_s"],
                                  _paired(e, peer, "decode")))
-                    # prefill targets: fp32 and bf16 >= 1.0x (Q4_1: none)
+                    # prefill targets: fp32 and bf16 >= 1.0x (the file's blocks: none)
                     rows.append((f"{b} prefill_512 / {label(CPU_PEER[base])} prefill_512", "x",
                                  1.0 if base in ("cpu", "cpu:bf16") else None,
                                  e["prefill_512_tok_s"] / peer["prefill_512_tok_s"],
@@ -131,7 +132,7 @@ def ratios(engines: dict, roofline: float, gb_s: float | None = None,
             # the bytes the cpu engine at the same precision reads per token (the same format)
             mine = next((engines.get(f"llamanb@{b}") for b, p in CPU_PEER.items() if p == name), None)
             nbytes = (mine or {}).get("weight_bytes")
-            if nbytes is None and not name.endswith("q4_1"):
+            if nbytes is None and not name.endswith(("q4_1", "file")):
                 nbytes = engines["llamanb"].get("weight_bytes")
                 nbytes = nbytes and (nbytes // 2 if name.endswith("bf16") else nbytes)
             if nbytes:                    # paired with the probes as the cpu engines are

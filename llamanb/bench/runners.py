@@ -25,7 +25,8 @@ def decode_kv_positions(steps: int) -> float:
 
 LABELS = {"llamanb": "llamanb (numpy fp32)", "transformers_fp32": "transformers fp32",
           "transformers_bf16": "transformers bf16", "llamacpp_f32": "llama.cpp F32",
-          "llamacpp_bf16": "llama.cpp BF16", "llamacpp_q4_1": "llama.cpp Q4_1"}
+          "llamacpp_bf16": "llama.cpp BF16", "llamacpp_q4_1": "llama.cpp Q4_1",
+          "llamacpp_file": "llama.cpp (the file's blocks)"}
 
 
 def split_march(spec: str) -> tuple[str, str]:

@@ -169,3 +169,40 @@ def test_q4_1_row_against_llamacpp_on_the_same_file(smollm_gguf_path, tmp_path):
     q = rows["cpu:q4_1 decode / llama.cpp Q4_1 decode"]
     assert (q["value"], q["target"], q["pass"], q["spread"]["n"]) == (0.75, 1.0, False, 7)
     assert rows["llama.cpp Q4_1 decode / roofline (40.0 GB/s / 100 MB read)"]["value"] == 200.0 / 400.0
+
+
+def test_file_row_for_other_formats_the_cpu_backend_runs_from_blocks(tmp_path, kernels):
+    """A GGUF of other block formats (here Q4_0, written by the gguf package) that the cpu backend
+    runs every matrix of from its blocks: the bench adds `cpu:auto` beside llama.cpp on the
+    file itself, with its own decode target and no prefill target. One matrix in a format with no
+    panels (Q5_1) and the file gets no such engine."""
+    import gguf
+    from conftest import make_tiny_checkpoint, write_tiny_gguf
+
+    from llamanb.bench.peer import QUANT_PEERS, source_quant
+    from llamanb.bench.report import CPU_PEER, ratios
+    from llamanb.io.store import load_model
+
+    hf = make_tiny_checkpoint(tmp_path / "hf", n_heads=8, n_kv_heads=2, tie=False, seed=3)
+    write_tiny_gguf(tmp_path / "q4_0.gguf", hf, qtype="Q4_0")
+    assert source_quant(tmp_path / "q4_0.gguf", load_model(tmp_path / "q4_0.gguf")) == "FILE"
+    assert QUANT_PEERS["FILE"] == "auto" and CPU_PEER["cpu:auto"] == "llamacpp_file"
+    down = hf.state_dict()["model.layers.0.mlp.down_proj.weight"].numpy()
+    Q51 = gguf.GGMLQuantizationType.Q5_1
+    write_tiny_gguf(tmp_path / "mixed.gguf", hf, qtype="Q4_0",
+                    raw_override={"blk.0.ffn_down.weight": (Q51, gguf.quants.quantize(down, Q51))})
+    assert source_quant(tmp_path / "mixed.gguf", load_model(tmp_path / "mixed.gguf")) is None
+
+    eng = {"llamanb": {"decode_tok_s": 40.0, "prefill_128_tok_s": 400.0,
+                       "prefill_512_tok_s": 500.0, "weight_bytes": 500e6},
+           "llamanb@cpu:auto": {"decode_tok_s": 150.0, "prefill_128_tok_s": 600.0,
+                                "prefill_512_tok_s": 600.0, "weight_bytes": 100e6,
+                                "samples_tok_s": {"decode": [150.0] * 7, "prefill_512": [600.0] * 7}},
+           "llamacpp_file": {"decode_tok_s": 100.0, "prefill_512_tok_s": 500.0,
+                             "samples_tok_s": {"decode": [100.0] * 7, "prefill_512": [500.0] * 7}}}
+    rows = {r["name"]: r for r in ratios(eng, roofline=60.0, gb_s=40.0)}
+    q = rows["cpu:auto decode / llama.cpp (the file's blocks) decode"]
+    assert (q["value"], q["target"], q["pass"]) == (1.5, 1.0, True)
+    assert rows["cpu:auto prefill_512 / llama.cpp (the file's blocks) prefill_512"]["target"] is None
+    assert rows["llama.cpp (the file's blocks) decode / roofline (40.0 GB/s / 100 MB read)"][
+        "value"] == 100.0 / 400.0
