@@ -32,7 +32,8 @@ def main() -> None:
                           n_threads=cfg["threads"], n_threads_batch=cfg["threads"],
                           verbose=False)
     prec = cfg.get("precision") or cfg["gguf"].rsplit(".", 2)[-2]
-    if prec == "FILE":                    # the model's own file, whatever its blocks
+    own = prec == "FILE"                  # the model's own file, whatever its blocks
+    if own:
         prec = "the file's blocks"
     info = {"load_s": time.perf_counter() - t0,
             "backend": f"llama.cpp (llama-cpp-python {llama_cpp.__version__}) {prec}",
@@ -44,6 +45,8 @@ def main() -> None:
         head_dim = llama_cpp.llama_model_n_embd(m) // llama_cpp.llama_model_n_head(m)
         info["kv_bytes_per_position"] = (llama_cpp.llama_model_n_layer(m) * llama_cpp.llama_model_n_head_kv(m)
                                          * head_dim * (size[cp.type_k] + size[cp.type_v]))
+    if own:              # the bytes of its tensors (the cpu backend's panels may hold more)
+        info["weight_bytes"] = llama_cpp.llama_model_size(m)
     print(json.dumps(["ready", info]), flush=True)
     ids, steps = cfg["ids"], cfg["steps"]
 

@@ -129,9 +129,10 @@ def ratios(engines: dict, roofline: float, gb_s: float | None = None,
                                  e["prefill_512_tok_s"] / peer["prefill_512_tok_s"],
                                  _paired(e, peer, "prefill_512")))
         elif name in CPU_PEER.values() and gb_s:
-            # the bytes the cpu engine at the same precision reads per token (the same format)
+            # its own tensors' bytes where it reports them (the file's own blocks), else the bytes
+            # the cpu engine at the same precision reads per token (the same format)
             mine = next((engines.get(f"llamanb@{b}") for b, p in CPU_PEER.items() if p == name), None)
-            nbytes = (mine or {}).get("weight_bytes")
+            nbytes = e.get("weight_bytes") or (mine or {}).get("weight_bytes")
             if nbytes is None and not name.endswith(("q4_1", "file")):
                 nbytes = engines["llamanb"].get("weight_bytes")
                 nbytes = nbytes and (nbytes // 2 if name.endswith("bf16") else nbytes)
