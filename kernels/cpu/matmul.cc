@@ -503,57 +503,25 @@ void llamanb_cpu_matmul_bf16(const float* x, int M, int K, const uint16_t* P, in
     matmul(x, M, K, P, N, y, accumulate, rnd);
 }
 
-void llamanb_cpu_matmul_q4_1(const float* x, int M, int K, const uint8_t* P, int N, float* y,
-                             int accumulate, int rnd) {
-    matmul(x, M, K, reinterpret_cast<const q4_1_t*>(P), N, y, accumulate, rnd);
-}
-
-void llamanb_cpu_matmul_q8_0(const float* x, int M, int K, const uint8_t* P, int N, float* y,
-                             int accumulate, int rnd) {
-    matmul(x, M, K, reinterpret_cast<const q8_0_t*>(P), N, y, accumulate, rnd);
-}
-
-void llamanb_cpu_matmul_q4_0(const float* x, int M, int K, const uint8_t* P, int N, float* y,
-                             int accumulate, int rnd) {
-    matmul(x, M, K, reinterpret_cast<const q4_0_t*>(P), N, y, accumulate, rnd);
-}
-
-void llamanb_cpu_matmul_q4_k(const float* x, int M, int K, const uint8_t* P, int N, float* y,
-                             int accumulate, int rnd) {
-    matmul(x, M, K, reinterpret_cast<const q4_k_t*>(P), N, y, accumulate, rnd);
-}
-
-void llamanb_cpu_matmul_q6_k(const float* x, int M, int K, const uint8_t* P, int N, float* y,
-                             int accumulate, int rnd) {
-    matmul(x, M, K, reinterpret_cast<const q6_k_t*>(P), N, y, accumulate, rnd);
-}
-
-// The same products with each activation row quantised to 8 bits per block of 32 (quant.h's
-// IDot): integer dot products, the float path's results to within the activations' rounding.
-void llamanb_cpu_matmul_q4_1_q8(const float* x, int M, int K, const uint8_t* P, int N, float* y,
-                                int accumulate, int rnd) {
-    matmul_q8<q4_1_t>(x, M, K, P, N, y, accumulate, rnd);
-}
-
-void llamanb_cpu_matmul_q8_0_q8(const float* x, int M, int K, const uint8_t* P, int N, float* y,
-                                int accumulate, int rnd) {
-    matmul_q8<q8_0_t>(x, M, K, P, N, y, accumulate, rnd);
-}
-
-void llamanb_cpu_matmul_q4_0_q8(const float* x, int M, int K, const uint8_t* P, int N, float* y,
-                                int accumulate, int rnd) {
-    matmul_q8<q4_0_t>(x, M, K, P, N, y, accumulate, rnd);
-}
-
-void llamanb_cpu_matmul_q4_k_q8(const float* x, int M, int K, const uint8_t* P, int N, float* y,
-                                int accumulate, int rnd) {
-    matmul_q8<q4_k_t>(x, M, K, P, N, y, accumulate, rnd);
-}
-
-void llamanb_cpu_matmul_q6_k_q8(const float* x, int M, int K, const uint8_t* P, int N, float* y,
-                                int accumulate, int rnd) {
-    matmul_q8<q6_k_t>(x, M, K, P, N, y, accumulate, rnd);
-}
+// Quantised panels (quant.h), two entry points per format: llamanb_cpu_matmul_<fmt> decodes each
+// weight to float32 (the float32 engine's bits), llamanb_cpu_matmul_<fmt>_q8 quantises each
+// activation row to 8 bits per block of 32 and takes integer dot products (quant.h's IDot): the
+// float path's results to within the activations' rounding.
+#define LLAMANB_QUANT_MATMULS(fmt)                                                                \
+    void llamanb_cpu_matmul_##fmt(const float* x, int M, int K, const uint8_t* P, int N,         \
+                                  float* y, int accumulate, int rnd) {                           \
+        matmul(x, M, K, reinterpret_cast<const fmt##_t*>(P), N, y, accumulate, rnd);             \
+    }                                                                                            \
+    void llamanb_cpu_matmul_##fmt##_q8(const float* x, int M, int K, const uint8_t* P, int N,    \
+                                       float* y, int accumulate, int rnd) {                      \
+        matmul_q8<fmt##_t>(x, M, K, P, N, y, accumulate, rnd);                                   \
+    }
+LLAMANB_QUANT_MATMULS(q4_1)
+LLAMANB_QUANT_MATMULS(q8_0)
+LLAMANB_QUANT_MATMULS(q4_0)
+LLAMANB_QUANT_MATMULS(q4_k)
+LLAMANB_QUANT_MATMULS(q6_k)
+#undef LLAMANB_QUANT_MATMULS
 
 // Rows x [M, K] -> their 8-bit blocks as the q8 products make them: q int8 [M, K], d and s
 // float32 [M, K / 32] (quant.h's quantize_q8), for the tests and chapter 11.

@@ -116,6 +116,11 @@ struct q8_0_t { uint8_t byte; };
 
 template <typename WT> struct Quant { static constexpr bool is = false; };
 
+// Four vectors of float32 scales at b (the K-quant panels' head: 4 VW floats in a row).
+static inline void float_scales(const uint8_t* b, vf* s) {
+    for (int i = 0; i < 4; ++i) s[i] = loadv<vf>(b + 4L * VW * i);
+}
+
 // Row kk of a block's 4-bit quants q (8 groups of 4 VW bytes, laid out as Q4_1's): lo = column
 // j's weight d q + m, hi = column j + VW's, with s = {d lo, d hi, m lo, m hi}.
 static inline void nibble_row(const uint8_t* q, int kk, const vf* s, vf& lo, vf& hi) {
@@ -166,9 +171,7 @@ template <> struct Quant<q4_k_t> {
     static constexpr bool is = true, halves = false;
     static constexpr long head = 16L * VW, group = 4L * VW, block = head + 8 * group;
     static constexpr int n_scales = 4;
-    static inline void scales(const uint8_t* b, vf* s) {
-        for (int i = 0; i < 4; ++i) s[i] = loadv<vf>(b + 4L * VW * i);
-    }
+    static inline void scales(const uint8_t* b, vf* s) { float_scales(b, s); }
     static inline void row(const uint8_t* b, int kk, const vf* s, vf& lo, vf& hi) {
         nibble_row(b + head, kk, s, lo, hi);
     }
@@ -205,9 +208,7 @@ template <> struct Quant<q6_k_t> {
     static constexpr bool is = true, halves = true;
     static constexpr long head = 16L * VW, group = 8L * VW, block = head + 8 * group;
     static constexpr int n_scales = 4;                      // D0 lo, D0 hi, D1 lo, D1 hi
-    static inline void scales(const uint8_t* b, vf* s) {
-        for (int i = 0; i < 4; ++i) s[i] = loadv<vf>(b + 4L * VW * i);
-    }
+    static inline void scales(const uint8_t* b, vf* s) { float_scales(b, s); }
     static inline void row(const uint8_t* b, int kk, const vf* s, vf& lo, vf& hi) {
         byte_row(b + head, kk, lo, hi);
         lo *= s[kk < 16 ? 0 : 2];
