@@ -355,11 +355,11 @@ def pack_quant(raw: np.ndarray, qtype: str, np_width: int) -> np.ndarray:
     raw: uint8 [N, K/32 * bytes per block], row n = output column n (HF order). Returns uint8
     [ceil(N / NP), K/32, block bytes]: per panel and block of 32 k, the NP columns' float16
     scales (Q4_1: then their minimums; Q4_K: float32 D, then M, see q4_k_blocks; Q6_K: float32
-    D0, then D1, see q6_k_blocks), then their
-    quants in 8 groups of 4 k, each group column j's 4 bytes (k = 4 g + t) at bytes 4 j ..
-    4 j + 3 (4-bit formats: columns j and j + NP/2 share a byte, low and high nibble; Q8_0:
-    columns NP/2 .. NP-1 follow as a second half). Columns past N are zero blocks (weight 0)."""
-    name, gb, _ = QUANT_FORMATS[qtype]
+    D0, then D1, see q6_k_blocks), then their quants in 8 groups of 4 k, each group column j's
+    4 bytes (k = 4 g + t) at bytes 4 j .. 4 j + 3 (4-bit formats: columns j and j + NP/2 share a
+    byte, low and high nibble; 8-bit formats: columns NP/2 .. NP-1 follow as a second half).
+    Columns past N are zero blocks (weight 0)."""
+    _, gb, _ = QUANT_FORMATS[qtype]
     regroup = {"Q4_K": q4_k_blocks, "Q6_K": q6_k_blocks}.get(qtype)
     if regroup is not None:                   # super-blocks of 256 -> panel-ready blocks of 32
         raw, gb = regroup(raw), QUANT_FORMATS[qtype][2]
