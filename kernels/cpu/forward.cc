@@ -23,24 +23,9 @@
 #include <vector>
 
 #include "attention.h"
+#include "matmul.h"
 
 extern "C" {
-void llamanb_cpu_matmul_f32(const float* x, int M, int K, const float* P, int N, float* y,
-                            int accumulate, int rnd);
-void llamanb_cpu_matmul_bf16(const float* x, int M, int K, const uint16_t* P, int N, float* y,
-                             int accumulate, int rnd);
-// a quantised format's two products (matmul.cc's LLAMANB_QUANT_MATMULS)
-#define LLAMANB_QUANT_MATMULS(fmt)                                                                \
-    void llamanb_cpu_matmul_##fmt(const float* x, int M, int K, const uint8_t* P, int N,         \
-                                  float* y, int accumulate, int rnd);                            \
-    void llamanb_cpu_matmul_##fmt##_q8(const float* x, int M, int K, const uint8_t* P, int N,    \
-                                       float* y, int accumulate, int rnd);
-LLAMANB_QUANT_MATMULS(q4_1)
-LLAMANB_QUANT_MATMULS(q8_0)
-LLAMANB_QUANT_MATMULS(q4_0)
-LLAMANB_QUANT_MATMULS(q4_k)
-LLAMANB_QUANT_MATMULS(q6_k)
-#undef LLAMANB_QUANT_MATMULS
 void llamanb_cpu_rmsnorm(const float* x, const float* w, float* out, int M, int H, float eps,
                          int rnd);
 void llamanb_cpu_rope(float* x, int R, long ld, int n_heads, int d, const float* cos,

@@ -30,6 +30,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "matmul.h"
 #include "pool.h"
 #include "quant.h"
 #include "vec.h"
@@ -503,10 +504,11 @@ void llamanb_cpu_matmul_bf16(const float* x, int M, int K, const uint16_t* P, in
     matmul(x, M, K, P, N, y, accumulate, rnd);
 }
 
-// Quantised panels (quant.h), two entry points per format: llamanb_cpu_matmul_<fmt> decodes each
-// weight to float32 (the float32 engine's bits), llamanb_cpu_matmul_<fmt>_q8 quantises each
-// activation row to 8 bits per block of 32 and takes integer dot products (quant.h's IDot): the
-// float path's results to within the activations' rounding.
+// Quantised panels (quant.h), two entry points per format (matmul.h's LLAMANB_QUANT_FORMATS):
+// llamanb_cpu_matmul_<fmt> decodes each weight to float32 (the float32 engine's bits),
+// llamanb_cpu_matmul_<fmt>_q8 quantises each activation row to 8 bits per block of 32 and takes
+// integer dot products (quant.h's IDot): the float path's results to within the activations'
+// rounding.
 #define LLAMANB_QUANT_MATMULS(fmt)                                                                \
     void llamanb_cpu_matmul_##fmt(const float* x, int M, int K, const uint8_t* P, int N,         \
                                   float* y, int accumulate, int rnd) {                           \
@@ -516,11 +518,7 @@ void llamanb_cpu_matmul_bf16(const float* x, int M, int K, const uint16_t* P, in
                                        float* y, int accumulate, int rnd) {                      \
         matmul_q8<fmt##_t>(x, M, K, P, N, y, accumulate, rnd);                                   \
     }
-LLAMANB_QUANT_MATMULS(q4_1)
-LLAMANB_QUANT_MATMULS(q8_0)
-LLAMANB_QUANT_MATMULS(q4_0)
-LLAMANB_QUANT_MATMULS(q4_k)
-LLAMANB_QUANT_MATMULS(q6_k)
+LLAMANB_QUANT_FORMATS(LLAMANB_QUANT_MATMULS)
 #undef LLAMANB_QUANT_MATMULS
 
 // Rows x [M, K] -> their 8-bit blocks as the q8 products make them: q int8 [M, K], d and s
