@@ -113,9 +113,9 @@ def _sampling_args(p, chat: bool = False) -> None:
 
 
 # as llamanb.backends.cpu.CpuBackend.DTYPES (not imported here: the CLI starts without numpy)
-DTYPES = ["float32", "bf16", "q4_1", "q4_0", "q4_k", "q6_k", "q8_0", "auto"]
+DTYPES = ["float32", "bf16", "q4_1", "q4_0", "q5_0", "q4_k", "q6_k", "q8_0", "auto"]
 DTYPE_HELP = ("bf16 rounds weights and every op's output to bfloat16 (numpy, cpu); q4_1 / q4_0 / "
-              "q4_k / q6_k / q8_0 run a GGUF's own quantised blocks (every layer matrix in that "
+              "q5_0 / q4_k / q6_k / q8_0 run a GGUF's own quantised blocks (every layer matrix in that "
               "format), auto each matrix as the file stores it (cpu backend)")
 
 

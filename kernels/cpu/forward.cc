@@ -16,7 +16,8 @@
 // same order with the same arguments, so both give the same bits; this one only saves the
 // Python between them (about 10 calls and their arrays per layer). Weights are packed panels
 // (matmul.cc), each matrix in its own format fmt[6 l + i] (0 float32, 1 bfloat16 bits, 2 Q4_1,
-// 3 Q8_0, 6 Q4_0, 8 Q4_K, 10 Q6_K: quant.h; 4, 5, 7, 9, 11: the same with 8-bit activations);
+// 3 Q8_0, 6 Q4_0, 8 Q4_K, 10 Q6_K, 12 Q5_0: quant.h; 4, 5, 7, 9, 11, 13: the same with 8-bit
+// activations);
 // `rnd` rounds every op's output to bfloat16.
 #include <cstdint>
 #include <cstring>
@@ -70,6 +71,8 @@ void mm(const Dims& D, int fmt, const float* x, int M, int K, const void* P, int
         case 9: llamanb_cpu_matmul_q4_k_q8(x, M, K, static_cast<const uint8_t*>(P), N, y, acc, D.rnd); break;
         case 10: llamanb_cpu_matmul_q6_k(x, M, K, static_cast<const uint8_t*>(P), N, y, acc, D.rnd); break;
         case 11: llamanb_cpu_matmul_q6_k_q8(x, M, K, static_cast<const uint8_t*>(P), N, y, acc, D.rnd); break;
+        case 12: llamanb_cpu_matmul_q5_0(x, M, K, static_cast<const uint8_t*>(P), N, y, acc, D.rnd); break;
+        case 13: llamanb_cpu_matmul_q5_0_q8(x, M, K, static_cast<const uint8_t*>(P), N, y, acc, D.rnd); break;
         default: llamanb_cpu_matmul_f32(x, M, K, static_cast<const float*>(P), N, y, acc, D.rnd);
     }
 }

@@ -23,7 +23,7 @@
 //
 // Threads (pool.h) take chunks of panels (x one block of rows when M is large) on demand.
 //
-// Quantised panels (quant.h: Q4_1, Q4_0, Q4_K, Q6_K, Q8_0) go through the same tiles: a block of 32 k at a time,
+// Quantised panels (quant.h: Q4_1, Q4_0, Q5_0, Q4_K, Q6_K, Q8_0) go through the same tiles: a block of 32 k at a time,
 // each row of weights decoded in registers (the block's scales loaded once per block) and then
 // multiplied exactly as a float32 row would be.
 #include <cstring>
@@ -382,7 +382,7 @@ inline void micro_q8(const Q8Rows& x, int K, const uint8_t* P, float* y, long ld
         vf s[Q::n_scales];
         if constexpr (Q::halves) Q::scales(blk, s);
         for (int g = 0; g < 8; ++g) {
-            const typename D::G q = D::decode(blk + Q::head + g * Q::group);
+            const typename D::G q = D::decode(blk + Q::head, g);
             for (int i = 0; i < MR; ++i) D::step(a[i], q, x.q + (long)i * K + 32 * b + 4 * g);
             if constexpr (Q::halves)
                 if (g == 3) {                      // k 0..15 done: their own scales (Q6_K's D0)
@@ -396,7 +396,7 @@ inline void micro_q8(const Q8Rows& x, int K, const uint8_t* P, float* y, long ld
         }
         Q::scales(blk, s);
         fold_q8<MR, D>(a, x, nb, b, s[0], s[1], acc);
-        if constexpr (Q::n_scales == 4) {                           // Q4_1, Q4_0, Q4_K: + m sa
+        if constexpr (Q::n_scales == 4) {                     // Q4_1, Q4_0, Q5_0, Q4_K: + m sa
             for (int i = 0; i < MR; ++i) {
                 const vf sa = bcast(x.s[(long)i * nb + b]);
                 acc[i][0][0] += s[2] * sa;
@@ -558,6 +558,7 @@ void llamanb_cpu_unpack_quant(int fmt, const uint8_t* P, int N, int K, float* W)
     else if (fmt == 6) run(q4_0_t{});
     else if (fmt == 8) run(q4_k_t{});
     else if (fmt == 10) run(q6_k_t{});
+    else if (fmt == 12) run(q5_0_t{});
 }
 
 int llamanb_cpu_vector_width() { return VW; }

@@ -5,7 +5,7 @@
 
 // The quantised panel formats (quant.h), each with two products: llamanb_cpu_matmul_<fmt>
 // decodes each weight to float32, llamanb_cpu_matmul_<fmt>_q8 takes 8-bit activations.
-#define LLAMANB_QUANT_FORMATS(X) X(q4_1) X(q8_0) X(q4_0) X(q4_k) X(q6_k)
+#define LLAMANB_QUANT_FORMATS(X) X(q4_1) X(q8_0) X(q4_0) X(q4_k) X(q6_k) X(q5_0)
 
 extern "C" {
 void llamanb_cpu_matmul_f32(const float* x, int M, int K, const float* P, int N, float* y,

@@ -14,6 +14,14 @@
 //       uint16 d[NP]               float16 scale of each column's block
 //       uint8  q[8][VW][4]         as Q4_1's
 //       w[k, j] = d[j] * (q - 8)       (the 8-bit-activation path: d q + m with m = -8 d, exact)
+//   Q5_0 panel block (22 NP bytes, GGUF's 22 per 32 weights): Q4_0's with a fifth bit per weight
+//       uint16 d[NP]               float16 scale of each column's block
+//       uint32 h[2][VW]            word w, lane j: bit 8 t + 2 g' + c is the fifth bit of column
+//                                  c VW + j at k = 4 (4 w + g') + t, so one shift of a word puts
+//                                  a group's bits for one half of the columns at bit 4 of the
+//                                  bytes its quants occupy
+//       uint8  q[8][VW][4]         the low 4 bits, as Q4_1's
+//       w[k, j] = d[j] * (q - 16)      (q = low | fifth << 4; the 8-bit path: m = -16 d, exact)
 //   Q4_K panel block (24 NP bytes; GGUF's Q4_K holds 18 per 32 weights): a super-block of 256
 //   weights has float16 d and dmin and 6-bit scale and minimum per sub-block of 32 (sc, m); here
 //   each sub-block gets its products, D = d sc and M = -dmin m, as float32 (exact: 11 + 6
@@ -110,6 +118,7 @@ static inline V loadv(const void* p) {
 // bytes of its scales, `group` the bytes of one group of 4 k.
 struct q4_1_t { uint8_t byte; };
 struct q4_0_t { uint8_t byte; };
+struct q5_0_t { uint8_t byte; };
 struct q4_k_t { uint8_t byte; };
 struct q6_k_t { uint8_t byte; };
 struct q8_0_t { uint8_t byte; };
@@ -163,6 +172,32 @@ template <> struct Quant<q4_0_t> {
         const vq v = loadv<vq>(b + head + (kk >> 2) * group) >> (8 * (kk & 3));
         lo = __builtin_convertvector((vi)(v & 15) - 8, vf) * s[0];
         hi = __builtin_convertvector((vi)((v >> 4) & 15) - 8, vf) * s[1];
+    }
+};
+
+// Q5_0: Q4_0's scales (and m = -16 d for the 8-bit-activation path), the low 4 bits as Q4_1's
+// quants, the fifth bits in two words per lane (hbits) before them.
+template <> struct Quant<q5_0_t> {
+    static constexpr bool is = true, halves = false;
+    static constexpr long scale_bytes = 4L * VW, head = scale_bytes + 8L * VW, group = 4L * VW,
+                          block = head + 8 * group;
+    static constexpr int n_scales = 4;
+    // bit 8 t + s of a lane's word: which word, and s, for group g's columns of half c
+    static constexpr int word(int g) { return g >> 2; }
+    static constexpr int slot(int g, int c) { return 2 * (g & 3) + c; }
+    static inline void scales(const uint8_t* b, vf* s) {
+        const uint16_t* h = reinterpret_cast<const uint16_t*>(b);
+        s[0] = load_half(h);
+        s[1] = load_half(h + VW);
+        s[2] = s[0] * -16.0f;
+        s[3] = s[1] * -16.0f;
+    }
+    static inline void row(const uint8_t* b, int kk, const vf* s, vf& lo, vf& hi) {
+        const int g = kk >> 2, t = kk & 3;
+        const vq v = loadv<vq>(b + head + g * group) >> (8 * t);
+        const vq h = loadv<vq>(b + scale_bytes + word(g) * 4L * VW) >> (8 * t + slot(g, 0));
+        lo = __builtin_convertvector((vi)((v & 15) | ((h & 1) << 4)) - 16, vf) * s[0];
+        hi = __builtin_convertvector((vi)(((v >> 4) & 15) | ((h & 2) << 3)) - 16, vf) * s[1];
     }
 };
 
@@ -247,7 +282,8 @@ static inline void quantize_q8(const float* x, int K, int8_t* q, float* d, float
 }
 
 // IDot<WT>: a group's integer dot products for one activation row. Acc holds a block's running
-// sums (two vectors: columns 0..VW-1 and VW..2VW-1), G one group's decoded quants; step adds
+// sums (two vectors: columns 0..VW-1 and VW..2VW-1), G one group's decoded quants (decode(q, g):
+// group g of the block whose quants start at q, Quant<WT>::head past its start); step adds
 // sum_t q[4g + t, j] qa[4g + t] to lane j, and `sums` returns the block's 32-bit totals.
 #if (LLAMANB_VW == 8 && defined(__AVX2__)) || (LLAMANB_VW == 16 && defined(__AVX512BW__))
 #if LLAMANB_VW == 8
@@ -258,7 +294,10 @@ static inline iv set1_16(int16_t v) { return _mm256_set1_epi16(v); }
 static inline iv set1_8(int8_t v) { return _mm256_set1_epi8(v); }
 static inline iv izero() { return _mm256_setzero_si256(); }
 static inline iv band(iv a, iv b) { return _mm256_and_si256(a, b); }
+static inline iv bor(iv a, iv b) { return _mm256_or_si256(a, b); }
 static inline iv srl16(iv a, int n) { return _mm256_srli_epi16(a, n); }
+static inline iv sll32(iv a, int n) { return _mm256_slli_epi32(a, n); }
+static inline iv srl32(iv a, int n) { return _mm256_srli_epi32(a, n); }
 static inline iv add16(iv a, iv b) { return _mm256_add_epi16(a, b); }
 static inline iv add32(iv a, iv b) { return _mm256_add_epi32(a, b); }
 static inline iv dot_u8s8(iv u, iv s) { return _mm256_maddubs_epi16(u, s); }     // vpmaddubsw
@@ -273,7 +312,10 @@ static inline iv set1_16(int16_t v) { return _mm512_set1_epi16(v); }
 static inline iv set1_8(int8_t v) { return _mm512_set1_epi8(v); }
 static inline iv izero() { return _mm512_setzero_si512(); }
 static inline iv band(iv a, iv b) { return _mm512_and_si512(a, b); }
+static inline iv bor(iv a, iv b) { return _mm512_or_si512(a, b); }
 static inline iv srl16(iv a, int n) { return _mm512_srli_epi16(a, n); }
+static inline iv sll32(iv a, int n) { return _mm512_slli_epi32(a, n); }
+static inline iv srl32(iv a, int n) { return _mm512_srli_epi32(a, n); }
 static inline iv add16(iv a, iv b) { return _mm512_add_epi16(a, b); }
 static inline iv add32(iv a, iv b) { return _mm512_add_epi32(a, b); }
 static inline iv dot_u8s8(iv u, iv s) { return _mm512_maddubs_epi16(u, s); }
@@ -301,8 +343,8 @@ template <> struct IDot<q4_1_t> {
     struct Acc { iv lo, hi; };
     struct G { iv lo, hi; };
     static inline void zero(Acc& a) { a.lo = a.hi = izero(); }
-    static inline G decode(const uint8_t* p) {
-        const iv v = iload(p), m = set1_8(15);
+    static inline G decode(const uint8_t* q, int g) {
+        const iv v = iload(q + g * 4 * VW), m = set1_8(15);
         return {band(v, m), band(srl16(v, 4), m)};
     }
     static inline void step(Acc& a, const G& g, const int8_t* x4) {
@@ -326,13 +368,45 @@ template <> struct IDot<q8_0_t> {
     struct Acc { iv lo, hi; };
     struct G { iv lo, hi; };
     static inline void zero(Acc& a) { a.lo = a.hi = izero(); }
-    static inline G decode(const uint8_t* p) { return {iload(p), iload(p + 4 * VW)}; }
+    static inline G decode(const uint8_t* q, int g) {
+        const uint8_t* p = q + g * 8 * VW;
+        return {iload(p), iload(p + 4 * VW)};
+    }
     static inline void step(Acc& a, const G& g, const int8_t* x4) {
         int32_t w;
         std::memcpy(&w, x4, 4);
         const iv x = set1_32(w);
         a.lo = add32(a.lo, pairs16(dot_u8s8(abs8(g.lo), sign8(x, g.lo))));
         a.hi = add32(a.hi, pairs16(dot_u8s8(abs8(g.hi), sign8(x, g.hi))));
+        LLAMANB_KEEP(a.lo, a.hi);
+    }
+    static inline void sums(const Acc& a, vi& lo, vi& hi) {
+        lo = (vi)a.lo;
+        hi = (vi)a.hi;
+    }
+};
+
+// Q5_0: quants 0..31 (the low 4 bits as Q4_1's, the fifth shifted from its word to bit 4 of each
+// byte). A pair is at most 2 * 31 * 127 = 7874; 8 groups would pass 32767 in 16 bits, so each
+// group's pairs go to 32 bits at once, as Q8_0's.
+template <> struct IDot<q5_0_t> {
+    struct Acc { iv lo, hi; };
+    struct G { iv lo, hi; };
+    static inline void zero(Acc& a) { a.lo = a.hi = izero(); }
+    // bit 8 t + s of each lane to bit 8 t + 4
+    static inline iv to_bit4(iv h, int s) { return s <= 4 ? sll32(h, 4 - s) : srl32(h, s - 4); }
+    static inline G decode(const uint8_t* q, int g) {
+        const iv v = iload(q + g * 4 * VW), m = set1_8(15), b4 = set1_8(16);
+        const iv h = iload(q - 8 * VW + Quant<q5_0_t>::word(g) * 4 * VW);
+        return {bor(band(v, m), band(to_bit4(h, Quant<q5_0_t>::slot(g, 0)), b4)),
+                bor(band(srl16(v, 4), m), band(to_bit4(h, Quant<q5_0_t>::slot(g, 1)), b4))};
+    }
+    static inline void step(Acc& a, const G& g, const int8_t* x4) {
+        int32_t w;
+        std::memcpy(&w, x4, 4);
+        const iv x = set1_32(w);
+        a.lo = add32(a.lo, pairs16(dot_u8s8(g.lo, x)));
+        a.hi = add32(a.hi, pairs16(dot_u8s8(g.hi, x)));
         LLAMANB_KEEP(a.lo, a.hi);
     }
     static inline void sums(const Acc& a, vi& lo, vi& hi) {
@@ -363,26 +437,41 @@ struct IDot32 {
 };
 
 template <> struct IDot<q4_1_t> : IDot32 {
-    static inline G decode(const uint8_t* p) {
-        const vq v = loadv<vq>(p);
-        G g;
+    static inline G decode(const uint8_t* q, int g) {
+        const vq v = loadv<vq>(q + g * 4L * VW);
+        G r;
         for (int t = 0; t < 4; ++t) {
-            g.lo[t] = (vi)((v >> (8 * t)) & 15);
-            g.hi[t] = (vi)((v >> (8 * t + 4)) & 15);
+            r.lo[t] = (vi)((v >> (8 * t)) & 15);
+            r.hi[t] = (vi)((v >> (8 * t + 4)) & 15);
         }
-        return g;
+        return r;
     }
 };
 
 template <> struct IDot<q8_0_t> : IDot32 {
-    static inline G decode(const uint8_t* p) {
+    static inline G decode(const uint8_t* q, int g) {
+        const uint8_t* p = q + g * 8L * VW;
         const vi v = loadv<vi>(p), w = loadv<vi>(p + 4 * VW);
-        G g;
+        G r;
         for (int t = 0; t < 4; ++t) {
-            g.lo[t] = (v << (24 - 8 * t)) >> 24;
-            g.hi[t] = (w << (24 - 8 * t)) >> 24;
+            r.lo[t] = (v << (24 - 8 * t)) >> 24;
+            r.hi[t] = (w << (24 - 8 * t)) >> 24;
         }
-        return g;
+        return r;
+    }
+};
+
+template <> struct IDot<q5_0_t> : IDot32 {
+    static inline G decode(const uint8_t* q, int g) {
+        const vq v = loadv<vq>(q + g * 4L * VW);
+        const vq h = loadv<vq>(q - 8L * VW + Quant<q5_0_t>::word(g) * 4L * VW);
+        const int s0 = Quant<q5_0_t>::slot(g, 0), s1 = Quant<q5_0_t>::slot(g, 1);
+        G r;
+        for (int t = 0; t < 4; ++t) {
+            r.lo[t] = (vi)(((v >> (8 * t)) & 15) | (((h >> (8 * t + s0)) & 1) << 4));
+            r.hi[t] = (vi)(((v >> (8 * t + 4)) & 15) | (((h >> (8 * t + s1)) & 1) << 4));
+        }
+        return r;
     }
 };
 #endif

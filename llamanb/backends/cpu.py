@@ -9,13 +9,14 @@ from the model cache's one float32 copy (or the GGUF's blocks), a slice of rows 
 mapped slice's pages handed back once packed, into one arena of transparent huge pages
 (cpu_kernels.Arena: a step streams every weight, and 4 KiB pages cost a TLB miss each).
 `dtype="bf16"` stores them as bfloat16 bits, halving the bytes a decode step reads.
-`dtype="q4_1"` (or "q4_0", "q4_k", "q6_k", "q8_0", or "auto": each matrix as the file stores it)
-runs a GGUF's own blocks: they are regrouped into panels (cpu_kernels.pack_quant) and decoded in
-registers inside the matmul (kernels/cpu/quant.h), never expanded to floats -- a Q4_1 model
-streams 0.625 bytes a weight instead of 4 (Q4_K 0.75, Q6_K 1.25: sub-block scales as float32).
-Q5_0 blocks (no panels of their own) are re-encoded losslessly as Q8_0 (cpu_kernels.recode), as
-are Q4_0 parts of a fused matrix (q|k|v, gate|up) beside Q8_0 ones; a fused matrix whose parts
-share no panel format, and any other format, runs on float32 panels. By default
+`dtype="q4_1"` (or "q4_0", "q5_0", "q4_k", "q6_k", "q8_0", or "auto": each matrix as the file
+stores it) runs a GGUF's own blocks: they are regrouped into panels (cpu_kernels.pack_quant) and
+decoded in registers inside the matmul (kernels/cpu/quant.h), never expanded to floats -- a Q4_1
+model streams 0.625 bytes a weight instead of 4 (Q5_0 0.6875, as its file; Q4_K 0.75, Q6_K 1.25:
+sub-block scales as float32). A fused matrix (q|k|v, gate|up) whose parts differ runs in one
+format all re-encode into losslessly: Q5_0 and Q4_0 parts beside Q8_0 ones as Q8_0
+(cpu_kernels.recode); one whose parts share no panel format, and any other format, runs on
+float32 panels. By default
 (activations="int8") each activation row is quantised once per product to 8-bit blocks of 32 and
 the blocks' dot products are integer (vpmaddubsw on AVX2);
 with activations="float32" each decoded weight is exactly the float32 the cache's dequantised

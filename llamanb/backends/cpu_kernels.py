@@ -247,21 +247,25 @@ class Arena:
 # a panel format's code in kernels/cpu (forward.cc's fmt, llamanb_cpu_unpack_quant)
 # ("<fmt>_q8": the same panels, multiplied with 8-bit activations)
 FORMATS = {"f32": 0, "bf16": 1, "q4_1": 2, "q8_0": 3, "q4_1_q8": 4, "q8_0_q8": 5, "q4_0": 6,
-           "q4_0_q8": 7, "q4_k": 8, "q4_k_q8": 9, "q6_k": 10, "q6_k_q8": 11}
+           "q4_0_q8": 7, "q4_k": 8, "q4_k_q8": 9, "q6_k": 10, "q6_k_q8": 11, "q5_0": 12,
+           "q5_0_q8": 13}
 # GGUF block formats the kernels decode in registers: name -> (panel format, GGUF bytes per 32
 # weights, panel block bytes per output column and 32 weights) -- kernels/cpu/quant.h
-QUANT_FORMATS = {"Q4_1": ("q4_1", 20, 20), "Q4_0": ("q4_0", 18, 18), "Q4_K": ("q4_k", 18, 24),
+QUANT_FORMATS = {"Q4_1": ("q4_1", 20, 20), "Q4_0": ("q4_0", 18, 18), "Q5_0": ("q5_0", 22, 22),
+                 "Q4_K": ("q4_k", 18, 24),
                  "Q6_K": ("q6_k", 26.25, 40), "Q8_0": ("q8_0", 34, 34)}
-# the byte widths of the scale fields before a block's quants: 4-bit formats (16 bytes of
-# nibbles; Q4_K once regrouped by q4_k_blocks: float32 D and M per sub-block of 32), and 8-bit
-# ones (32 int8; Q6_K once regrouped by q6_k_blocks: float32 D per half block of 16)
-NIBBLE_HEADS = {"Q4_1": (2, 2), "Q4_0": (2,), "Q4_K": (4, 4)}
+# the byte widths of the fields before a block's quants: 4-bit formats (16 bytes of nibbles;
+# Q5_0's second field is its fifth bits; Q4_K once regrouped by q4_k_blocks: float32 D and M per
+# sub-block of 32), and 8-bit ones (32 int8; Q6_K once regrouped by q6_k_blocks: float32 D per
+# half block of 16)
+NIBBLE_HEADS = {"Q4_1": (2, 2), "Q4_0": (2,), "Q5_0": (2, 4), "Q4_K": (4, 4)}
 BYTE_HEADS = {"Q8_0": (2,), "Q6_K": (4, 4)}
 # panel formats whose products can take 8-bit activations (quant.h's IDot): all of them
 ACT8_FORMATS = tuple(f for f, _, _ in QUANT_FORMATS.values())
-# GGUF formats with no panels of their own whose blocks re-encode losslessly into another's (and,
-# in a fused matrix whose parts differ, Q4_0 too): a Q5_0 or Q4_0 block is a Q8_0 block with the
-# same float16 d and the quant q - 16 or q - 8 as int8, w = d (q - 16) = d q8 to the bit (recode)
+# GGUF formats whose blocks re-encode losslessly into another's, for a fused matrix whose parts
+# differ (q|k|v of Q5_0 and Q8_0 parts, as llama.cpp writes SmolLM2's Q4_K_M): a Q5_0 or Q4_0
+# block is a Q8_0 block with the same float16 d and the quant q - 16 or q - 8 as int8,
+# w = d (q - 16) = d q8 to the bit (recode)
 RECODE = {"Q5_0": "Q8_0", "Q4_0": "Q8_0"}
 
 
@@ -349,13 +353,30 @@ def q6_k_blocks(raw: np.ndarray) -> np.ndarray:
     return out.reshape(N, -1)
 
 
+def fifth_bits(qh: np.ndarray, VW: int) -> np.ndarray:
+    """Q5_0's fifth bits of a panel's blocks (uint8 [P, nb, NP, 4]: each column's little-endian
+    uint32, bit i for weight i) -> the panel block's two words per lane (uint8 [P, nb, 8 VW]):
+    word w of lane j holds, at bit 8 t + 2 g + c, the bit of column c VW + j at k = 4 (4 w + g) + t
+    (kernels/cpu/quant.h's Quant<q5_0_t>)."""
+    P, nb = qh.shape[:2]
+    h = np.ascontiguousarray(qh).view("<u4")[..., 0]                      # [P, nb, NP]
+    bits = (h[..., None] >> np.arange(32, dtype=np.uint32)) & 1            # [P, nb, NP, 32]
+    bits = bits.reshape(P, nb, 2, VW, 2, 4, 4)                           # [.., c, j, w, g, t]
+    c, g, t = np.ix_(range(2), range(4), range(4))
+    shift = (8 * t + 2 * g + c).astype(np.uint32).reshape(2, 1, 1, 4, 4)
+    words = np.bitwise_or.reduce(bits << shift, axis=(2, 5, 6))           # [P, nb, j, w]
+    return np.ascontiguousarray(words.transpose(0, 1, 3, 2).astype("<u4")).view(np.uint8) \
+        .reshape(P, nb, 8 * VW)
+
+
 def pack_quant(raw: np.ndarray, qtype: str, np_width: int) -> np.ndarray:
     """GGUF rows of blocks -> the kernels' quantised panels (kernels/cpu/quant.h).
 
     raw: uint8 [N, K/32 * bytes per block], row n = output column n (HF order). Returns uint8
     [ceil(N / NP), K/32, block bytes]: per panel and block of 32 k, the NP columns' float16
     scales (Q4_1: then their minimums; Q4_K: float32 D, then M, see q4_k_blocks; Q6_K: float32
-    D0, then D1, see q6_k_blocks), then their quants in 8 groups of 4 k, each group column j's
+    D0, then D1, see q6_k_blocks; Q5_0: then their fifth bits, see fifth_bits), then their
+    quants in 8 groups of 4 k, each group column j's
     4 bytes (k = 4 g + t) at bytes 4 j .. 4 j + 3 (4-bit formats: columns j and j + NP/2 share a
     byte, low and high nibble; 8-bit formats: columns NP/2 .. NP-1 follow as a second half).
     Columns past N are zero blocks (weight 0)."""
@@ -383,6 +404,8 @@ def pack_quant(raw: np.ndarray, qtype: str, np_width: int) -> np.ndarray:
         packed = q[..., :VW] | (q[..., VW:] << 4)                        # [P, nb, g, t, VW]
         parts = [cols(blocks[..., a:b]) for a, b in zip(at, at[1:])] + \
             [cols(packed.transpose(0, 1, 2, 4, 3))]                      # [P, nb, g, VW, t]
+        if qtype == "Q5_0":
+            parts[1] = fifth_bits(blocks[..., at[1]:at[2]], VW)
     else:
         at = np.cumsum((0,) + BYTE_HEADS[qtype])
         q = blocks[..., at[-1]:].transpose(0, 1, 3, 2)                   # [P, nb, 32, NP] int8
@@ -394,7 +417,7 @@ def pack_quant(raw: np.ndarray, qtype: str, np_width: int) -> np.ndarray:
 class Packed:
     """A weight W [n, k] packed for the matmul kernel: `data` [ceil(n / NP), k, NP] float32 or
     uint16 (bfloat16 bits), or quantised panels [ceil(n / NP), k / 32, block bytes] (fmt "q4_1",
-    "q4_0", "q4_k", "q6_k", "q8_0": see pack_quant)."""
+    "q4_0", "q5_0", "q4_k", "q6_k", "q8_0": see pack_quant)."""
 
     def __init__(self, n: int, k: int, data: np.ndarray, fmt: str | None = None):
         self.n, self.k, self.data = n, k, data

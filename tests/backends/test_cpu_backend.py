@@ -397,7 +397,7 @@ def test_build_is_keyed_and_atomic(tmp_path, kernels):
 
 # ---- the GGUF's own quantised blocks, decoded inside the matmul ---------------------------------
 
-QTYPES = ("Q4_1", "Q4_0", "Q4_K", "Q6_K", "Q8_0")
+QTYPES = ("Q4_1", "Q4_0", "Q5_0", "Q4_K", "Q6_K", "Q8_0")
 # bytes of a panel block per output column and 32 weights where they differ from the file's
 # (kernels/cpu/quant.h): Q4_K's sub-block scale and minimum as two float32, then 16 of nibbles;
 # Q6_K's scales of the two halves as two float32, then 32 int8
@@ -446,9 +446,9 @@ def _random_blocks(qtype: str, n_rows: int, n_blocks: int, seed: int) -> np.ndar
 
 @pytest.mark.parametrize("qtype", ["Q5_0", "Q4_0"])
 def test_recoded_blocks_decode_bit_for_bit_as_gguf(kernels, portable_kernels, qtype):
-    """Q5_0 (no panels of its own) and Q4_0 (in a fused matrix beside Q8_0 parts) re-encoded as
-    Q8_0 blocks (cpu_kernels.recode): every weight the kernels decode has the bits of the gguf
-    package's dequantisation of the original blocks, scales over float16's whole range."""
+    """Q5_0 and Q4_0 parts of a fused matrix beside Q8_0 parts, re-encoded as Q8_0 blocks
+    (cpu_kernels.recode): every weight the kernels decode has the bits of the gguf package's
+    dequantisation of the original blocks, scales over float16's whole range."""
     from llamanb.backends import cpu_kernels
 
     raw = _random_blocks(qtype, 37, 5, seed=13)
@@ -465,7 +465,7 @@ def test_panel_format_of_a_fused_matrix():
     """One panel format for a matrix whose parts are stored as these GGUF types, or None."""
     from llamanb.backends.cpu_kernels import panel_format
 
-    cases = {("Q4_1",): "Q4_1", ("Q4_0",): "Q4_0", ("Q5_0",): "Q8_0", ("Q5_0", "Q8_0"): "Q8_0",
+    cases = {("Q4_1",): "Q4_1", ("Q4_0",): "Q4_0", ("Q5_0",): "Q5_0", ("Q5_0", "Q8_0"): "Q8_0",
              ("Q4_0", "Q8_0"): "Q8_0", ("Q4_0", "Q5_0"): "Q8_0", ("Q4_K", "Q4_K"): "Q4_K",
              ("Q4_1", "Q8_0"): None, ("Q4_K", "Q6_K"): None, ("Q5_1",): None, ("F32",): None,
              ("Q4_K", "Q5_0"): None}
@@ -491,15 +491,15 @@ def test_quantised_panels_decode_bit_for_bit_as_gguf(kernels, portable_kernels, 
 
     raw = _random_blocks(qtype, 37, _k32(qtype, 96) // 32, seed=7)   # N = 37: a short last panel
     # the shipped GGUF as the gguf package reads it (conftest's session-wide GGUFReader); it has
-    # no Q4_0 tensor: a Q4_1 one's weights quantised to Q4_0 by the gguf package stand in (the
-    # package cannot write K-quants: random blocks only)
+    # no Q4_0 or Q5_0 tensor: a Q4_1 one's weights quantised to that format by the gguf package
+    # stand in (the package cannot write K-quants: random blocks only)
     rows = [raw]
     if qtype not in ("Q4_K", "Q6_K"):
-        t = next(t for t in smollm_reader.tensors
-                 if t.tensor_type.name == qtype.replace("Q4_0", "Q4_1"))
+        stored = "Q4_1" if qtype in ("Q4_0", "Q5_0") else qtype
+        t = next(t for t in smollm_reader.tensors if t.tensor_type.name == stored)
         real = np.asarray(t.data).view(np.uint8).reshape(int(t.shape[-1]), -1)[:50]
-        if qtype == "Q4_0":
-            real = gguf.quants.quantize(_gguf_dequant(real, "Q4_1"), gguf.GGMLQuantizationType.Q4_0)
+        if stored != qtype:
+            real = gguf.quants.quantize(_gguf_dequant(real, stored), gguf.GGMLQuantizationType[qtype])
         rows.append(real)
     for k in (kernels, portable_kernels):
         for r in rows:

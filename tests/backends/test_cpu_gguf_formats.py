@@ -1,7 +1,7 @@
-"""GGUF files of Q4_0, Q4_K, Q6_K and Q5_0 blocks on the cpu backend (`--dtype auto`): each matrix
+"""GGUF files of Q4_0, Q5_0, Q4_K and Q6_K blocks on the cpu backend (`--dtype auto`): each matrix
 runs on panels made from the file's own blocks, decoded in registers (kernels/cpu/quant.h's
-Quant<q4_0_t>, Quant<q4_k_t>, Quant<q6_k_t>; Q5_0 re-encoded losslessly as Q8_0, also where a
-fused matrix's parts are Q5_0 and Q8_0).
+Quant<q4_0_t>, Quant<q5_0_t>, Quant<q4_k_t>, Quant<q6_k_t>); where a fused matrix's parts are
+Q5_0 and Q8_0 (q|k|v with a Q8_0 attn_v), it runs as Q8_0, its Q5_0 parts re-encoded losslessly.
 
 The block-level checks (every decoded weight bit for bit as the gguf package dequantises it, the
 product equal to float32 panels', the 8-bit-activation product within its derived bound) are
@@ -41,21 +41,34 @@ def _random_k_blocks(qtype: str, rows: int, k: int, rng) -> np.ndarray:
     return b.reshape(rows, -1)
 
 
-# the file's type -> the panels it runs on (Q5_0 has none of its own: re-encoded as Q8_0)
-PANELS = {"Q4_0": "q4_0", "Q4_K": "q4_k", "Q6_K": "q6_k", "Q5_0": "q8_0"}
+# the file's type -> the panels it runs on ("Q5_0+Q8_0": Q5_0 with attn_v in Q8_0, whose q|k|v
+# runs as Q8_0: MIXED_QKV)
+PANELS = {"Q4_0": "q4_0", "Q4_K": "q4_k", "Q6_K": "q6_k", "Q5_0": "q5_0", "Q5_0+Q8_0": "q5_0"}
+MIXED_QKV = {"Q5_0+Q8_0": "q8_0"}
+
+
+def _formats(backend) -> dict[str, set]:
+    """Each layer matrix's name -> the panel formats it has across the layers."""
+    return {n: {lw[n].fmt for lw in backend.layer_w} for n in MATS}
+
+
+def _want(qtype: str) -> dict[str, set]:
+    return {n: {MIXED_QKV.get(qtype, PANELS[qtype]) if n == "wqkv" else PANELS[qtype]}
+            for n in MATS}
 
 
 @pytest.fixture(scope="module", params=list(PANELS))
 def quant_model(request, tmp_path_factory, kernels):
-    """(GGUF type, the model loaded from a GGUF whose every 2-D weight is of that type; Q5_0's
-    file has its attn_v tensors in Q8_0, as llama.cpp's Q4_K_M of SmolLM2 has in 14 layers, so
-    that q|k|v is a fused matrix of two formats)."""
+    """(GGUF type, the model loaded from a GGUF whose every 2-D weight is of that type; the
+    "Q5_0+Q8_0" file has its attn_v tensors in Q8_0, as llama.cpp's Q4_K_M of SmolLM2 has in 14
+    layers, so that q|k|v is a fused matrix of two formats)."""
     import gguf
 
     from llamanb.io.store import load_model
 
     qtype = request.param
-    d = tmp_path_factory.mktemp(f"tiny-{qtype}")
+    ftype = qtype.split("+")[0]
+    d = tmp_path_factory.mktemp(f"tiny-{ftype}")
     # K-quants hold rows of whole 256-weight super-blocks: for them a model 256 wide, and 16
     # heads of 16 (wo's rows are 256 long too)
     kquant = qtype.endswith("_K")
@@ -72,15 +85,15 @@ def quant_model(request, tmp_path_factory, kernels):
         names["token_embd.weight"] = state["model.embed_tokens.weight"]
         override = {n: (gguf.GGMLQuantizationType[qtype], _random_k_blocks(qtype, *shape, rng))
                     for n, shape in names.items()}
-    if qtype == "Q5_0":
+    if qtype == "Q5_0+Q8_0":
         Q8 = gguf.GGMLQuantizationType.Q8_0
         state = hf.state_dict()
         override = {f"blk.{i}.attn_v.weight": (Q8, gguf.quants.quantize(
             state[f"model.layers.{i}.self_attn.v_proj.weight"].numpy(), Q8))
             for i in range(hf.config.num_hidden_layers)}
-    write_tiny_gguf(d / f"tiny-{qtype}.gguf", hf, qtype="F32" if kquant else qtype,
+    write_tiny_gguf(d / f"tiny-{ftype}.gguf", hf, qtype="F32" if kquant else ftype,
                     raw_override=override)
-    return qtype, load_model(d / f"tiny-{qtype}.gguf")
+    return qtype, load_model(d / f"tiny-{ftype}.gguf")
 
 
 def _run(engine, ids, steps=3):
@@ -104,20 +117,22 @@ def test_engine_is_the_float32_engine_from_its_own_blocks(quant_model):
     eq = Engine(model, "cpu", dtype="auto", activations="float32")
     ef = Engine(model, "cpu")
     b = eq.backend
-    fmt = PANELS[qtype]
-    assert {lw[n].fmt for lw in b.layer_w for n in MATS} == {fmt} and b.lm_head.fmt == fmt
-    if qtype == "Q5_0":
-        assert "Q5_0/Q8_0 as Q8_0" in b.description and "Q5_0 as Q8_0" in b.description
+    assert _formats(b) == _want(qtype) and b.lm_head.fmt == PANELS[qtype]
+    if qtype in MIXED_QKV:
+        L = model.config.n_layers              # q|k|v mixed; wo, gate|up, down and the head not
+        assert f"{3 * L + 1} Q5_0 + {L} Q5_0/Q8_0 as Q8_0 matrices" in b.description
     else:
         assert f"{qtype} matrices as stored in the GGUF" in b.description
     # bytes: the gguf package's size of the panels' block per weight (Q4_K: float32 D and M for the
     # float16 d, dmin and 6-bit sc, m: 24 bytes per 32 weights; Q6_K: float32 D per 16 and int8
     # quants, 40), rows padded to whole panels
-    size, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[PANELS[qtype].upper()]]
-    per32 = {"Q4_K": 4 + 4 + 16, "Q6_K": 4 + 4 + 32}.get(qtype, nbytes * 32 // size)
+    def per32(fmt):
+        size, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[fmt.upper()]]
+        return {"q4_k": 4 + 4 + 16, "q6_k": 4 + 4 + 32}.get(fmt, nbytes * 32 // size)
+
     NP = b.k.panel_width
     mats = [lw[n] for lw in b.layer_w for n in MATS] + [b.lm_head]
-    assert sum(m.data.nbytes for m in mats) == sum(-(-m.n // NP) * NP * m.k // 32 * per32
+    assert sum(m.data.nbytes for m in mats) == sum(-(-m.n // NP) * NP * m.k // 32 * per32(m.fmt)
                                                    for m in mats)
     ids = [int(t) for t in np.random.default_rng(4).integers(3, model.config.vocab, 11)]
     for a, c in zip(_run(eq, ids), _run(ef, ids)):
@@ -135,7 +150,7 @@ def test_int8_one_call_equals_block_by_block(quant_model):
     qtype, model = quant_model
     e8 = Engine(model, "cpu", dtype="auto")                    # auto: each matrix as stored
     assert e8.backend.act8 and "8-bit activations" in e8.backend.description
-    assert {lw[n].fmt for lw in e8.backend.layer_w for n in MATS} == {PANELS[qtype]}
+    assert _formats(e8.backend) == _want(qtype)
     out = []
     for collect in (None, []):
         c = e8.new_cache(16, slots=2)

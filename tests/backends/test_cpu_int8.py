@@ -7,7 +7,7 @@ The bound. For one output y = y0 + sum_k w_k x_k, with w* = d q + m the block's 
 (W = fl(w*), the gguf package's float32 dequantisation, |W - w*| <= u |w*|), the kernel computes,
 per block b of 32 k, with the activation block's scale da, quants qa and xh_k = da qa_k:
     P1_b = (d da) isum_b,  isum_b = sum_k q_k qa_k        (exact in int32)
-    P2_b = m sa_b,  sa_b = fl(da sum_k qa_k)              (Q4_1; Q4_0 with m = -8 d, exact)
+    P2_b = m sa_b,  sa_b = fl(da sum_k qa_k)              (Q4_1; Q4_0, Q5_0: m = -8 d, -16 d)
 and sums acc = fma(isum, fl(d da), acc), acc = fma(m, sa, acc) over the blocks, then y0 + acc.
   * activations: x / da rounds once (relative u), then to the nearest integer (absolute 1/2):
         |x_k - xh_k| <= da / 2 + u |x_k|                  (da a normal float32; no clipping
@@ -28,7 +28,7 @@ from llamanb.errors import LlamanbError
 from llamanb.numerics import U_FLOAT32, gamma
 
 U = U_FLOAT32
-QTYPES = ("Q4_1", "Q4_0", "Q4_K", "Q6_K", "Q8_0")
+QTYPES = ("Q4_1", "Q4_0", "Q5_0", "Q4_K", "Q6_K", "Q8_0")
 
 
 def _gguf_block(qtype: str) -> tuple[int, int]:
@@ -70,15 +70,16 @@ def _blocks(qtype: str, n: int, nb: int, seed: int) -> np.ndarray:
         b[..., -2:] = sc[..., :1].astype(np.float16).view(np.uint8).reshape(n, nb, 2)
         return b.reshape(n, -1)
     b[..., :4] = sc.astype(np.float16).view(np.uint8).reshape(n, nb, 4)
-    if qtype in ("Q4_0", "Q8_0"):                                # one scale, then quants
+    if qtype in ("Q4_0", "Q5_0", "Q8_0"):                        # one scale, then quants
         b[..., 2:4] = rng.integers(0, 256, (n, nb, 2), dtype=np.uint8)
     return b.reshape(n, -1)
 
 
 def _parts(raw: np.ndarray, qtype: str):
     """|d q| and |m| per weight [N, K], float64, from the GGUF blocks' own fields (q the stored
-    quant, 0..15 for the 4-bit formats; Q4_0's m is -8 d; Q4_K's d and m are a sub-block's
-    d sc and -dmin m, its 6-bit fields unpacked by the gguf package; Q6_K: d sc (q - 32), no m)."""
+    quant, 0..15 for the 4-bit formats, 0..31 for Q5_0; Q4_0's m is -8 d, Q5_0's -16 d; Q4_K's d
+    and m are a sub-block's d sc and -dmin m, its 6-bit fields unpacked by the gguf package;
+    Q6_K: d sc (q - 32), no m)."""
     import gguf
 
     N = raw.shape[0]
@@ -100,6 +101,10 @@ def _parts(raw: np.ndarray, qtype: str):
         h = 4 if qtype == "Q4_1" else 2
         m = b[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float64) if h == 4 else -8 * d
         q = np.concatenate([b[..., h:] & 15, b[..., h:] >> 4], axis=-1).astype(np.float64)
+    elif qtype == "Q5_0":               # the fifth bit of weight i: bit i of the uint32 at 2..6
+        m = -16 * d
+        hb = (b[..., 2:6].copy().view("<u4") >> np.arange(32, dtype=np.uint32)) & 1
+        q = (np.concatenate([b[..., 6:] & 15, b[..., 6:] >> 4], axis=-1) + (hb << 4)).astype(np.float64)
     else:
         m = np.zeros_like(d)
         q = b[..., 2:].view(np.int8).astype(np.float64)
