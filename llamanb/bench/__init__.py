@@ -30,7 +30,9 @@ another charged it to whichever ran in the slow minute. A ratio between two engi
 backend against llama.cpp, say) is therefore taken round by round -- each round's two rates met
 the same machine -- and reported as the median of those paired samples with their min and
 quartiles; a target counts as met only when the lower quartile clears it, over at least 7 rounds
-(`--runs 7`; fewer rounds print UNDECIDED). See report.MIN_ROUNDS.
+(`--runs 7`; fewer rounds print UNDECIDED). See report.MIN_ROUNDS. Peak memory is one reading
+per engine (its child's VmHWM after the last round): a cpu engine's against llama.cpp's at the
+same precision is one ratio, at most report.RSS_TARGET.
 
 Parent and child speak over a multiprocessing Pipe, one request and one reply at a time: the
 child answers ("ready", info) once loaded, ("round", (tok/s, greedy tokens)) to "round" and

@@ -19,6 +19,10 @@ BACKEND_DECODE_TARGETS = {"npu2-emulated": 0.5}
 CPU_PEER = {"cpu": "llamacpp_f32", "cpu:bf16": "llamacpp_bf16", "cpu:q4_1": "llamacpp_q4_1",
             "cpu:auto": "llamacpp_file"}
 
+# Peak RSS of a cpu engine against llama.cpp's at the same precision, packing included (issue
+# 30): at most this. One reading per engine (VmHWM after its last round), so one ratio, no spread.
+RSS_TARGET = 1.1
+
 # A ratio between engines is decided per round: the rounds are interleaved (every engine runs once
 # in each), so round r's two rates met the same state of a shared machine, and their ratio is one
 # paired sample. A target counts as met only when the lower quartile of those samples clears it,
@@ -95,6 +99,7 @@ def ratios(engines: dict, roofline: float, gb_s: float | None = None,
                 _paired(e, gb_s * 1e9 / nbytes, "decode"))
 
     lb, hf = engines["llamanb"], engines.get("transformers_fp32")
+    memory = []                            # peak RSS against llama.cpp's: lower is better
     rows = [
         ("llamanb decode / transformers fp32 decode", "x", 1.5,
          hf and lb["decode_tok_s"] / hf["decode_tok_s"]),
@@ -128,6 +133,11 @@ def ratios(engines: dict, roofline: float, gb_s: float | None = None,
                                  1.0 if base in ("cpu", "cpu:bf16") else None,
                                  e["prefill_512_tok_s"] / peer["prefill_512_tok_s"],
                                  _paired(e, peer, "prefill_512")))
+                    if e.get("peak_rss_mb") and peer.get("peak_rss_mb"):
+                        v = e["peak_rss_mb"] / peer["peak_rss_mb"]
+                        memory.append({"name": f"{b} peak RSS / {label(CPU_PEER[base])} peak RSS",
+                                       "unit": "x", "target": RSS_TARGET, "at_most": True,
+                                       "value": v, "pass": v <= RSS_TARGET})
         elif name in CPU_PEER.values() and gb_s:
             # its own tensors' bytes where it reports them (the file's own blocks), else the bytes
             # the cpu engine at the same precision reads per token (the same format)
@@ -149,7 +159,7 @@ def ratios(engines: dict, roofline: float, gb_s: float | None = None,
         if paired:                        # decided by the paired rounds' lower quartile
             row.update(decide(paired, t))
         out.append(row)
-    return out
+    return out + memory
 
 
 def _fmt_ratio(v, unit) -> str:
@@ -211,8 +221,9 @@ def report(res: dict) -> str:
         if r["value"] is None:
             lines.append(f"{r['name']:<52} {'n/a':>8}  (target >= {target}; --no-transformers)")
         else:
-            lines.append(f"{r['name']:<52} {_fmt_ratio(r['value'], r['unit']):>8}  target >= "
-                         f"{target:<7} {verdict_text(r)}" + rounds)
+            lines.append(f"{r['name']:<52} {_fmt_ratio(r['value'], r['unit']):>8}  target "
+                         f"{'<=' if r.get('at_most') else '>='} {target:<7} {verdict_text(r)}"
+                         + rounds)
     if res.get("greedy_agreement"):
         g = res["greedy_agreement"]
         lines.append(f"greedy tokens, llamanb vs transformers fp32: first {g['same_prefix']} of "

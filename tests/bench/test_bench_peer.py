@@ -44,6 +44,15 @@ def test_bench_ratios_against_llamacpp_and_roofline():
     assert rows["cpu:bf16 decode / its roofline (40.0 GB/s / 257 MB read)"]["value"] == 100.0 / (40e9 / bf_read)
     peer = rows["llama.cpp BF16 decode / roofline (40.0 GB/s / 254 MB read)"]
     assert peer["value"] == 125.0 / (40e9 / (250e6 + 23040 * 160.5))
+    # peak RSS against llama.cpp's at the same precision: at most 1.1x (lower is better)
+    for e, mb in (("llamanb@cpu", 660.0), ("llamacpp_f32", 650.0), ("llamanb@cpu:bf16", 430.0),
+                  ("llamacpp_bf16", 380.0)):
+        eng[e]["peak_rss_mb"] = mb
+    rows = {r["name"]: r for r in ratios(eng, roofline=60.0, gb_s=40.0)}
+    f32 = rows["cpu peak RSS / llama.cpp F32 peak RSS"]
+    assert (f32["value"], f32["target"], f32["pass"]) == (660.0 / 650.0, 1.1, True)
+    bf = rows["cpu:bf16 peak RSS / llama.cpp BF16 peak RSS"]
+    assert (bf["value"], bf["pass"]) == (430.0 / 380.0, False)
 
 
 def test_roofline_pairs_each_round_with_its_own_bandwidth_probe():
