@@ -163,9 +163,9 @@ def test_int8_one_call_equals_block_by_block(quant_model):
     assert not np.array_equal(_run(e8, ids, 0)[0], _run(ef, ids, 0)[0])
 
 
-@pytest.mark.parametrize("dtype", ["q4_0", "q4_k", "q6_k"])
+@pytest.mark.parametrize("dtype", ["q4_0", "q5_0", "q4_k", "q6_k"])
 def test_dtype_on_another_format_is_one_line(smollm, kernels, dtype):
-    """`--dtype q4_0` / `q4_k` / `q6_k` on the shipped Q4_1 file names what the file holds."""
+    """`--dtype q4_0` / `q5_0` / `q4_k` / `q6_k` on the shipped Q4_1 file names what it holds."""
     from llamanb.engine import Engine
 
     with pytest.raises(LlamanbError, match=f"are not {dtype.upper()}") as e:
