@@ -1,4 +1,5 @@
-// GGUF's Q4_1 and Q8_0 blocks, repacked into panels and decoded in registers by the matmul.
+// GGUF's quantised blocks (Q4_1, Q4_0, Q5_0, Q4_K, Q6_K, Q8_0), repacked into panels and decoded
+// in registers by the matmul.
 //
 // A GGUF row of K weights is K/32 blocks; llamanb.backends.cpu_kernels.pack_quant regroups them so
 // that NP = 2 VW output columns (one panel, as for float32) share each block of 32 k, and the 32 k
@@ -49,8 +50,9 @@
 //   has 11 significant bits and q at most 4 (Q4_1) or 8 (Q8_0), so d * q is exact in float32's 24;
 //   Q4_1's d * q + m then rounds once, whether or not the compiler fuses it (an exact product
 //   rounds the same either way; Q4_K's D q + M likewise, as gguf's (d sc) q - dmin m rounds
-//   once; Q6_K's D q is exact, 11 + 7 + 5 bits). Q4_0's d * (q - 8) is exact likewise, and formed as gguf forms it,
-//   so that even its zeros carry gguf's signs. So this path computes the float32 engine's bits.
+//   once; Q6_K's D q is exact, 11 + 7 + 5 bits). Q4_0's d * (q - 8) and Q5_0's d * (q - 16) are
+//   exact likewise, and formed as gguf forms them, so that even their zeros carry gguf's signs.
+//   So this path computes the float32 engine's bits.
 //
 // * 8-bit activations (IDot<WT>): each activation row is quantised once per product into blocks of
 //   32 (quantize_q8 below: scale da = max|x| / 127, qa = round(x / da), and the block's sum
@@ -176,7 +178,7 @@ template <> struct Quant<q4_0_t> {
 };
 
 // Q5_0: Q4_0's scales (and m = -16 d for the 8-bit-activation path), the low 4 bits as Q4_1's
-// quants, the fifth bits in two words per lane (hbits) before them.
+// quants, the fifth bits in the two words per lane (h, see the top of this file) before them.
 template <> struct Quant<q5_0_t> {
     static constexpr bool is = true, halves = false;
     static constexpr long scale_bytes = 4L * VW, head = scale_bytes + 8L * VW, group = 4L * VW,
