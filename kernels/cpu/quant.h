@@ -157,19 +157,23 @@ template <> struct Quant<q4_1_t> {
     }
 };
 
+// A block's float16 scales d (columns 0..VW-1, VW..2VW-1) and the minimums m = offset d made
+// from them, for the 8-bit-activation path (Q4_0: offset -8, Q5_0: -16; exact, a power of two).
+static inline void scales_offset(const uint8_t* b, float offset, vf* s) {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(b);
+    s[0] = load_half(h);
+    s[1] = load_half(h + VW);
+    s[2] = s[0] * offset;
+    s[3] = s[1] * offset;
+}
+
 // Q4_0: the scales d, and m = -8 d made from them for the 8-bit-activation path (4 scales, as
 // Q4_1's); the quants as Q4_1's, decoded to d (q - 8).
 template <> struct Quant<q4_0_t> {
     static constexpr bool is = true, halves = false;
     static constexpr long head = 4L * VW, group = 4L * VW, block = head + 8 * group;
     static constexpr int n_scales = 4;
-    static inline void scales(const uint8_t* b, vf* s) {
-        const uint16_t* h = reinterpret_cast<const uint16_t*>(b);
-        s[0] = load_half(h);
-        s[1] = load_half(h + VW);
-        s[2] = s[0] * -8.0f;
-        s[3] = s[1] * -8.0f;
-    }
+    static inline void scales(const uint8_t* b, vf* s) { scales_offset(b, -8.0f, s); }
     static inline void row(const uint8_t* b, int kk, const vf* s, vf& lo, vf& hi) {
         const vq v = loadv<vq>(b + head + (kk >> 2) * group) >> (8 * (kk & 3));
         lo = __builtin_convertvector((vi)(v & 15) - 8, vf) * s[0];
@@ -181,23 +185,20 @@ template <> struct Quant<q4_0_t> {
 // quants, the fifth bits in the two words per lane (h, see the top of this file) before them.
 template <> struct Quant<q5_0_t> {
     static constexpr bool is = true, halves = false;
-    static constexpr long scale_bytes = 4L * VW, head = scale_bytes + 8L * VW, group = 4L * VW,
+    static constexpr long word_bytes = 4L * VW, head = 4L * VW + 2 * word_bytes, group = 4L * VW,
                           block = head + 8 * group;
     static constexpr int n_scales = 4;
-    // bit 8 t + s of a lane's word: which word, and s, for group g's columns of half c
-    static constexpr int word(int g) { return g >> 2; }
+    // group g's fifth bits for columns of half c sit at bit 8 t + slot(g, c) of the lanes of the
+    // word that words(q, g) points to (q: where the block's quants start, `head` past it)
     static constexpr int slot(int g, int c) { return 2 * (g & 3) + c; }
-    static inline void scales(const uint8_t* b, vf* s) {
-        const uint16_t* h = reinterpret_cast<const uint16_t*>(b);
-        s[0] = load_half(h);
-        s[1] = load_half(h + VW);
-        s[2] = s[0] * -16.0f;
-        s[3] = s[1] * -16.0f;
+    static inline const uint8_t* words(const uint8_t* q, int g) {
+        return q - 2 * word_bytes + (g >> 2) * word_bytes;
     }
+    static inline void scales(const uint8_t* b, vf* s) { scales_offset(b, -16.0f, s); }
     static inline void row(const uint8_t* b, int kk, const vf* s, vf& lo, vf& hi) {
         const int g = kk >> 2, t = kk & 3;
         const vq v = loadv<vq>(b + head + g * group) >> (8 * t);
-        const vq h = loadv<vq>(b + scale_bytes + word(g) * 4L * VW) >> (8 * t + slot(g, 0));
+        const vq h = loadv<vq>(words(b + head, g)) >> (8 * t + slot(g, 0));
         lo = __builtin_convertvector((vi)((v & 15) | ((h & 1) << 4)) - 16, vf) * s[0];
         hi = __builtin_convertvector((vi)(((v >> 4) & 15) | ((h & 2) << 3)) - 16, vf) * s[1];
     }
@@ -399,7 +400,7 @@ template <> struct IDot<q5_0_t> {
     static inline iv to_bit4(iv h, int s) { return s <= 4 ? sll32(h, 4 - s) : srl32(h, s - 4); }
     static inline G decode(const uint8_t* q, int g) {
         const iv v = iload(q + g * 4 * VW), m = set1_8(15), b4 = set1_8(16);
-        const iv h = iload(q - 8 * VW + Quant<q5_0_t>::word(g) * 4 * VW);
+        const iv h = iload(Quant<q5_0_t>::words(q, g));
         return {bor(band(v, m), band(to_bit4(h, Quant<q5_0_t>::slot(g, 0)), b4)),
                 bor(band(srl16(v, 4), m), band(to_bit4(h, Quant<q5_0_t>::slot(g, 1)), b4))};
     }
@@ -466,7 +467,7 @@ template <> struct IDot<q8_0_t> : IDot32 {
 template <> struct IDot<q5_0_t> : IDot32 {
     static inline G decode(const uint8_t* q, int g) {
         const vq v = loadv<vq>(q + g * 4L * VW);
-        const vq h = loadv<vq>(q - 8L * VW + Quant<q5_0_t>::word(g) * 4L * VW);
+        const vq h = loadv<vq>(Quant<q5_0_t>::words(q, g));
         const int s0 = Quant<q5_0_t>::slot(g, 0), s1 = Quant<q5_0_t>::slot(g, 1);
         G r;
         for (int t = 0; t < 4; ++t) {
