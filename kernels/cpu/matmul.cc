@@ -135,7 +135,7 @@ inline void micro_float(const float* x, long ldx, int K, const WT* P, long ps, f
             // each line, and there the prefetch costs nothing measurable.
             if constexpr (MR > 1) __builtin_prefetch(P + p * ps + (long)k * NP + pf, 0, 3);
             load_pair(P + p * ps + (long)k * NP, w[p][0], w[p][1]);
-#if defined(__AVX__)
+#if defined(__AVX__) && !defined(LLAMANB_AVX512_SIMDE)    // (no 512-bit registers there)
             // keep the weights in registers: left to itself GCC folds each load into every FMA
             // that uses it (MR loads per vector per k), and the load ports, not the FMAs, bind
             asm("" : "+x"(w[p][0]), "+x"(w[p][1]));
@@ -209,7 +209,7 @@ inline void micro_part(const float* x, long ldx, int k0, int k1, const WT* P, vf
         vf w0, w1;
         __builtin_prefetch(P + (long)k * NP + pf, 0, 3);
         load_pair(P + (long)k * NP, w0, w1);
-#if defined(__AVX__)
+#if defined(__AVX__) && !defined(LLAMANB_AVX512_SIMDE)
         asm("" : "+x"(w0), "+x"(w1));
 #endif
         for (int i = 0; i < MR; ++i) {
@@ -562,6 +562,15 @@ void llamanb_cpu_unpack_quant(int fmt, const uint8_t* P, int N, int K, float* W)
 }
 
 int llamanb_cpu_vector_width() { return VW; }
+
+// 1 where the AVX-512 paths were compiled for an AVX2 target, through SIMDe (vec.h)
+int llamanb_cpu_avx512_emulated() {
+#if defined(LLAMANB_AVX512_SIMDE)
+    return 1;
+#else
+    return 0;
+#endif
+}
 
 // Which instruction-set macros the compiler defined for this build, bit i for
 // llamanb.backends.cpu_kernels.ISA_MACROS[i]: what the kernels were compiled to use.

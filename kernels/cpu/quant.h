@@ -95,7 +95,7 @@ static inline float half_to_float(uint16_t h) {
 
 // VW float16 values -> float32 lanes
 static inline vf load_half(const uint16_t* p) {
-#if defined(__AVX512F__) && LLAMANB_VW == 16
+#if defined(LLAMANB_AVX512F) && LLAMANB_VW == 16
     return (vf)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p));
 #elif defined(__F16C__) && LLAMANB_VW == 8
     return (vf)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p));
@@ -288,7 +288,7 @@ static inline void quantize_q8(const float* x, int K, int8_t* q, float* d, float
 // sums (two vectors: columns 0..VW-1 and VW..2VW-1), G one group's decoded quants (decode(q, g):
 // group g of the block whose quants start at q, Quant<WT>::head past its start); step adds
 // sum_t q[4g + t, j] qa[4g + t] to lane j, and `sums` returns the block's 32-bit totals.
-#if (LLAMANB_VW == 8 && defined(__AVX2__)) || (LLAMANB_VW == 16 && defined(__AVX512BW__))
+#if (LLAMANB_VW == 8 && defined(__AVX2__)) || (LLAMANB_VW == 16 && defined(LLAMANB_AVX512BW))
 #if LLAMANB_VW == 8
 typedef __m256i iv;
 static inline iv iload(const uint8_t* p) { return _mm256_loadu_si256((const __m256i*)p); }
@@ -332,7 +332,9 @@ constexpr bool INT_DOT_BYTES = true;
 
 // Keep a block's running sums in registers, added group by group: left to itself GCC computed
 // all of a block's products first and parked them on the stack (int16 adds reassociate freely).
-#if LLAMANB_VW == 16
+#if defined(LLAMANB_AVX512_SIMDE)
+#define LLAMANB_KEEP(a, b) ((void)0)      // a 512-bit value has no register in an AVX2 build
+#elif LLAMANB_VW == 16
 #define LLAMANB_KEEP(a, b) asm("" : "+v"(a), "+v"(b))
 #else
 #define LLAMANB_KEEP(a, b) asm("" : "+x"(a), "+x"(b))

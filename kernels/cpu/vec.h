@@ -11,7 +11,39 @@
 #include <immintrin.h>
 #endif
 
+// The AVX-512 code paths are compiled where the compiler targets AVX-512 -- or, to check them on a
+// CPU without it, with LLAMANB_AVX512_SIMDE on an AVX2 target (cpu_kernels' "avx512-simde"
+// flavour): the same source, every _mm512 intrinsic carried out by SIMDe (SIMD Everywhere,
+// Debian's libsimde-dev) in AVX2 instructions. That build gives the AVX-512 paths' results and
+// packs panels as an AVX-512 build does; it is slower than the AVX2 build and times nothing.
+#if defined(LLAMANB_AVX512_SIMDE)
+#if defined(__AVX512F__) || !defined(__AVX2__) || !defined(__F16C__)
+#error "LLAMANB_AVX512_SIMDE wants an AVX2 target without AVX-512 (-march=x86-64-v3)"
+#endif
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+#define LLAMANB_AVX512F 1
+#define LLAMANB_AVX512BW 1
+#undef _mm512_madd_epi16             // SIMDe 0.7.4 (Debian 12) gives this alias four arguments
+#define _mm512_madd_epi16(a, b) simde_mm512_madd_epi16(a, b)
+// SIMDe 0.7 has no 512-bit float16 conversion: its two 256-bit halves, by F16C (exact, as the
+// 512-bit instruction is)
+static inline __m512 llamanb_cvtph_ps(__m256i h) {
+    const __m256 lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    const __m256 hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+    return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+#define _mm512_cvtph_ps llamanb_cvtph_ps
+#else
 #if defined(__AVX512F__)
+#define LLAMANB_AVX512F 1
+#endif
+#if defined(__AVX512BW__)
+#define LLAMANB_AVX512BW 1
+#endif
+#endif
+
+#if defined(LLAMANB_AVX512F)
 #define LLAMANB_VW 16
 #else
 #define LLAMANB_VW 8
@@ -40,7 +72,7 @@ static inline vf load(const uint16_t* p) {
 // half of a float32), but an unpack works within each 128-bit lane: it yields elements 0-3 of
 // every lane, then 4-7. So packed bfloat16 panels store column j at bf16_slot(j) (matmul.cc's
 // pack), which the unpacks put back in order. Elsewhere: plain widening, identity order.
-#if defined(__AVX2__) && (LLAMANB_VW == 8 || defined(__AVX512BW__))
+#if defined(__AVX2__) && (LLAMANB_VW == 8 || defined(LLAMANB_AVX512BW))
 #include <immintrin.h>
 constexpr bool BF16_UNPACK = true;
 static inline void load_pair(const uint16_t* p, vf& lo, vf& hi) {
@@ -89,7 +121,7 @@ static inline float hsum(vf v) {
 // VW copies of s: one vbroadcastss. (GCC compiles `vf{} + s` to a real add, since -0 + 0 = +0,
 // and a lane-by-lane fill to a chain of inserts.)
 static inline vf bcast(float s) {
-#if defined(__AVX512F__)
+#if defined(LLAMANB_AVX512F)
     return (vf)_mm512_set1_ps(s);
 #elif defined(__AVX__)
     return (vf)_mm256_set1_ps(s);

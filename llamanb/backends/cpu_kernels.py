@@ -19,6 +19,13 @@ flavour:
                                  AVX-512 machine. A target that needs instructions this CPU
                                  lacks (x86-64-v4 on an AVX2 CPU) is refused in one line before
                                  anything is loaded: it would build, then die with SIGILL
+    LLAMANB_CPU_MARCH=avx512-simde
+                                 the AVX-512 kernels on an AVX2 CPU, emulated: -march=x86-64-v3
+                                 with every _mm512 intrinsic carried out by SIMDe (Debian's
+                                 libsimde-dev; kernels/cpu/vec.h). Their results and panel
+                                 layout are an AVX-512 build's; their speed is nobody's, so the
+                                 bench refuses them. For checking the AVX-512 paths on a machine
+                                 without AVX-512
 
 The flavour is part of the flags, hence of the key: each flavour is its own cached library.
 `-ffp-contract=fast` lets multiply-adds fuse.
@@ -137,12 +144,19 @@ def missing_here(name: str) -> list[str]:
     return [m for m in uses if CPU_FLAG[m] not in have]
 
 
+# the flavour that runs the AVX-512 code paths through SIMDe on an AVX2 target (emulated)
+EMULATED_AVX512 = "avx512-simde"
+SIMDE_HEADER = "simde/x86/avx512.h"
+
+
 def flavour_flags(name: str) -> tuple[str, ...]:
     """The compiler flags of a build flavour (see the module doc)."""
     if name == "native":
         return native_flags()
     if name == "portable":
         return portable_flags()
+    if name == EMULATED_AVX512:                 # -Wno-psabi: 512-bit values passed without AVX-512
+        return BASE_FLAGS + ("-march=x86-64-v3", "-DLLAMANB_AVX512_SIMDE", "-Wno-psabi")
     return BASE_FLAGS + (f"-march={name}",)
 
 
@@ -461,10 +475,11 @@ class Kernels:
                "llamanb_cpu_exp": (P, P, L),
                "llamanb_cpu_vector_width": (),
                "llamanb_cpu_isa": (),
+               "llamanb_cpu_avx512_emulated": (),
                "llamanb_cpu_threads": ()}
         for name, args in sig.items():
             fn = getattr(lib, name)
-            fn.argtypes, fn.restype = list(args), (ctypes.c_int if name.endswith(("width", "threads", "order", "isa", "bytes")) else
+            fn.argtypes, fn.restype = list(args), (ctypes.c_int if name.endswith(("width", "threads", "order", "isa", "bytes", "emulated")) else
                                                    ctypes.c_double if name.endswith("_sum") else None)
         self.vector_width = lib.llamanb_cpu_vector_width()
         self.panel_width = lib.llamanb_cpu_panel_width()
@@ -476,6 +491,8 @@ class Kernels:
         self.isa = tuple(n for i, n in enumerate(ISA_MACROS) if bits >> i & 1)
         # whether the 8-bit-activation products use byte dot products (vpmaddubsw)
         self.int_dot_bytes = bool(lib.llamanb_cpu_int_dot_bytes())
+        # whether the AVX-512 paths run emulated, through SIMDe (the avx512-simde flavour)
+        self.emulated = bool(lib.llamanb_cpu_avx512_emulated())
 
     def packed_layout(self, n: int, k: int, fmt: str) -> tuple[tuple, object]:
         """(shape, dtype) of W [n, k] packed in panel format fmt ("f32", "bf16", or a
@@ -585,6 +602,8 @@ def _load(kernels_dir: Path, cache: Path, wanted: str) -> Kernels | str:
         if built is not None:
             return Kernels(ctypes.CDLL(str(built.path)), built, name)
     why = cxx_build.reason(kernels_dir, flavour_flags(tries[-1])) or "the build failed"
+    if wanted == EMULATED_AVX512 and SIMDE_HEADER in why:
+        why = f"it needs SIMDe's headers ({SIMDE_HEADER}: Debian's libsimde-dev), which the compiler does not find"
     return why if wanted == "native" else f"{MARCH_VAR}={wanted}: {why}"
 
 

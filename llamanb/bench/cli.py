@@ -13,6 +13,17 @@ from .machine import (BANDWIDTH_BYTES, ROUND_PROBE_REPEATS, CpuShare, machine_in
 from .report import ratios, report, write_json
 from .runners import DECODE_CONTEXT, PREFILL_LENS, decode_kv_positions, prompt_ids
 
+def refuse_emulated(name: str, where: str) -> None:
+    """A one-line LlamanbError for the emulated AVX-512 flavour: timing it would measure SIMDe's
+    emulation, not a CPU."""
+    from ..backends import cpu_kernels
+
+    if name == cpu_kernels.EMULATED_AVX512:
+        raise LlamanbError(f"bench: {where}={name} runs the AVX-512 kernels emulated through SIMDe "
+                           "on AVX2, for their results only; timing it would measure the "
+                           "emulation, not this CPU (use native or a real -march)")
+
+
 def also_marches(value: str | None) -> list[str]:
     """The kernel build flavours `--also-march` asks for beside the cpu engines' own (each is
     built here, so a flavour that cannot build or run on this CPU is one line before anything is
@@ -22,14 +33,13 @@ def also_marches(value: str | None) -> list[str]:
     from ..backends import cpu_kernels
 
     value = (value or "auto").strip()
+    names = [] if value in ("auto", "none") else \
+        [cpu_kernels.check_flavour(v.strip(), "--also-march") for v in value.split(",") if v.strip()]
+    for name in names:                                   # before anything is built
+        refuse_emulated(name, "--also-march")
     own = cpu_kernels.load()
     if value == "auto":
         names = ["x86-64-v3"] if "AVX512F" in own.isa else []
-    elif value == "none":
-        names = []
-    else:
-        names = [cpu_kernels.check_flavour(v.strip(), "--also-march") for v in value.split(",")
-                 if v.strip()]
     out = []
     for name in names:
         if name != own.flavour and name not in out:
@@ -47,6 +57,9 @@ def main(args) -> int:
         from ..paths import check_output_file
 
         check_output_file(args.json, "--json")
+    from ..backends import cpu_kernels
+
+    refuse_emulated(cpu_kernels.flavour(), cpu_kernels.MARCH_VAR)
     if getattr(args, "batching", False):
         from .batching import main as batching
 

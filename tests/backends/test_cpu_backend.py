@@ -66,7 +66,7 @@ def _cpu_flags() -> set[str]:
             for f in ln.split(":", 1)[1].split()}
 
 
-def test_native_and_portable_builds_both_match_float64(kernels, portable_kernels):
+def test_native_and_portable_builds_both_match_float64(kernels, portable_kernels, kernel_builds):
     """Issue 28/30: the kernels build and pass both ways on this machine -- -march=native (its
     own vector instructions) and the portable flags (the compiler's default target: on x86-64,
     SSE2 and the generic vector code) -- each checked against float64 with the derived bound,
@@ -80,10 +80,46 @@ def test_native_and_portable_builds_both_match_float64(kernels, portable_kernels
         have = _cpu_flags()
         assert ("AVX2" in kernels.isa) == ("avx2" in have)
         assert ("AVX512F" in kernels.isa) == ("avx512f" in have)
-    for k in (kernels, portable_kernels):
+    for k in kernel_builds:                   # and the AVX-512 paths, emulated where they must be
         for M in (1, 3, 8, 70):
             for wdtype in ("f32", "bf16"):
                 _check_matmul(k, M, wdtype, seed=100 + M)
+
+
+def test_avx512_paths_run_emulated_here(kernels, emulated_kernels):
+    """On a CPU without AVX-512, the AVX-512 paths (16-lane vectors, 32-wide panels, the 512-bit
+    bfloat16 unpack order, the 512-bit byte products) run through SIMDe: the library holds no
+    512-bit instruction (so it runs here), packs as an AVX-512 build, and every product has the
+    native build's bits -- each output is one FMA chain over k in an order fixed by K alone, so
+    the vector width cannot change it (the derived difference is 0) -- float32, bfloat16 and
+    every quantised format with float32 or 8-bit activations, decode and prefill row counts."""
+    import shutil
+
+    if emulated_kernels is None:
+        pytest.skip("the native build runs the AVX-512 paths itself" if kernels.vector_width == 16
+                    else "no AVX2 here: SIMDe's emulation is built on it")
+    e = emulated_kernels
+    assert (e.vector_width, e.panel_width, e.emulated, kernels.emulated) == (16, 32, True, False)
+    assert e.layout == "np32-bf16u" and "AVX512F" not in e.isa and "AVX2" in e.isa
+    if shutil.which("objdump"):
+        dis = subprocess.run(["objdump", "-d", str(e.built.path)], capture_output=True, text=True,
+                             timeout=120).stdout
+        assert "ymm" in dis and "zmm" not in dis
+    assert "FMA" in kernels.isa                 # both builds fuse every multiply-add
+    rng = np.random.default_rng(17)
+    K, N = 320, 77                              # K: 10 blocks of 32; N: a short last panel
+    w = rng.standard_normal((N, K)).astype(np.float32)
+    packs = {"f32": lambda k: k.pack(w), "bf16": lambda k: k.pack(w, bf16=True)}
+    for q in QTYPES:                            # K-quants: 512, the next whole super-blocks
+        raw = _random_blocks(q, N, _k32(q, K) // 32, seed=19)
+        packs[q] = lambda k, raw=raw, q=q: k.pack_quant(raw, q, _k32(q, K))
+    for M in (1, 3, 8, 16, 70):
+        for name, pack in packs.items():
+            x = rng.standard_normal((M, _k32(name, K) if name in QTYPES else K)).astype(np.float32)
+            for act8 in ((False, True) if name in QTYPES else (False,)):
+                a = kernels.matmul(x, pack(kernels), np.zeros((M, N), np.float32), act8=act8)
+                b = e.matmul(x, pack(e), np.zeros((M, N), np.float32), act8=act8)
+                assert np.array_equal(a, b), (name, act8, M)
 
 
 def test_march_variable_picks_the_flavour(monkeypatch):
@@ -133,9 +169,12 @@ def test_avx512_kernels_compile_here(kernels):
 def test_decode_row_in_a_batch_equals_it_alone(smollm, cpu_engine):
     """Each output element is one dot product summed in an order fixed by K alone (not by how
     many rows share the step): the derived bound for a row in a batch against it alone is 0."""
+    _batch_rows_equal_alone(cpu_engine)
+
+
+def _batch_rows_equal_alone(e):
     from llamanb.step import Step
 
-    e = cpu_engine
     prompts = [[1, 504 + i, 3000 + 7 * i, 42 + i][: 2 + i % 3] for i in range(8)]
     batch = e.new_cache(64, slots=8)
     for s, p in enumerate(prompts):
@@ -169,11 +208,31 @@ def test_logits_close_to_float64_like_numpy(smollm, cpu_engine, smollm_engine, c
 def test_reference_gate_first_steps(cpu_engine, reference_data):
     """Every shared transformers case, first 4 greedy steps, with the release gate's tolerances
     (`verify --backend cpu` walks them all)."""
+    _gate_first_steps(cpu_engine, reference_data)
+
+
+def test_avx512_engine_passes_the_gate_emulated(smollm, kernels, emulated_kernels, reference_data):
+    """The whole forward on the AVX-512 paths (16-lane attention, norms and activations too),
+    emulated through SIMDe where this CPU has no AVX-512: the reference gate's first steps, and
+    an 8-row step's rows equal to each row alone. Its description says it is emulated."""
+    from llamanb.backends import cpu_kernels
+    from llamanb.engine import Engine
+
+    if emulated_kernels is None:
+        pytest.skip("the native build runs the AVX-512 paths itself" if kernels.vector_width == 16
+                    else "no AVX2 here: SIMDe's emulation is built on it")
+    e = Engine(smollm, "cpu", march=cpu_kernels.EMULATED_AVX512)
+    assert "16-lane vectors, AVX-512 code EMULATED through SIMDe" in e.backend.description
+    _gate_first_steps(e, reference_data)
+    _batch_rows_equal_alone(e)
+
+
+def _gate_first_steps(engine, reference_data):
     from conftest import ALL_STEPS_TOP5_ATOL, greedy_walk
 
     for c in reference_data["cases"]:
         ref_ids, ref_top5 = c["greedy_ids"][:4], c["top5"][:4]
-        ours, tops, kept = greedy_walk(cpu_engine, c["prompt_ids"], ref_ids, ref_top5)
+        ours, tops, kept = greedy_walk(engine, c["prompt_ids"], ref_ids, ref_top5)
         for i, logits in enumerate(kept):
             d = np.abs(logits[ref_top5[i]["ids"]] - np.array(ref_top5[i]["logits"], np.float32))
             assert d.max() <= ALL_STEPS_TOP5_ATOL, f"{c['name']} step {i}: {d.max()}"
@@ -242,7 +301,7 @@ def test_mixed_step_in_one_call_equals_block_by_block(cpu_engine):
                 assert np.array_equal(c.values(layer, slot, n), first.values(layer, slot, n))
 
 
-def test_kernels_exp_is_faithful_over_the_normal_range(kernels, portable_kernels):
+def test_kernels_exp_is_faithful_over_the_normal_range(kernel_builds):
     """vec.h's exp_vf (softmax, SiLU): within 2 ulp of float64's e^x for every float32 in
     [-1, -0.5) and [0.5, 1) and 4 M points spread over the whole range whose results are normal
     floats; 0 below it, infinity above, NaN for NaN. The bound: Cephes documents a peak relative
@@ -255,7 +314,7 @@ def test_kernels_exp_is_faithful_over_the_normal_range(kernels, portable_kernels
     x = np.concatenate([every, -every, spread, [lo, hi, 0.0, -0.0, 1e-30, -1e-30]]).astype(np.float32)
     ref = np.exp(x.astype(np.float64))
     ulp = np.spacing(ref.astype(np.float32)).astype(np.float64)
-    for k in (kernels, portable_kernels):
+    for k in kernel_builds:
         y = k.exp(x)
         err = np.abs(y - ref) / ulp
         print(f"{k.flavour}: max {err.max():.3f} ulp, mean {err.mean():.3f}")
@@ -445,7 +504,7 @@ def _random_blocks(qtype: str, n_rows: int, n_blocks: int, seed: int) -> np.ndar
 
 
 @pytest.mark.parametrize("qtype", ["Q5_0", "Q4_0"])
-def test_recoded_blocks_decode_bit_for_bit_as_gguf(kernels, portable_kernels, qtype):
+def test_recoded_blocks_decode_bit_for_bit_as_gguf(kernel_builds, qtype):
     """Q5_0 and Q4_0 parts of a fused matrix beside Q8_0 parts, re-encoded as Q8_0 blocks
     (cpu_kernels.recode): every weight the kernels decode has the bits of the gguf package's
     dequantisation of the original blocks, scales over float16's whole range."""
@@ -456,7 +515,7 @@ def test_recoded_blocks_decode_bit_for_bit_as_gguf(kernels, portable_kernels, qt
     assert q8.shape == (37, 5 * _block_bytes("Q8_0"))
     want = _gguf_dequant(raw, qtype)
     assert np.array_equal(_gguf_dequant(q8, "Q8_0").view(np.uint32), want.view(np.uint32))
-    for k in (kernels, portable_kernels):
+    for k in kernel_builds:
         got = k.unpack(k.pack_quant(q8, "Q8_0", 160))
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), k.flavour
 
@@ -482,7 +541,7 @@ def _gguf_dequant(raw: np.ndarray, qtype: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize("qtype", QTYPES)
-def test_quantised_panels_decode_bit_for_bit_as_gguf(kernels, portable_kernels, qtype, smollm_reader):
+def test_quantised_panels_decode_bit_for_bit_as_gguf(kernel_builds, qtype, smollm_reader):
     """Every weight decoded in registers (kernels/cpu/quant.h, through the matmul's own decode
     function) has the bits of the `gguf` package's dequantisation: random blocks over float16's
     whole range, and the shipped GGUF's own blocks. Both builds (F16C or AVX-512 conversion in
@@ -501,7 +560,7 @@ def test_quantised_panels_decode_bit_for_bit_as_gguf(kernels, portable_kernels, 
         if stored != qtype:
             real = gguf.quants.quantize(_gguf_dequant(real, stored), gguf.GGMLQuantizationType[qtype])
         rows.append(real)
-    for k in (kernels, portable_kernels):
+    for k in kernel_builds:
         for r in rows:
             w = k.pack_quant(r, qtype, r.shape[1] // _block_bytes(qtype) * 32)
             got, want = k.unpack(w), _gguf_dequant(r, qtype)
@@ -510,14 +569,14 @@ def test_quantised_panels_decode_bit_for_bit_as_gguf(kernels, portable_kernels, 
 
 
 @pytest.mark.parametrize("qtype", QTYPES)
-def test_quantised_matmul_equals_float32_panels_bitwise(kernels, portable_kernels, qtype):
+def test_quantised_matmul_equals_float32_panels_bitwise(kernel_builds, qtype):
     """The matmul on quantised panels multiplies the same float32 weights (previous test) in the
     same order (one FMA chain over k per output) as on float32 panels of the dequantised matrix:
     the derived bound between the two is 0. And within Higham's bound of float64."""
     raw = _random_blocks(qtype, 45, _k32(qtype, 224) // 32, seed=11)     # K = 224 (256), N = 45
     w = _gguf_dequant(raw, qtype)
     rng = np.random.default_rng(5)
-    for k in (kernels, portable_kernels):
+    for k in kernel_builds:
         wq, wf = k.pack_quant(raw, qtype, w.shape[1]), k.pack(w)
         for M in (1, 2, 3, 5, 8, 19, 70):
             x = rng.standard_normal((M, w.shape[1])).astype(np.float32)
@@ -529,8 +588,8 @@ def test_quantised_matmul_equals_float32_panels_bitwise(kernels, portable_kernel
             bound = gamma(w.shape[1] + 1) * (np.abs(x).astype(np.float64) @
                                               np.abs(w).astype(np.float64).T + np.abs(y0))
             assert (np.abs(yq - exact) <= bound).all()
-    assert wq.nbytes == -(-45 // k.panel_width) * k.panel_width * w.shape[1] // 32 * \
-        PANEL_BYTES.get(qtype, _block_bytes(qtype))  # the GGUF's bytes per weight, padded to panels
+        assert wq.nbytes == -(-45 // k.panel_width) * k.panel_width * w.shape[1] // 32 * \
+            PANEL_BYTES.get(qtype, _block_bytes(qtype))  # the GGUF's bytes per weight, in panels
 
 
 @pytest.fixture(scope="module")

@@ -112,7 +112,7 @@ def _parts(raw: np.ndarray, qtype: str):
     return dq, np.repeat(np.abs(m), 32, axis=1)
 
 
-def test_activation_blocks_are_the_numpy_derivation(kernels, portable_kernels):
+def test_activation_blocks_are_the_numpy_derivation(kernel_builds):
     """quantize_q8 (both builds) = the numpy statement of its contract, bit for bit: a zero block
     (scale 0, quants 0), ties (x / d = k + 1/2), a block whose max is negative, a NaN block."""
     rng = np.random.default_rng(3)
@@ -122,7 +122,7 @@ def test_activation_blocks_are_the_numpy_derivation(kernels, portable_kernels):
     x[1, 63] = 127.0                                              # d = 1, x / d = k + 1/2 exactly
     x[2, 64:96] *= -1
     x[2, 70] = -50.0                                              # max |x| from a negative value
-    for k in (kernels, portable_kernels):
+    for k in kernel_builds:
         q, d, s = k.quantize_q8(x)
         qn, dn, sn = _numpy_q8(x)
         assert np.array_equal(q, qn) and np.array_equal(d.view(np.uint32), dn.view(np.uint32))
@@ -137,7 +137,7 @@ def test_activation_blocks_are_the_numpy_derivation(kernels, portable_kernels):
 
 
 @pytest.mark.parametrize("qtype", QTYPES)
-def test_int8_products_within_the_derived_bound(kernels, portable_kernels, qtype):
+def test_int8_products_within_the_derived_bound(kernel_builds, qtype):
     """Both builds, decode and prefill row counts, a short last panel (N = 45): within the
     bound of the module doc of float64, and visibly not the float path (the activations'
     rounding shows: some error exceeds the float32 summation bound)."""
@@ -150,7 +150,7 @@ def test_int8_products_within_the_derived_bound(kernels, portable_kernels, qtype
                    np.float64).reshape(N, K)                    # the gguf package's float32
     dq, m = _parts(raw, qtype)
     rng = np.random.default_rng(8)
-    for k in (kernels, portable_kernels):
+    for k in kernel_builds:
         wq = k.pack_quant(raw, qtype, K)
         beyond_float = False
         for M in (1, 3, 8, 19, 70):

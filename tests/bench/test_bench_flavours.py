@@ -72,6 +72,39 @@ def test_a_target_this_cpu_lacks_is_refused_in_one_line(kernels, monkeypatch):
         cpu_kernels.load(flavour_name="x; rm")
 
 
+def test_emulated_avx512_kernels_are_never_timed(tmp_path):
+    """The avx512-simde flavour (the AVX-512 paths emulated through SIMDe) gives results, not
+    speeds: as the bench's own build or as --also-march, the bench refuses it in one line before
+    anything is built or measured (exit 2)."""
+    from conftest import run_cli_here
+
+    for args, env in ((["bench", "--backend", "cpu"], {"LLAMANB_CPU_MARCH": "avx512-simde"}),
+                      (["bench", "--batching", "--backend", "cpu"], {"LLAMANB_CPU_MARCH": "avx512-simde"}),
+                      (["bench", "--backend", "cpu", "--also-march", "x86-64-v3,avx512-simde"], {})):
+        r = run_cli_here(args, cache=tmp_path, extra_env=env)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert "avx512-simde runs the AVX-512 kernels emulated through SIMDe" in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and not list(tmp_path.glob("cpu/*.so"))
+
+
+def test_missing_simde_headers_are_named(monkeypatch):
+    """Without SIMDe's headers the emulated build says which package brings them, in one line."""
+    from llamanb import cxx_build
+    from llamanb.backends import cpu_kernels
+    from llamanb.errors import LlamanbError
+
+    monkeypatch.setattr(cxx_build, "build", lambda *a, **k: None)
+    monkeypatch.setattr(cxx_build, "reason", lambda *a, **k: "g++ failed: vec.h:18: fatal error: "
+                        "simde/x86/avx512.h: No such file or directory")
+    cpu_kernels._load.cache_clear()
+    try:
+        with pytest.raises(LlamanbError, match="Debian's libsimde-dev") as e:
+            cpu_kernels.load(flavour_name=cpu_kernels.EMULATED_AVX512)
+    finally:
+        cpu_kernels._load.cache_clear()
+    assert "\n" not in str(e.value)
+
+
 def test_bench_measures_the_cpu_engines_on_a_second_build(make_tiny, kernels, portable_kernels,
                                                           tmp_path):
     """End to end on a tiny checkpoint: `--also-march portable` adds the float32 and bf16 cpu
