@@ -86,6 +86,12 @@ def test_native_and_portable_builds_both_match_float64(kernels, portable_kernels
                 _check_matmul(k, M, wdtype, seed=100 + M)
 
 
+def _skip_unless_emulated(kernels, emulated_kernels):
+    if emulated_kernels is None:
+        pytest.skip("the native build runs the AVX-512 paths itself" if kernels.vector_width == 16
+                    else "no AVX2 here: SIMDe's emulation is built on it")
+
+
 def test_avx512_paths_run_emulated_here(kernels, emulated_kernels):
     """On a CPU without AVX-512, the AVX-512 paths (16-lane vectors, 32-wide panels, the 512-bit
     bfloat16 unpack order, the 512-bit byte products) run through SIMDe: the library holds no
@@ -95,9 +101,7 @@ def test_avx512_paths_run_emulated_here(kernels, emulated_kernels):
     every quantised format with float32 or 8-bit activations, decode and prefill row counts."""
     import shutil
 
-    if emulated_kernels is None:
-        pytest.skip("the native build runs the AVX-512 paths itself" if kernels.vector_width == 16
-                    else "no AVX2 here: SIMDe's emulation is built on it")
+    _skip_unless_emulated(kernels, emulated_kernels)
     e = emulated_kernels
     assert (e.vector_width, e.panel_width, e.emulated, kernels.emulated) == (16, 32, True, False)
     assert e.layout == "np32-bf16u" and "AVX512F" not in e.isa and "AVX2" in e.isa
@@ -218,9 +222,7 @@ def test_avx512_engine_passes_the_gate_emulated(smollm, kernels, emulated_kernel
     from llamanb.backends import cpu_kernels
     from llamanb.engine import Engine
 
-    if emulated_kernels is None:
-        pytest.skip("the native build runs the AVX-512 paths itself" if kernels.vector_width == 16
-                    else "no AVX2 here: SIMDe's emulation is built on it")
+    _skip_unless_emulated(kernels, emulated_kernels)
     e = Engine(smollm, "cpu", march=cpu_kernels.EMULATED_AVX512)
     assert "16-lane vectors, AVX-512 code EMULATED through SIMDe" in e.backend.description
     _gate_first_steps(e, reference_data)
