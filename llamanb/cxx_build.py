@@ -141,6 +141,16 @@ def build(kernels_dir: Path = KERNELS_DIR, cache_dir: Path | None = None,
     return HostBuild(lib, key, False, version)
 
 
+def _unit_size(cc: Path) -> int:
+    """Bytes of a source and of the sources it includes by a quoted name from its own directory
+    (one level: matmul_q8.cc is matmul.cc again)."""
+    import re
+
+    text = cc.read_text(errors="replace")
+    inc = (cc.parent / m for m in re.findall(r'^#include "([^"]+\.cc)"', text, re.M))
+    return len(text) + sum(p.stat().st_size for p in inc if p.is_file())
+
+
 def _compile_and_link(cxx: str, flags: tuple[str, ...], cc_files: list[Path], objs: Path,
                       out: str) -> subprocess.CompletedProcess:
     """Each source compiled to its own object at once, one compiler process per core this
@@ -161,8 +171,12 @@ def _compile_and_link(cxx: str, flags: tuple[str, ...], cc_files: list[Path], ob
         return subprocess.run([cxx, *cflags, "-c", str(cc), "-o", str(obj)], capture_output=True,
                               text=True, timeout=300)
 
+    # the largest sources first (a unit's size stands in for its compile time), so that a long
+    # unit started last does not run on alone while the other processes idle
+    order = sorted(range(len(jobs)), key=lambda i: -_unit_size(jobs[i][0]))
     with ThreadPoolExecutor(max(1, min(workers, len(jobs)))) as pool:
-        results = list(pool.map(compile_one, jobs))
+        done = dict(zip(order, pool.map(compile_one, [jobs[i] for i in order])))
+    results = [done[i] for i in range(len(jobs))]
     failed = next((r for r in results if r.returncode != 0), None)
     if failed is not None:
         return failed

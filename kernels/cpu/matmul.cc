@@ -477,6 +477,18 @@ void pack(const float* W, int N, int K, WT* out, Conv conv, Slot slot) {
 
 }  // namespace
 
+#if defined(LLAMANB_MATMUL_Q8_UNIT)
+// matmul_q8.cc: this file compiled a second time for the 8-bit-activation entry points alone
+extern "C" {
+#define LLAMANB_Q8_MATMUL(fmt)                                                                    \
+    void llamanb_cpu_matmul_##fmt##_q8(const float* x, int M, int K, const uint8_t* P, int N,    \
+                                       float* y, int accumulate, int rnd) {                      \
+        matmul_q8<fmt##_t>(x, M, K, P, N, y, accumulate, rnd);                                   \
+    }
+LLAMANB_QUANT_FORMATS(LLAMANB_Q8_MATMUL)
+#undef LLAMANB_Q8_MATMUL
+}
+#else
 extern "C" {
 
 int llamanb_cpu_panel_width() { return NP; }
@@ -508,15 +520,11 @@ void llamanb_cpu_matmul_bf16(const float* x, int M, int K, const uint16_t* P, in
 // llamanb_cpu_matmul_<fmt> decodes each weight to float32 (the float32 engine's bits),
 // llamanb_cpu_matmul_<fmt>_q8 quantises each activation row to 8 bits per block of 32 and takes
 // integer dot products (quant.h's IDot): the float path's results to within the activations'
-// rounding.
+// rounding. The _q8 ones are compiled in matmul_q8.cc (above), in parallel with this file.
 #define LLAMANB_QUANT_MATMULS(fmt)                                                                \
     void llamanb_cpu_matmul_##fmt(const float* x, int M, int K, const uint8_t* P, int N,         \
                                   float* y, int accumulate, int rnd) {                           \
         matmul(x, M, K, reinterpret_cast<const fmt##_t*>(P), N, y, accumulate, rnd);             \
-    }                                                                                            \
-    void llamanb_cpu_matmul_##fmt##_q8(const float* x, int M, int K, const uint8_t* P, int N,    \
-                                       float* y, int accumulate, int rnd) {                      \
-        matmul_q8<fmt##_t>(x, M, K, P, N, y, accumulate, rnd);                                   \
     }
 LLAMANB_QUANT_FORMATS(LLAMANB_QUANT_MATMULS)
 #undef LLAMANB_QUANT_MATMULS
@@ -604,3 +612,4 @@ int llamanb_cpu_isa() {
 }
 
 }
+#endif  // LLAMANB_MATMUL_Q8_UNIT
