@@ -603,7 +603,8 @@ def _load(kernels_dir: Path, cache: Path, wanted: str) -> Kernels | str:
             return Kernels(ctypes.CDLL(str(built.path)), built, name)
     why = cxx_build.reason(kernels_dir, flavour_flags(tries[-1])) or "the build failed"
     if wanted == EMULATED_AVX512 and SIMDE_HEADER in why:
-        why = f"it needs SIMDe's headers ({SIMDE_HEADER}: Debian's libsimde-dev), which the compiler does not find"
+        why = (f"it needs SIMDe's headers ({SIMDE_HEADER}: Debian's libsimde-dev), which the "
+               "compiler does not find")
     return why if wanted == "native" else f"{MARCH_VAR}={wanted}: {why}"
 
 

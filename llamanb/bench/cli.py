@@ -2,6 +2,7 @@
 How it measures: see the package docstring (llamanb/bench/__init__.py)."""
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ from .machine import (BANDWIDTH_BYTES, ROUND_PROBE_REPEATS, CpuShare, machine_in
                       release_memory)
 from .report import ratios, report, write_json
 from .runners import DECODE_CONTEXT, PREFILL_LENS, decode_kv_positions, prompt_ids
+
 
 def refuse_emulated(name: str, where: str) -> None:
     """A one-line LlamanbError for the emulated AVX-512 flavour: timing it would measure SIMDe's
@@ -59,7 +61,7 @@ def main(args) -> int:
         check_output_file(args.json, "--json")
     from ..backends import cpu_kernels
 
-    refuse_emulated(cpu_kernels.flavour(), cpu_kernels.MARCH_VAR)
+    refuse_emulated(os.environ.get(cpu_kernels.MARCH_VAR, "").strip(), cpu_kernels.MARCH_VAR)
     if getattr(args, "batching", False):
         from .batching import main as batching
 
