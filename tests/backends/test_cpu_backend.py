@@ -92,24 +92,33 @@ def _skip_unless_emulated(kernels, emulated_kernels):
                     else "no AVX2 here: SIMDe's emulation is built on it")
 
 
-def test_avx512_paths_run_emulated_here(kernels, emulated_kernels):
-    """On a CPU without AVX-512, the AVX-512 paths (16-lane vectors, 32-wide panels, the 512-bit
-    bfloat16 unpack order, the 512-bit byte products) run through SIMDe: the library holds no
-    512-bit instruction (so it runs here), packs as an AVX-512 build, and every product has the
-    native build's bits -- each output is one FMA chain over k in an order fixed by K alone, so
-    the vector width cannot change it (the derived difference is 0) -- float32, bfloat16 and
-    every quantised format with float32 or 8-bit activations, decode and prefill row counts."""
+def test_avx512_paths_give_the_avx2_bits(kernels, emulated_kernels):
+    """The AVX-512 paths (16-lane vectors, 32-wide panels, the 512-bit bfloat16 unpack order, the
+    512-bit byte products) against the AVX2 ones: every product has the same bits -- each output
+    is one FMA chain over k in an order fixed by K alone, so the vector width cannot change it
+    (the derived difference is 0) -- float32, bfloat16 and every quantised format with float32
+    or 8-bit activations, decode and prefill row counts. On an AVX-512 CPU: its own build against
+    the -march=x86-64-v3 one, both on the hardware. Elsewhere: the AVX-512 paths run through
+    SIMDe against the native AVX2 build; that library holds no 512-bit instruction (so it runs
+    here) and packs as an AVX-512 build does."""
     import shutil
 
-    _skip_unless_emulated(kernels, emulated_kernels)
-    e = emulated_kernels
-    assert (e.vector_width, e.panel_width, e.emulated, kernels.emulated) == (16, 32, True, False)
-    assert e.layout == "np32-bf16u" and "AVX512F" not in e.isa and "AVX2" in e.isa
+    from llamanb.backends import cpu_kernels
+
+    if kernels.vector_width == 16:                  # an AVX-512 CPU: both builds run natively
+        if cpu_kernels.missing_here("x86-64-v3"):
+            pytest.skip("this AVX-512 CPU lacks an AVX2 target's instructions")
+        wide, avx2 = kernels, cpu_kernels.load(flavour_name="x86-64-v3")
+    else:
+        _skip_unless_emulated(kernels, emulated_kernels)
+        wide, avx2 = emulated_kernels, kernels
+        assert wide.emulated and not avx2.emulated and "AVX512F" not in wide.isa
+    assert (wide.vector_width, wide.panel_width, wide.layout) == (16, 32, "np32-bf16u")
+    assert avx2.vector_width == 8 and "FMA" in avx2.isa     # both builds fuse multiply-adds
     if shutil.which("objdump"):
-        dis = subprocess.run(["objdump", "-d", str(e.built.path)], capture_output=True, text=True,
-                             timeout=120).stdout
-        assert "ymm" in dis and "zmm" not in dis
-    assert "FMA" in kernels.isa                 # both builds fuse every multiply-add
+        dis = subprocess.run(["objdump", "-d", str(wide.built.path)], capture_output=True,
+                             text=True, timeout=120).stdout
+        assert ("zmm" in dis) == (not wide.emulated) and "ymm" in dis
     rng = np.random.default_rng(17)
     K, N = 320, 77                              # K: 10 blocks of 32; N: a short last panel
     w = rng.standard_normal((N, K)).astype(np.float32)
@@ -121,8 +130,8 @@ def test_avx512_paths_run_emulated_here(kernels, emulated_kernels):
         for name, pack in packs.items():
             x = rng.standard_normal((M, _k32(name, K) if name in QTYPES else K)).astype(np.float32)
             for act8 in ((False, True) if name in QTYPES else (False,)):
-                a = kernels.matmul(x, pack(kernels), np.zeros((M, N), np.float32), act8=act8)
-                b = e.matmul(x, pack(e), np.zeros((M, N), np.float32), act8=act8)
+                a = avx2.matmul(x, pack(avx2), np.zeros((M, N), np.float32), act8=act8)
+                b = wide.matmul(x, pack(wide), np.zeros((M, N), np.float32), act8=act8)
                 assert np.array_equal(a, b), (name, act8, M)
 
 
