@@ -187,15 +187,13 @@ plt.show()
 # The micro-kernel computes a tile of `MR` rows x `NPAN` panels: `2 MR NPAN` accumulator vectors
 # live in registers for the whole of `K`, and each `k` step loads the panels' `k`-th rows (two
 # vectors a panel) and broadcasts one `x[i, k]` per row. The source is portable C++ with GCC's
-# vector types; here is its inner loop:
+# vector types; here is one `k` step of it (`micro_float` runs it for every `k`):
 
 # %%
 src = Path(cpu_kernels.KERNELS_DIR / "matmul.cc").read_text().splitlines()
-start = next(i for i, s in enumerate(src) if s.startswith("inline void micro_float"))
-body = src[start:]
-loop = next(i for i, s in enumerate(body) if s.strip().startswith("for (int k = 0; k < K; ++k)"))
-end = next(i for i in range(loop + 1, len(body)) if body[i] == "    }")   # the loop's own brace
-print("\n".join(body[loop:end + 1]))
+start = next(i for i, s in enumerate(src) if "inline void fma_k(" in s) - 1   # its template line
+end = next(i for i in range(start, len(src)) if src[i] == "}")             # the function's brace
+print("\n".join(src[start:end + 1]))
 
 # %% [markdown]
 # Two register files decide the tile shapes. AVX2 has 16 vector registers and two FMA units with
@@ -254,11 +252,10 @@ print("widened bits == ml_dtypes' bfloat16 -> float32:",
 
 # %% [markdown]
 # CPUs with AVX512-BF16 have `vdpbf16ps`: each float32 lane adds the products of a *pair* of
-# bfloat16s, `acc + a[2i+1] b[2i+1] + a[2i] b[2i]`, without widening first (and flushing
-# subnormals). It needs the activations in bfloat16 too -- the `--dtype bf16` engine rounds them
-# anyway -- and it changes the summation order from `k = 0, 1, ...` to pairs. Both orders obey the
-# same float32 error bound ($\gamma_K \sum |x_k w_k|$, $\gamma_K = K u / (1 - K u)$), emulated here
-# on float64-exact products:
+# bfloat16s, `acc + a[2i+1] b[2i+1] + a[2i] b[2i]`, two rounded FMAs per Intel's manual (and
+# subnormals flushed), without widening. It needs bfloat16 activations -- the `--dtype bf16`
+# engine rounds them anyway -- and it sums in pairs, odd `k` first. Both orders obey the same
+# float32 bound ($\gamma_K \sum |x_k w_k|$, $\gamma_K = K u / (1 - K u)$), on float64-exact products:
 
 # %%
 rng = np.random.default_rng(2)
@@ -277,11 +274,14 @@ u = 2.0 ** -24
 bound = K_ * u / (1 - K_ * u) * float(np.abs(x_bf.astype(np.float64) * w_bf).sum())
 print(f"both within the float32 bound: k order {abs(chain - exact) <= bound}, "
       f"pairs {abs(pairs - exact) <= bound}")
+mine = k.matmul(x_bf[None], k.pack(w_bf[None], bf16=True), np.zeros((1, 1), np.float32))[0, 0]
+print("the kernels' bf16 product == the pairs order, bit for bit:", mine == pairs)
 
 # %% [markdown]
-# The course's kernels widen: one summation order for every build, so the bf16 engine gives the
-# same bits on AVX2 and AVX-512 machines. Whether `vdpbf16ps` pays on a machine that has it is a
-# measurement for `bench` (section 7), not an argument. This CPU:
+# So every build sums a bf16 product in that order (panels store their rows swapped in pairs):
+# an AVX2 build widens and does the two FMAs itself; a build for AVX512-BF16 hands each pair of
+# rows to `vdpbf16ps` -- the same bits, so the bf16 engine answers alike on every machine (only a
+# sum below $2^{-126}$, flushed there, could differ). Whether it pays is for `bench`. This CPU:
 
 # %%
 # NBVAL_IGNORE_OUTPUT

@@ -43,6 +43,21 @@ constexpr int PF = 64;              // weight rows (cache lines) prefetched ahea
 constexpr int DECODE_ROWS = 16;     // up to this many rows: one block, chunks of panels only
 constexpr int PFB = 4;              // quantised blocks prefetched ahead, per panel (8-32: slower, measured)
 
+// The order of each output's FMA chain over k: float32 panels k = 0, 1, 2, ...; bfloat16 panels
+// in pairs, k+1 then k (a last odd k alone) -- vdpbf16ps's order (vec.h), so a build that
+// multiplies bfloat16 pairs with that instruction gives the bits of one that widens them. For
+// that, bfloat16 panels store their rows swapped in pairs: row r holds k = swap_k(r, K) (pack);
+// the kernels walk r = 0, 1, 2, ... against x[swap_k(r, K)], and vdpbf16ps takes each pair of
+// rows back in order (micro_dot).
+template <typename WT>
+constexpr bool SWAPPED = std::is_same<WT, uint16_t>::value;
+
+inline int swap_k(int r, int K) { return r < (K & ~1) ? r ^ 1 : r; }
+
+// Activation rows as bfloat16 pairs (x[k] low, x[k+1] high in each uint32_t): row length K / 2.
+template <typename XT>
+constexpr long row_len(int K) { return std::is_same<XT, uint32_t>::value ? K / 2 : K; }
+
 // One panel's size in WT units (bytes for quantised panels), and how far ahead the first row tile
 // prefetches within a panel.
 template <typename WT>
@@ -116,6 +131,34 @@ inline void micro_quant(const float* x, long ldx, int K, const WT* P, long ps, f
     store_tile<MR, NPAN>(acc, y, ldy, cols, accumulate, rnd);
 }
 
+// One step of micro_float: weight row k of NPAN panels against rows xr[0..MR) at column xk.
+template <int MR, int NPAN, typename WT>
+__attribute__((always_inline)) inline void fma_k(vf (&acc)[MR][NPAN][2],
+                                                 const float* const (&xr)[MR], int xk,
+                                                 const WT* P, long ps, int k, long pf) {
+    vf w[NPAN][2];
+    for (int p = 0; p < NPAN; ++p) {
+        // One row (a decode GEMV) streams NPAN panels at one FMA pair per line: the
+        // hardware's stream prefetcher keeps up, and a prefetch per line only took issue
+        // slots (removing it: ~10 % faster float32 decode, measured). Several rows reuse
+        // each line, and there the prefetch costs nothing measurable.
+        if constexpr (MR > 1) __builtin_prefetch(P + p * ps + (long)k * NP + pf, 0, 3);
+        load_pair(P + p * ps + (long)k * NP, w[p][0], w[p][1]);
+#if defined(__AVX__) && !defined(LLAMANB_AVX512_SIMDE)    // (no 512-bit registers there)
+        // keep the weights in registers: left to itself GCC folds each load into every FMA
+        // that uses it (MR loads per vector per k), and the load ports, not the FMAs, bind
+        asm("" : "+x"(w[p][0]), "+x"(w[p][1]));
+#endif
+    }
+    for (int i = 0; i < MR; ++i) {
+        const vf xb = bcast(xr[i][xk]);
+        for (int p = 0; p < NPAN; ++p) {
+            acc[i][p][0] += xb * w[p][0];
+            acc[i][p][1] += xb * w[p][1];
+        }
+    }
+}
+
 // Rows x[0..MR) (row stride ldx) against NPAN panels starting at P (panel stride ps), all of K.
 // `cols` = output columns that exist from this tile's first column (the last panel may be short).
 // `pf`: what to prefetch while reading weight row k, as an offset from it (elements): PF rows ahead
@@ -126,43 +169,65 @@ inline void micro_float(const float* x, long ldx, int K, const WT* P, long ps, f
     vf acc[MR][NPAN][2];
     for (int i = 0; i < MR; ++i)
         for (int p = 0; p < NPAN; ++p) acc[i][p][0] = acc[i][p][1] = vf{};
-    for (int k = 0; k < K; ++k) {
-        vf w[NPAN][2];
+    const float* xr[MR];
+    for (int i = 0; i < MR; ++i) xr[i] = x + i * ldx;
+    int k = 0;
+    if constexpr (SWAPPED<WT>)
+        for (; k < (K & ~1); ++k) fma_k<MR, NPAN>(acc, xr, k ^ 1, P, ps, k, pf);
+    for (; k < K; ++k) fma_k<MR, NPAN>(acc, xr, k, P, ps, k, pf);
+    store_tile<MR, NPAN>(acc, y, ldy, cols, accumulate, rnd);
+}
+
+#if defined(LLAMANB_AVX512BF16)
+// bfloat16 panels against activation rows given as bfloat16 pairs xp (row stride ldp pairs), K
+// even: per pair of k, rows k and k+1 of each panel become two vectors of pairs and every row's
+// pair is multiplied against them by vdpbf16ps -- half the instructions of widening, in the same
+// order (SWAPPED), so micro_float's bits.
+template <int MR, int NPAN>
+inline void micro_dot(const uint32_t* xp, long ldp, int K, const uint16_t* P, long ps, float* y,
+                      long ldy, int cols, int accumulate, int rnd, long pf) {
+    vf acc[MR][NPAN][2];
+    for (int i = 0; i < MR; ++i)
+        for (int p = 0; p < NPAN; ++p) acc[i][p][0] = acc[i][p][1] = vf{};
+    for (int k = 0; k < K; k += 2) {
+        vu w[NPAN][2];
         for (int p = 0; p < NPAN; ++p) {
-            // One row (a decode GEMV) streams NPAN panels at one FMA pair per line: the
-            // hardware's stream prefetcher keeps up, and a prefetch per line only took issue
-            // slots (removing it: ~10 % faster float32 decode, measured). Several rows reuse
-            // each line, and there the prefetch costs nothing measurable.
-            if constexpr (MR > 1) __builtin_prefetch(P + p * ps + (long)k * NP + pf, 0, 3);
-            load_pair(P + p * ps + (long)k * NP, w[p][0], w[p][1]);
-#if defined(__AVX__) && !defined(LLAMANB_AVX512_SIMDE)    // (no 512-bit registers there)
-            // keep the weights in registers: left to itself GCC folds each load into every FMA
-            // that uses it (MR loads per vector per k), and the load ports, not the FMAs, bind
-            asm("" : "+x"(w[p][0]), "+x"(w[p][1]));
-#endif
+            const uint16_t* r = P + p * ps + (long)k * NP;
+            if constexpr (MR > 1) {
+                __builtin_prefetch(r + pf, 0, 3);
+                __builtin_prefetch(r + NP + pf, 0, 3);
+            }
+            load_bf16_pairs(r + NP, r, w[p][0], w[p][1]);    // (SWAPPED: row k+1 holds k)
         }
         for (int i = 0; i < MR; ++i) {
-            const vf xb = bcast(x[i * ldx + k]);
+            const vu xb = bcast_u32(xp[i * ldp + k / 2]);
             for (int p = 0; p < NPAN; ++p) {
-                acc[i][p][0] += xb * w[p][0];
-                acc[i][p][1] += xb * w[p][1];
+                acc[i][p][0] = dot_bf16_pairs(acc[i][p][0], w[p][0], xb);
+                acc[i][p][1] = dot_bf16_pairs(acc[i][p][1], w[p][1], xb);
             }
         }
     }
     store_tile<MR, NPAN>(acc, y, ldy, cols, accumulate, rnd);
 }
+#endif
 
-template <int MR, int NPAN, typename WT>
-inline void micro(const float* x, long ldx, int K, const WT* P, long ps, float* y, long ldy,
+// x: float32 rows, or (bfloat16 panels only) bfloat16 pairs for micro_dot.
+template <int MR, int NPAN, typename WT, typename XT>
+inline void micro(const XT* x, long ldx, int K, const WT* P, long ps, float* y, long ldy,
                   int cols, int accumulate, int rnd, long pf = ahead<WT>()) {
+#if defined(LLAMANB_AVX512BF16)
+    if constexpr (std::is_same<XT, uint32_t>::value)
+        micro_dot<MR, NPAN>(x, ldx, K, P, ps, y, ldy, cols, accumulate, rnd, pf);
+    else
+#endif
     if constexpr (Quant<WT>::is)
         micro_quant<MR, NPAN>(x, ldx, K, P, ps, y, ldy, cols, accumulate, rnd, pf);
     else
         micro_float<MR, NPAN>(x, ldx, K, P, ps, y, ldy, cols, accumulate, rnd, pf);
 }
 
-template <int MR, typename WT>
-inline void tile_rows(const float* x, long ldx, int K, const WT* P, int p0, int p1, float* y,
+template <int MR, typename WT, typename XT>
+inline void tile_rows(const XT* x, long ldx, int K, const WT* P, int p0, int p1, float* y,
                       int N, int accumulate, int rnd) {
     // panels per register tile (quantised: 2 for one row, the scales take registers too)
     constexpr int G = MR == 1 ? (Quant<WT>::is ? 2 : 4) : MR == 2 ? 2 : 1;
@@ -178,21 +243,22 @@ inline void tile_rows(const float* x, long ldx, int K, const WT* P, int p0, int 
 }
 
 // Rows m0..m1 against panels p0..p1: row tiles of up to 4, each over the panels.
-template <typename WT>
-inline void rows_panels(const float* x, int m0, int m1, int K, const WT* P, int p0, int p1,
+template <typename WT, typename XT>
+inline void rows_panels(const XT* x, int m0, int m1, int K, const WT* P, int p0, int p1,
                         float* y, int N, int accumulate, int rnd) {
+    const long L = row_len<XT>(K);
     int m = m0;
     if (m1 - m0 > DECODE_ROWS)
         for (; m + 6 <= m1; m += 6)
-            tile_rows<6>(x + (long)m * K, K, K, P, p0, p1, y + (long)m * N, N, accumulate, rnd);
+            tile_rows<6>(x + m * L, L, K, P, p0, p1, y + (long)m * N, N, accumulate, rnd);
     for (; m + 4 <= m1; m += 4)
-        tile_rows<4>(x + (long)m * K, K, K, P, p0, p1, y + (long)m * N, N, accumulate, rnd);
-    const float* xm = x + (long)m * K;
+        tile_rows<4>(x + m * L, L, K, P, p0, p1, y + (long)m * N, N, accumulate, rnd);
+    const XT* xm = x + m * L;
     float* ym = y + (long)m * N;
     switch (m1 - m) {
-        case 3: tile_rows<3>(xm, K, K, P, p0, p1, ym, N, accumulate, rnd); break;
-        case 2: tile_rows<2>(xm, K, K, P, p0, p1, ym, N, accumulate, rnd); break;
-        case 1: tile_rows<1>(xm, K, K, P, p0, p1, ym, N, accumulate, rnd); break;
+        case 3: tile_rows<3>(xm, L, K, P, p0, p1, ym, N, accumulate, rnd); break;
+        case 2: tile_rows<2>(xm, L, K, P, p0, p1, ym, N, accumulate, rnd); break;
+        case 1: tile_rows<1>(xm, L, K, P, p0, p1, ym, N, accumulate, rnd); break;
         default: break;
     }
 }
@@ -201,25 +267,57 @@ inline void rows_panels(const float* x, int m0, int m1, int K, const WT* P, int 
 // acc (kept in memory between calls): the same FMA chain per output as micro_float's, cut into
 // pieces -- a float stored and loaded back is the same float, so the bits are micro_float's.
 template <int MR, typename WT>
-inline void micro_part(const float* x, long ldx, int k0, int k1, const WT* P, vf (*acc)[2],
+__attribute__((always_inline)) inline void part_k(vf (&a)[MR][2], const float* const (&xr)[MR],
+                                                  int xk, const WT* P, int k, long pf) {
+    vf w0, w1;
+    __builtin_prefetch(P + (long)k * NP + pf, 0, 3);
+    load_pair(P + (long)k * NP, w0, w1);
+#if defined(__AVX__) && !defined(LLAMANB_AVX512_SIMDE)
+    asm("" : "+x"(w0), "+x"(w1));
+#endif
+    for (int i = 0; i < MR; ++i) {
+        const vf xb = bcast(xr[i][xk]);
+        a[i][0] += xb * w0;
+        a[i][1] += xb * w1;
+    }
+}
+
+template <int MR, typename WT>
+inline void micro_part(const float* x, long ldx, int k0, int k1, int K, const WT* P, vf (*acc)[2],
                        long pf) {
     vf a[MR][2];
     for (int i = 0; i < MR; ++i) a[i][0] = acc[i][0], a[i][1] = acc[i][1];
-    for (int k = k0; k < k1; ++k) {
-        vf w0, w1;
-        __builtin_prefetch(P + (long)k * NP + pf, 0, 3);
-        load_pair(P + (long)k * NP, w0, w1);
-#if defined(__AVX__) && !defined(LLAMANB_AVX512_SIMDE)
-        asm("" : "+x"(w0), "+x"(w1));
-#endif
+    const float* xr[MR];
+    for (int i = 0; i < MR; ++i) xr[i] = x + i * ldx;
+    int k = k0;                                        // k0 is even (KC is)
+    if constexpr (SWAPPED<WT>)
+        for (; k < (k1 < (K & ~1) ? k1 : (K & ~1)); ++k) part_k<MR>(a, xr, k ^ 1, P, k, pf);
+    for (; k < k1; ++k) part_k<MR>(a, xr, k, P, k, pf);
+    for (int i = 0; i < MR; ++i) acc[i][0] = a[i][0], acc[i][1] = a[i][1];
+}
+
+#if defined(LLAMANB_AVX512BF16)
+// micro_part through vdpbf16ps (as micro_dot): k0 and k1 even, xp bfloat16 pairs.
+template <int MR>
+inline void micro_part(const uint32_t* xp, long ldp, int k0, int k1, int, const uint16_t* P,
+                       vf (*acc)[2], long pf) {
+    vf a[MR][2];
+    for (int i = 0; i < MR; ++i) a[i][0] = acc[i][0], a[i][1] = acc[i][1];
+    for (int k = k0; k < k1; k += 2) {
+        vu w0, w1;
+        const uint16_t* r = P + (long)k * NP;
+        __builtin_prefetch(r + pf, 0, 3);
+        __builtin_prefetch(r + NP + pf, 0, 3);
+        load_bf16_pairs(r + NP, r, w0, w1);            // (SWAPPED: row k+1 holds k)
         for (int i = 0; i < MR; ++i) {
-            const vf xb = bcast(x[i * ldx + k]);
-            a[i][0] += xb * w0;
-            a[i][1] += xb * w1;
+            const vu xb = bcast_u32(xp[i * ldp + k / 2]);
+            a[i][0] = dot_bf16_pairs(a[i][0], w0, xb);
+            a[i][1] = dot_bf16_pairs(a[i][1], w1, xb);
         }
     }
     for (int i = 0; i < MR; ++i) acc[i][0] = a[i][0], acc[i][1] = a[i][1];
 }
+#endif
 
 template <int MR>
 inline void store_rows(vf (*acc)[2], float* y, long ldy, int cols, int accumulate, int rnd) {
@@ -234,14 +332,15 @@ inline void store_rows(vf (*acc)[2], float* y, long ldy, int cols, int accumulat
 // tiles compute, and the panel is read from memory once.
 constexpr int KC = 64;
 
-template <int MR, typename WT>
-inline void part_rows(const float* x, int m, int K, int k0, int k1, const WT* P, vf (*acc)[2]) {
-    micro_part<MR>(x + (long)m * K, K, k0, k1, P, acc + m,
+template <int MR, typename WT, typename XT>
+inline void part_rows(const XT* x, int m, int K, int k0, int k1, const WT* P, vf (*acc)[2]) {
+    const long L = row_len<XT>(K);
+    micro_part<MR>(x + m * L, L, k0, k1, K, P, acc + m,
                    m == 0 ? ahead<WT>() : ahead<WT>() + (long)KC * NP);
 }
 
-template <typename WT>
-inline void decode_panels(const float* x, int M, int K, const WT* P, int p0, int p1, float* y,
+template <typename WT, typename XT>
+inline void decode_panels(const XT* x, int M, int K, const WT* P, int p0, int p1, float* y,
                           int N, int accumulate, int rnd) {
     if constexpr (Quant<WT>::is) {                       // quantised panels, float activations
         const long ps = panel_stride<WT>(K);
@@ -323,8 +422,8 @@ inline void prefill_chunks(int M, int panels, F&& fn) {
     });
 }
 
-template <typename WT>
-void matmul(const float* x, int M, int K, const WT* P, int N, float* y, int accumulate, int rnd) {
+template <typename WT, typename XT>
+void run_matmul(const XT* x, int M, int K, const WT* P, int N, float* y, int accumulate, int rnd) {
     const int panels = (N + NP - 1) / NP;
     if (M <= DECODE_ROWS) {
         decode_chunks(P, panel_stride<WT>(K) * (long)sizeof(WT), ahead<WT>() * (long)sizeof(WT),
@@ -337,6 +436,43 @@ void matmul(const float* x, int M, int K, const WT* P, int N, float* y, int accu
     prefill_chunks(M, panels, [&](int m0, int m1, int p) {
         rows_panels(x, m0, m1, K, P, p, p + 1, y, N, accumulate, rnd);
     });
+}
+
+#if defined(LLAMANB_AVX512BF16)
+// x [n] -> bfloat16 pairs (x[2j] in the low half of out[j], x[2j+1] in the high half), if every
+// x is a bfloat16 value and none is subnormal (which vdpbf16ps would read as 0); else false.
+inline bool bf16_pairs(const float* x, long n, uint32_t* out) {
+    uint32_t bad = 0;
+    for (long j = 0; j < n / 2; ++j) {
+        uint32_t a, b;
+        std::memcpy(&a, x + 2 * j, 4);
+        std::memcpy(&b, x + 2 * j + 1, 4);
+        for (uint32_t u : {a, b})
+            bad |= (u & 0xffffu) | ((u & 0x7f800000u) == 0 && (u & 0x7fffffffu) ? 1u : 0u);
+        out[j] = (a >> 16) | (b & 0xffff0000u);
+    }
+    return bad == 0;
+}
+#endif
+
+// y = x @ W^T over packed panels. bfloat16 panels, where the CPU has vdpbf16ps (or its
+// emulation), K is even and x holds bfloat16 values (the bf16 engine rounds every activation):
+// by pairs through that instruction; otherwise widened. Both in SWAPPED's order: the same bits.
+template <typename WT>
+void matmul(const float* x, int M, int K, const WT* P, int N, float* y, int accumulate, int rnd) {
+    if constexpr (SWAPPED<WT>) {
+#if defined(LLAMANB_AVX512BF16)
+        static thread_local std::vector<uint32_t> xp;
+        if (K % 2 == 0) {
+            xp.resize((size_t)M * K / 2);
+            if (bf16_pairs(x, (long)M * K, xp.data())) {
+                run_matmul(xp.data(), M, K, P, N, y, accumulate, rnd);
+                return;
+            }
+        }
+#endif
+    }
+    run_matmul(x, M, K, P, N, y, accumulate, rnd);
 }
 
 // ---- quantised panels x 8-bit activations (quant.h's IDot) -------------------------------------
@@ -453,24 +589,28 @@ void matmul_q8(const float* x, int M, int K, const uint8_t* P, int N, float* y, 
     });
 }
 
+// f rounded to bfloat16 (nearest even); a subnormal result becomes a zero of its sign, as
+// vdpbf16ps would read it (vec.h): every build multiplies the same weights.
 inline uint16_t bf16_bits(float f) {
     const float r = round_bf16(f);
     uint32_t u;
     std::memcpy(&u, &r, 4);
+    if ((u & 0x7f800000u) == 0) u &= 0x80000000u;
     return uint16_t(u >> 16);
 }
 
 // slot(j): where column j of a panel row is stored (identity for float32; bf16_slot for bfloat16)
 template <typename WT, typename Conv, typename Slot>
 void pack(const float* W, int N, int K, WT* out, Conv conv, Slot slot) {
+    auto row = [K](int k) { return SWAPPED<WT> ? swap_k(k, K) : k; };
     const int panels = (N + NP - 1) / NP;
     llamanb_cpu::parallel_for(panels, [&](int64_t p) {
         WT* o = out + p * (long)K * NP;
         for (int j = 0; j < NP; ++j) {
             const long n = p * NP + j;
-            const float* row = n < N ? W + n * K : nullptr;
+            const float* src = n < N ? W + n * K : nullptr;
             const int at = slot(j);
-            for (int k = 0; k < K; ++k) o[(long)k * NP + at] = row ? conv(row[k]) : WT(0);
+            for (int k = 0; k < K; ++k) o[(long)row(k) * NP + at] = src ? conv(src[k]) : WT(0);
         }
     });
 }
@@ -570,6 +710,16 @@ void llamanb_cpu_unpack_quant(int fmt, const uint8_t* P, int N, int K, float* W)
 }
 
 int llamanb_cpu_vector_width() { return VW; }
+
+// 1 where bfloat16 products multiply pairs by vdpbf16ps (AVX512-BF16, or its emulation), 0 where
+// they widen to float32 (the same bits either way: vec.h).
+int llamanb_cpu_bf16_dot() {
+#if defined(LLAMANB_AVX512BF16)
+    return 1;
+#else
+    return 0;
+#endif
+}
 
 // 1 where the AVX-512 paths were compiled for an AVX2 target, through SIMDe (vec.h)
 int llamanb_cpu_avx512_emulated() {

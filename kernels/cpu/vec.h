@@ -34,12 +34,16 @@ static inline __m512 llamanb_cvtph_ps(__m256i h) {
     return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 }
 #define _mm512_cvtph_ps llamanb_cvtph_ps
+#define LLAMANB_AVX512BF16 1         // vdpbf16ps as its definition states it (dot_bf16_pairs)
 #else
 #if defined(__AVX512F__)
 #define LLAMANB_AVX512F 1
 #endif
 #if defined(__AVX512BW__)
 #define LLAMANB_AVX512BW 1
+#endif
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+#define LLAMANB_AVX512BF16 1
 #endif
 #endif
 
@@ -98,6 +102,48 @@ static inline void load_pair(const float* p, vf& lo, vf& hi) {
     lo = load(p);
     hi = load(p + VW);
 }
+
+// ---- bfloat16 pairs (AVX512-BF16's vdpbf16ps) ------------------------------------------------
+// vdpbf16ps multiplies pairs of bfloat16s: in float32 lane j, with a = (a[2j], a[2j+1]) and
+// b likewise (Intel SDM, VDPBF16PS, "Operation"):
+//     acc[j] += a[2j+1] b[2j+1]          one FMA, round to nearest even,
+//     acc[j] += a[2j]   b[2j]            inputs' subnormals read as 0 (DAZ), outputs' flushed (FTZ)
+// A product of two bfloat16s (8 significant bits each) is exact in float32 unless it under- or
+// overflows, so each step is acc + (exact product), rounded once: an FMA chain over k in the
+// order k+1, k, k+3, k+2, ... -- which every build of matmul.cc follows for bfloat16 panels, so
+// that the same bits come out whether this instruction or widening FMAs did the work.
+#if defined(LLAMANB_AVX512BF16)
+// Rows k and k+1 of a bfloat16 panel (2 VW columns each, in bf16_slot order) -> per column the
+// pair (w[k], w[k+1]): lo = columns 0..VW-1, hi = VW..2VW-1 (the unpacks of load_pair, with row
+// k+1 in place of the zeros).
+static inline void load_bf16_pairs(const uint16_t* k0, const uint16_t* k1, vu& lo, vu& hi) {
+    const __m512i a = _mm512_loadu_si512(k0), b = _mm512_loadu_si512(k1);
+    lo = (vu)_mm512_unpacklo_epi16(a, b);
+    hi = (vu)_mm512_unpackhi_epi16(a, b);
+}
+
+static inline vu bcast_u32(uint32_t v) { return (vu)_mm512_set1_epi32((int)v); }
+
+#if defined(LLAMANB_AVX512_SIMDE)
+// The instruction's definition in AVX2 code (SIMDe 0.7.4's own _mm512_dpbf16_ps adds the even
+// product first and keeps subnormals, so it is not used): x with a subnormal's bits -> +-0.
+static inline vf flush_subnormal(vf x) {
+    const vu e = (vu)x & 0x7f800000u;
+    const vu keep = (vu)(e != 0) | 0x80000000u;         // the sign stays: +-0
+    return (vf)((vu)x & keep);
+}
+static inline vf dot_bf16_pairs(vf acc, vu a, vu b) {
+    const vf a_odd = flush_subnormal((vf)(a & 0xffff0000u)), b_odd = flush_subnormal((vf)(b & 0xffff0000u));
+    const vf a_even = flush_subnormal((vf)(a << 16)), b_even = flush_subnormal((vf)(b << 16));
+    acc = flush_subnormal(acc + a_odd * b_odd);
+    return flush_subnormal(acc + a_even * b_even);
+}
+#else
+static inline vf dot_bf16_pairs(vf acc, vu a, vu b) {
+    return (vf)_mm512_dpbf16_ps((__m512)acc, (__m512bh)a, (__m512bh)b);
+}
+#endif
+#endif
 
 // Where column j (0 <= j < 2 VW) of a bfloat16 panel row is stored, so load_pair reads it back in
 // order: 128-bit lane L of the loaded vector holds columns 4L..4L+3 (for lo) then VW+4L..VW+4L+3.

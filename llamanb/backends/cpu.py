@@ -160,6 +160,8 @@ class CpuBackend(Backend):
                 (", 8-bit activations" if self.act8 else ", float32 activations")
         else:
             what = f"{dtype} weights"
+            if self.bf16 and self.k.bf16_dot:
+                what += ", products by vdpbf16ps" + (" (emulated)" if self.k.emulated else "")
         self.description = (f"compiled C++ kernels on the host CPU ({what}, "
                             f"{self.k.vector_width}-lane vectors, {isa}, {self.k.threads} threads)")
         self.freqs = rope_for(c)

@@ -476,10 +476,11 @@ class Kernels:
                "llamanb_cpu_vector_width": (),
                "llamanb_cpu_isa": (),
                "llamanb_cpu_avx512_emulated": (),
+               "llamanb_cpu_bf16_dot": (),
                "llamanb_cpu_threads": ()}
         for name, args in sig.items():
             fn = getattr(lib, name)
-            fn.argtypes, fn.restype = list(args), (ctypes.c_int if name.endswith(("width", "threads", "order", "isa", "bytes", "emulated")) else
+            fn.argtypes, fn.restype = list(args), (ctypes.c_int if name.endswith(("width", "threads", "order", "isa", "bytes", "emulated", "_dot")) else
                                                    ctypes.c_double if name.endswith("_sum") else None)
         self.vector_width = lib.llamanb_cpu_vector_width()
         self.panel_width = lib.llamanb_cpu_panel_width()
@@ -493,6 +494,9 @@ class Kernels:
         self.int_dot_bytes = bool(lib.llamanb_cpu_int_dot_bytes())
         # whether the AVX-512 paths run emulated, through SIMDe (the avx512-simde flavour)
         self.emulated = bool(lib.llamanb_cpu_avx512_emulated())
+        # whether bfloat16 products of bfloat16 activations multiply pairs by vdpbf16ps (or, in
+        # that flavour, its emulation) rather than widening: the same bits (kernels/cpu/vec.h)
+        self.bf16_dot = bool(lib.llamanb_cpu_bf16_dot())
 
     def packed_layout(self, n: int, k: int, fmt: str) -> tuple[tuple, object]:
         """(shape, dtype) of W [n, k] packed in panel format fmt ("f32", "bf16", or a

@@ -133,13 +133,101 @@ def test_avx512_paths_give_the_avx2_bits(kernels, emulated_kernels):
     for q in QTYPES:                            # K-quants: 512, the next whole super-blocks
         raw = _random_blocks(q, N, _k32(q, K) // 32, seed=19)
         packs[q] = lambda k, raw=raw, q=q: k.pack_quant(raw, q, _k32(q, K))
+    packs["bf16 x bf16"] = packs["bf16"]        # bfloat16 activations too: vdpbf16ps's case
     for M in (1, 3, 8, 16, 70):
         for name, pack in packs.items():
             x = rng.standard_normal((M, _k32(name, K) if name in QTYPES else K)).astype(np.float32)
+            if name == "bf16 x bf16":
+                x = _bf16(x)
             for act8 in ((False, True) if name in QTYPES else (False,)):
                 a = avx2.matmul(x, pack(avx2), np.zeros((M, N), np.float32), act8=act8)
                 b = wide.matmul(x, pack(wide), np.zeros((M, N), np.float32), act8=act8)
+                if name == "bf16 x bf16" and wide.bf16_dot and not wide.emulated:
+                    # the instruction itself, on the hardware: Intel's SDM defines it as two
+                    # rounded FMAs, odd product first (what the AVX2 build does); a CPU that
+                    # rounds otherwise stays within the float32 bound of the exact products
+                    wb = _bf16(w).astype(np.float64)
+                    bound = gamma(K) * (np.abs(x).astype(np.float64) @ np.abs(wb).T)
+                    assert (np.abs(b - x.astype(np.float64) @ wb.T) <= bound).all(), M
+                    print(f"M={M}: vdpbf16ps on this CPU gives the SDM's bits: "
+                          f"{np.array_equal(a, b)}")
+                    continue
                 assert np.array_equal(a, b), (name, act8, M)
+
+
+def _bf16(a: np.ndarray) -> np.ndarray:
+    """a rounded to bfloat16 (nearest even), as float32."""
+    import ml_dtypes
+
+    return a.astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+def _pair_order_model(x: np.ndarray, w: np.ndarray, fused: bool = True) -> np.ndarray:
+    """x [M, K] @ w [N, K]^T as one float32 FMA chain per output over k = 1, 0, 3, 2, ... (a
+    last odd k alone): vdpbf16ps's order (Intel SDM: odd product, then even, each rounded once).
+    Each step is computed in float64 and rounded to float32: the FMA's single rounding, unless
+    the float64 sum was inexact (TwoSum's error e != 0) and lands on a midpoint of two float32s
+    -- the one case where rounding twice differs from once; asserted absent. fused=False: the
+    product is rounded to float32 first (a build without FMA; the same where x and w are
+    bfloat16, whose products float32 holds exactly)."""
+    M, K = x.shape
+    order = [k for k0 in range(0, K - 1, 2) for k in (k0 + 1, k0)] + ([K - 1] if K % 2 else [])
+    acc = np.zeros((M, w.shape[0]), np.float32)
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    for k in order:
+        p = np.outer(x64[:, k], w64[:, k])                    # exact: 24 + 8 bits < 53
+        if not fused:
+            p = p.astype(np.float32).astype(np.float64)
+        s = acc + p
+        bb = s - acc
+        e = (acc - (s - bb)) + (p - bb)                         # s + e = acc + p exactly
+        r = s.astype(np.float32)
+        r2 = np.nextafter(r, np.where(s > r, np.float32(np.inf), np.float32(-np.inf)))
+        midpoint = (s != r) & ((r.astype(np.float64) + r2) / 2 == s)
+        assert not (midpoint & (e != 0)).any()
+        acc = r
+    return acc
+
+
+def test_bf16_products_sum_in_vdpbf16ps_pair_order(kernel_builds):
+    """Every build's bfloat16 products are one FMA chain per output in vdpbf16ps's order,
+    k = 1, 0, 3, 2, ...: bit for bit the model above, with float32 activations (widened on every
+    build) and with bfloat16 ones (multiplied as pairs by vdpbf16ps where a build has it, or its
+    emulation: kernels/cpu/vec.h), at odd and even K."""
+    rng = np.random.default_rng(23)
+    for K in (200, 201):
+        w = rng.standard_normal((37, K)).astype(np.float32)
+        for M in (1, 3, 8, 16, 70):
+            x32 = rng.standard_normal((M, K)).astype(np.float32)
+            for x in (x32, _bf16(x32)):
+                for k in kernel_builds:
+                    want = _pair_order_model(x, _bf16(w), fused="FMA" in k.isa)
+                    got = k.matmul(x, k.pack(w, bf16=True), np.zeros((M, 37), np.float32))
+                    assert np.array_equal(got, want), (k.flavour, K, M, x.dtype)
+
+
+def test_bf16_pairs_flush_subnormals_as_vdpbf16ps_does(kernel_builds):
+    """vdpbf16ps reads subnormal inputs as 0 and flushes subnormal results (Intel SDM). So every
+    build packs a weight that rounds to a bfloat16 subnormal as 0; activations with a subnormal
+    go the widening way on every build; and where the pairs path runs, a sum below 2^-126 is
+    flushed -- which tells that path apart: 2^-70 x 2^-70 twice is 2^-139, a subnormal."""
+    tiny = np.float32(2.0 ** -130)
+    for k in kernel_builds:
+        w = np.array([[tiny, 1.0], [1.0, tiny]], np.float32)
+        got = k.matmul(np.array([[1.0, 0.0]], np.float32), k.pack(w, bf16=True),
+                       np.zeros((1, 2), np.float32))
+        assert got.tolist() == [[0.0, 1.0]], k.flavour               # the weight became 0
+        w = np.full((3, 2), 2.0 ** -70, np.float32)
+        x = np.full((1, 2), 2.0 ** -70, np.float32)
+        pairs = k.matmul(x, k.pack(w, bf16=True), np.zeros((1, 3), np.float32))
+        x[0, 0] = tiny                                               # a subnormal activation
+        widened = k.matmul(x, k.pack(w, bf16=True), np.zeros((1, 3), np.float32))
+        # widened, k = 1 then 0: 2^-140 (a subnormal, kept), then + 2^-200 (rounds away)
+        assert (widened == np.float32(2.0 ** -140)).all(), k.flavour
+        if k.bf16_dot and k.emulated:                                # the SDM's definition
+            assert (pairs == 0).all(), k.flavour
+        elif not k.bf16_dot:
+            assert (pairs == np.float32(2.0 ** -139)).all(), k.flavour
 
 
 def test_march_variable_picks_the_flavour(monkeypatch):
@@ -181,6 +269,8 @@ def test_avx512_kernels_compile_here(kernels):
                                                cpu_kernels.flavour_flags("x86-64-v4"))
     dis = _disassembly(built.path)
     assert dis is None or "zmm" in dis
+    if dis is not None and "AVX512BF16" in cpu_kernels.target_macros(march):
+        assert "vdpbf16ps" in dis                   # the bfloat16 pairs path (vec.h)
 
 
 def test_decode_row_in_a_batch_equals_it_alone(smollm, cpu_engine):
