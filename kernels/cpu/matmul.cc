@@ -134,8 +134,8 @@ inline void micro_quant(const float* x, long ldx, int K, const WT* P, long ps, f
 // One step of micro_float: weight row k of NPAN panels against rows xr[0..MR) at column xk.
 template <int MR, int NPAN, typename WT>
 __attribute__((always_inline)) inline void fma_k(vf (&acc)[MR][NPAN][2],
-                                                 const float* const (&xr)[MR], int xk,
-                                                 const WT* P, long ps, int k, long pf) {
+                                                 const float* const (&xr)[MR], long xk,
+                                                 const WT* P, long ps, long k, long pf) {
     vf w[NPAN][2];
     for (int p = 0; p < NPAN; ++p) {
         // One row (a decode GEMV) streams NPAN panels at one FMA pair per line: the
@@ -171,7 +171,7 @@ inline void micro_float(const float* x, long ldx, int K, const WT* P, long ps, f
         for (int p = 0; p < NPAN; ++p) acc[i][p][0] = acc[i][p][1] = vf{};
     const float* xr[MR];
     for (int i = 0; i < MR; ++i) xr[i] = x + i * ldx;
-    int k = 0;
+    long k = 0;                                        // (long: no sign extension per k)
     if constexpr (SWAPPED<WT>)
         for (; k < (K & ~1); ++k) fma_k<MR, NPAN>(acc, xr, k ^ 1, P, ps, k, pf);
     for (; k < K; ++k) fma_k<MR, NPAN>(acc, xr, k, P, ps, k, pf);
@@ -268,7 +268,7 @@ inline void rows_panels(const XT* x, int m0, int m1, int K, const WT* P, int p0,
 // pieces -- a float stored and loaded back is the same float, so the bits are micro_float's.
 template <int MR, typename WT>
 __attribute__((always_inline)) inline void part_k(vf (&a)[MR][2], const float* const (&xr)[MR],
-                                                  int xk, const WT* P, int k, long pf) {
+                                                  long xk, const WT* P, long k, long pf) {
     vf w0, w1;
     __builtin_prefetch(P + (long)k * NP + pf, 0, 3);
     load_pair(P + (long)k * NP, w0, w1);
@@ -289,7 +289,7 @@ inline void micro_part(const float* x, long ldx, int k0, int k1, int K, const WT
     for (int i = 0; i < MR; ++i) a[i][0] = acc[i][0], a[i][1] = acc[i][1];
     const float* xr[MR];
     for (int i = 0; i < MR; ++i) xr[i] = x + i * ldx;
-    int k = k0;                                        // k0 is even (KC is)
+    long k = k0;                                       // k0 is even (KC is)
     if constexpr (SWAPPED<WT>)
         for (; k < (k1 < (K & ~1) ? k1 : (K & ~1)); ++k) part_k<MR>(a, xr, k ^ 1, P, k, pf);
     for (; k < k1; ++k) part_k<MR>(a, xr, k, P, k, pf);
