@@ -60,8 +60,13 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanit
 
 test: test-unit test-notebooks test-portability
 
-test-unit: $(VENV)/.test-installed apt-deps
-	$(PY) -m pytest -q --durations=15
+# The unit and portability sessions each start from a copy of what `warm` made (the converted
+# model and the native kernels, keyed by their sources: tests/conftest.py seed_session_cache)
+# instead of converting and compiling them again.
+SEED := LLAMANB_TEST_SEED_CACHE="$${LLAMANB_CACHE:-$$HOME/.cache/llamanb}"
+
+test-unit: $(VENV)/.test-installed apt-deps warm
+	$(SEED) $(PY) -m pytest -q --durations=15
 
 # The notebooks: each .py/.ipynb pair must hold the same cells, and every stored output must be
 # reproduced (nbval strict mode).
@@ -79,7 +84,7 @@ PORTABLE_NOTEBOOKS := notebooks/00_overview.ipynb notebooks/01_llama_math_numpy.
   notebooks/03_attention_masks.ipynb notebooks/03b_padded_prefill.ipynb \
   notebooks/04_kv_cache_growth.ipynb notebooks/04b_sampling.ipynb notebooks/09_galaxy_mesh.ipynb
 test-portability: notebook-env
-	$(PY) tests/run_portability.py -q -p no:cacheprovider $(PORTABLE_TESTS)
+	$(SEED) $(PY) tests/run_portability.py -q -p no:cacheprovider $(PORTABLE_TESTS)
 	$(PY) tests/run_portability.py -q -p no:cacheprovider $(NBVAL) $(PORTABLE_NOTEBOOKS)
 
 check-pairs: $(VENV)/.test-installed

@@ -30,11 +30,49 @@ BOS_ID = 1
 
 
 # ---- session-wide cache ------------------------------------------------------------------------
+SEED_VAR = "LLAMANB_TEST_SEED_CACHE"
+
+
+def seed_session_cache(path: Path) -> list[str]:
+    """Copy into the session's cache, from the cache $LLAMANB_TEST_SEED_CACHE names (`make test`
+    names the one `make warm` just filled), what every session would otherwise make again: the
+    embedded model's converted entry (~9 s) and the native cpu kernels (~11 s). Only entries
+    keyed to the current model file and kernel sources are taken -- the keys hash those, so a
+    stale entry has another name -- and they are copied: the seed is read, never written. Returns
+    the names copied."""
+    seed = os.environ.get(SEED_VAR)
+    if not seed or not Path(seed).is_dir():
+        return []
+    import shutil
+
+    from llamanb import cxx_build
+    from llamanb.backends import cpu_kernels
+    from llamanb.io.store import _cache_key, default_model_path
+
+    copied = []
+    entry = next((d for d in Path(seed).glob(f"*-{_cache_key(default_model_path())}")
+                  if (d / "llamanb.json").is_file()), None)
+    if entry is not None:
+        shutil.copytree(entry, path / entry.name)
+        copied.append(entry.name)
+    cxx, _ = cxx_build.compiler()
+    if cxx is not None:
+        key = cxx_build.build_key(cxx, cpu_kernels.KERNELS_DIR, cpu_kernels.flavour_flags("native"))
+        lib = Path(seed) / "cpu" / f"cpu-kernels-{key[:24]}.so"
+        if lib.is_file():
+            (path / "cpu").mkdir(exist_ok=True)
+            shutil.copy2(lib, path / "cpu" / lib.name)
+            copied.append(f"cpu/{lib.name}")
+    return copied
+
+
 @pytest.fixture(scope="session", autouse=True)
 def llamanb_cache(tmp_path_factory) -> Path:
     """LLAMANB_CACHE points at a fresh per-session directory for every test (and subprocess that
-    inherits the environment), so the user's ~/.cache/llamanb is never read or written."""
+    inherits the environment), so the user's ~/.cache/llamanb is never written (and read only as
+    the seed, above, when make test names it)."""
     path = tmp_path_factory.mktemp("llamanb_cache")
+    seed_session_cache(path)
     old = os.environ.get("LLAMANB_CACHE")
     os.environ["LLAMANB_CACHE"] = str(path)
     yield path
