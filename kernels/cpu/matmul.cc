@@ -131,11 +131,27 @@ inline void micro_quant(const float* x, long ldx, int K, const WT* P, long ps, f
     store_tile<MR, NPAN>(acc, y, ldy, cols, accumulate, rnd);
 }
 
-// One step of micro_float: weight row k of NPAN panels against rows xr[0..MR) at column xk.
-template <int MR, int NPAN, typename WT>
-__attribute__((always_inline)) inline void fma_k(vf (&acc)[MR][NPAN][2],
-                                                 const float* const (&xr)[MR], long xk,
-                                                 const WT* P, long ps, long k, long pf) {
+// The activations as a tile reads them, xs(i, k) = x[i, k] for panel row k: plain rows, or
+// (SWAPPED bfloat16 panels, below the last even k) x[i, k ^ 1] through each row's own pointer,
+// set once per tile (a 64-bit k: no sign extension per step).
+struct PlainRows {
+    const float* x;
+    long ldx;
+    float operator()(int i, int k) const { return x[i * ldx + k]; }
+};
+template <int MR>
+struct SwappedRows {
+    const float* r[MR];
+    SwappedRows(const float* x, long ldx) {
+        for (int i = 0; i < MR; ++i) r[i] = x + i * ldx;
+    }
+    float operator()(int i, long k) const { return r[i][k ^ 1]; }
+};
+
+// One k of micro_float: weight row k of NPAN panels against rows 0..MR-1 of xs.
+template <int MR, int NPAN, typename WT, typename X, typename KT>
+__attribute__((always_inline)) inline void fma_k(vf (&acc)[MR][NPAN][2], const X& xs,
+                                                 const WT* P, long ps, KT k, long pf) {
     vf w[NPAN][2];
     for (int p = 0; p < NPAN; ++p) {
         // One row (a decode GEMV) streams NPAN panels at one FMA pair per line: the
@@ -151,7 +167,7 @@ __attribute__((always_inline)) inline void fma_k(vf (&acc)[MR][NPAN][2],
 #endif
     }
     for (int i = 0; i < MR; ++i) {
-        const vf xb = bcast(xr[i][xk]);
+        const vf xb = bcast(xs(i, k));
         for (int p = 0; p < NPAN; ++p) {
             acc[i][p][0] += xb * w[p][0];
             acc[i][p][1] += xb * w[p][1];
@@ -169,12 +185,14 @@ inline void micro_float(const float* x, long ldx, int K, const WT* P, long ps, f
     vf acc[MR][NPAN][2];
     for (int i = 0; i < MR; ++i)
         for (int p = 0; p < NPAN; ++p) acc[i][p][0] = acc[i][p][1] = vf{};
-    const float* xr[MR];
-    for (int i = 0; i < MR; ++i) xr[i] = x + i * ldx;
-    long k = 0;                                        // (long: no sign extension per k)
-    if constexpr (SWAPPED<WT>)
-        for (; k < (K & ~1); ++k) fma_k<MR, NPAN>(acc, xr, k ^ 1, P, ps, k, pf);
-    for (; k < K; ++k) fma_k<MR, NPAN>(acc, xr, k, P, ps, k, pf);
+    int k = 0;
+    if constexpr (SWAPPED<WT>) {
+        const SwappedRows<MR> sw(x, ldx);
+        for (long r = 0; r < (K & ~1); ++r) fma_k<MR, NPAN>(acc, sw, P, ps, r, pf);
+        k = K & ~1;
+    }
+    const PlainRows plain{x, ldx};
+    for (; k < K; ++k) fma_k<MR, NPAN>(acc, plain, P, ps, k, pf);
     store_tile<MR, NPAN>(acc, y, ldy, cols, accumulate, rnd);
 }
 
@@ -266,9 +284,9 @@ inline void rows_panels(const XT* x, int m0, int m1, int K, const WT* P, int p0,
 // Rows x[0..MR) against one float32 / bfloat16 panel for k = k0..k1, continuing the sums in
 // acc (kept in memory between calls): the same FMA chain per output as micro_float's, cut into
 // pieces -- a float stored and loaded back is the same float, so the bits are micro_float's.
-template <int MR, typename WT>
-__attribute__((always_inline)) inline void part_k(vf (&a)[MR][2], const float* const (&xr)[MR],
-                                                  long xk, const WT* P, long k, long pf) {
+template <int MR, typename WT, typename X, typename KT>
+__attribute__((always_inline)) inline void part_k(vf (&a)[MR][2], const X& xs, const WT* P, KT k,
+                                                  long pf) {
     vf w0, w1;
     __builtin_prefetch(P + (long)k * NP + pf, 0, 3);
     load_pair(P + (long)k * NP, w0, w1);
@@ -276,7 +294,7 @@ __attribute__((always_inline)) inline void part_k(vf (&a)[MR][2], const float* c
     asm("" : "+x"(w0), "+x"(w1));
 #endif
     for (int i = 0; i < MR; ++i) {
-        const vf xb = bcast(xr[i][xk]);
+        const vf xb = bcast(xs(i, k));
         a[i][0] += xb * w0;
         a[i][1] += xb * w1;
     }
@@ -287,12 +305,15 @@ inline void micro_part(const float* x, long ldx, int k0, int k1, int K, const WT
                        long pf) {
     vf a[MR][2];
     for (int i = 0; i < MR; ++i) a[i][0] = acc[i][0], a[i][1] = acc[i][1];
-    const float* xr[MR];
-    for (int i = 0; i < MR; ++i) xr[i] = x + i * ldx;
-    long k = k0;                                       // k0 is even (KC is)
-    if constexpr (SWAPPED<WT>)
-        for (; k < (k1 < (K & ~1) ? k1 : (K & ~1)); ++k) part_k<MR>(a, xr, k ^ 1, P, k, pf);
-    for (; k < k1; ++k) part_k<MR>(a, xr, k, P, k, pf);
+    int k = k0;                                        // k0 is even (KC is)
+    if constexpr (SWAPPED<WT>) {
+        const SwappedRows<MR> sw(x, ldx);
+        const int end = k1 < (K & ~1) ? k1 : (K & ~1);
+        for (long r = k; r < end; ++r) part_k<MR>(a, sw, P, r, pf);
+        k = end > k ? end : k;
+    }
+    const PlainRows plain{x, ldx};
+    for (; k < k1; ++k) part_k<MR>(a, plain, P, k, pf);
     for (int i = 0; i < MR; ++i) acc[i][0] = a[i][0], acc[i][1] = a[i][1];
 }
 
