@@ -105,6 +105,11 @@ def build_key(cxx: str, kernels_dir: Path = KERNELS_DIR, flags: tuple[str, ...] 
     return h.hexdigest()
 
 
+def library_name(name: str, key: str) -> str:
+    """The file a build of key `key` (build_key) is cached as."""
+    return f"{name}-{key[:24]}.so"
+
+
 def build(kernels_dir: Path = KERNELS_DIR, cache_dir: Path | None = None,
           flags: tuple[str, ...] = FLAGS, name: str = "host-kernels") -> HostBuild | None:
     """The host build of kernels_dir's sources, compiled now or found in the cache; None when
@@ -117,7 +122,7 @@ def build(kernels_dir: Path = KERNELS_DIR, cache_dir: Path | None = None,
         return None
     key = build_key(cxx, kernels_dir, flags)
     cache_dir = Path(cache_dir) if cache_dir is not None else cache_root() / "npu-host"
-    lib = cache_dir / f"{name}-{key[:24]}.so"
+    lib = cache_dir / library_name(name, key)
     version = _VERSIONS[cxx].splitlines()[0] if _VERSIONS[cxx] else cxx
     if lib.is_file():
         return HostBuild(lib, key, True, version)

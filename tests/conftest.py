@@ -47,18 +47,17 @@ def seed_session_cache(path: Path) -> list[str]:
 
     from llamanb import cxx_build
     from llamanb.backends import cpu_kernels
-    from llamanb.io.store import _cache_key, default_model_path
+    from llamanb.io.store import default_model_path, finished_entry
 
     copied = []
-    entry = next((d for d in Path(seed).glob(f"*-{_cache_key(default_model_path())}")
-                  if (d / "llamanb.json").is_file()), None)
+    entry = finished_entry(Path(seed), default_model_path())
     if entry is not None:
         shutil.copytree(entry, path / entry.name)
         copied.append(entry.name)
     cxx, _ = cxx_build.compiler()
     if cxx is not None:
         key = cxx_build.build_key(cxx, cpu_kernels.KERNELS_DIR, cpu_kernels.flavour_flags("native"))
-        lib = Path(seed) / "cpu" / f"cpu-kernels-{key[:24]}.so"
+        lib = Path(seed) / "cpu" / cxx_build.library_name("cpu-kernels", key)
         if lib.is_file():
             (path / "cpu").mkdir(exist_ok=True)
             shutil.copy2(lib, path / "cpu" / lib.name)

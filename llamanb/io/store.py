@@ -110,6 +110,13 @@ def cache_dir_for(path: Path, name: str) -> Path:
     return cache_root() / f"{_slug(name)}-{_cache_key(path)}"
 
 
+def finished_entry(root: Path, path: Path) -> Path | None:
+    """The finished conversion of source `path` under cache root `root` (the entry keyed to the
+    source's path, size and mtime, with its llamanb.json written), or None."""
+    return next((d for d in root.glob(f"*-{_cache_key(path)}") if (d / "llamanb.json").is_file()),
+                None)
+
+
 # ---- temporaries: locked while in use, swept once abandoned (see io/locks.py) ----------------------
 # `.<name>-<16 hex key>.<mkdtemp's 8 characters>`: the only directory names a sweep may delete;
 # `<name>.safetensors.tmp<pid>` inside a finished entry: a derived file being written.
@@ -297,8 +304,7 @@ def load_model(spec: str | os.PathLike | None = None) -> Model:
         root = ensure_cache_root(_need_or_none(path))
     sweep_abandoned()
     # The key hashes the source's path, size and mtime: a changed file gets a fresh conversion.
-    probe = root.glob(f"*-{_cache_key(path)}")
-    found = next((d for d in probe if (d / "llamanb.json").is_file()), None)
+    found = finished_entry(root, path)
     converted = False
     if found is None:
         source = open_source(path)
