@@ -45,13 +45,18 @@ def test_decode_only_steps_run_unpadded_unless_batch_invariant(smollm, monkeypat
     prompts = [[5, 6, 7], [8, 9, 10, 11], [12, 13]]
     b = Engine(smollm).backend
     a, m = b.row_align, b.row_multiple
-    # the prompt step, from the backend's own two numbers: each prompt starts at the next row that
-    # is a multiple of row_align, and the step is padded up to a multiple of row_multiple
-    end = 0
-    for p in prompts:
-        end = -(-end // a) * a + len(p)
-    prompt_rows = -(-end // m) * m
-    for invariant, want in ((False, [prompt_rows, 3]), (True, [prompt_rows, m])):
+    def padded_rows(lengths):
+        # from the backend's own two numbers: each sequence starts at the next row that is a
+        # multiple of row_align, and the step is padded up to a multiple of row_multiple
+        end = 0
+        for n in lengths:
+            end = -(-end // a) * a + n
+        return -(-end // m) * m
+
+    prompt_rows = padded_rows(map(len, prompts))
+    # batch-invariant decode: every one-row segment aligned too (SkylakeX: rows 0, 8, 16 -> 24;
+    # Haswell: 0, 12, 24 -> 48)
+    for invariant, want in ((False, [prompt_rows, 3]), (True, [prompt_rows, padded_rows([1] * 3)])):
         eng = Engine(smollm, batch_invariant=invariant)
         rows = []
         real = eng.backend.layers
