@@ -280,8 +280,9 @@ print("the kernels' bf16 product == the pairs order, bit for bit:", mine == pair
 # %% [markdown]
 # So every build sums a bf16 product in that order (panels store their rows swapped in pairs):
 # an AVX2 build widens and does the two FMAs itself; a build for AVX512-BF16 hands each pair of
-# rows to `vdpbf16ps` -- the same bits, so the bf16 engine answers alike on every machine (only a
-# sum below $2^{-126}$, flushed there, could differ). Whether it pays is for `bench`. This CPU:
+# rows to `vdpbf16ps` -- the same bits; and norms and attention scores sum in 16 lanes at either
+# vector width (`dot16` in `vec.h`), so the engines answer alike, bit for bit, on every FMA build
+# (only a sum below $2^{-126}$, flushed there, could differ). Whether it pays is for `bench`. This CPU:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -495,7 +496,8 @@ def exp_numpy(x):
     p = np.float32(1.9875691500e-4)
     for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
         p = p * r + np.float32(c)
-    return (p * r * r + r + 1) * np.exp2(n)
+    # 2^n exactly: numpy's AVX-512 np.exp2 is not (2.6 ulp here with it, on a Zen 4)
+    return np.ldexp(p * r * r + r + 1, n.astype(np.int32))
 
 
 xs = np.linspace(-87, 88, 200_001, dtype=np.float32)

@@ -14,6 +14,10 @@
 #include <cstring>
 #include <vector>
 
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
 #include "attention.h"
 #include "pool.h"
 #include "vec.h"
@@ -27,28 +31,37 @@ struct Job {
     int seg, i;     // segment, row within it
 };
 
-#if defined(__AVX__) && LLAMANB_VW == 8
-// The eight lane sums of a[0..7], as one vector (three rounds of pairwise adds across registers
-// instead of eight horizontal sums).
-inline vf hsum8(const vf* a) {
-    const __m256 h01 = _mm256_hadd_ps((__m256)a[0], (__m256)a[1]);
-    const __m256 h23 = _mm256_hadd_ps((__m256)a[2], (__m256)a[3]);
-    const __m256 h45 = _mm256_hadd_ps((__m256)a[4], (__m256)a[5]);
-    const __m256 h67 = _mm256_hadd_ps((__m256)a[6], (__m256)a[7]);
+// tree8 of each of f[0..7], as one vector: three rounds of pairwise adds across registers instead
+// of eight horizontal sums (hadd adds adjacent pairs, so each lane is tree8's order).
+#if defined(__AVX__)
+inline v8f tree8x8(const v8f* f) {
+    const __m256 h01 = _mm256_hadd_ps((__m256)f[0], (__m256)f[1]);
+    const __m256 h23 = _mm256_hadd_ps((__m256)f[2], (__m256)f[3]);
+    const __m256 h45 = _mm256_hadd_ps((__m256)f[4], (__m256)f[5]);
+    const __m256 h67 = _mm256_hadd_ps((__m256)f[6], (__m256)f[7]);
     const __m256 q0 = _mm256_hadd_ps(h01, h23), q1 = _mm256_hadd_ps(h45, h67);
     // q0 = [s0 s1 s2 s3 | s0' s1' s2' s3'] (lane halves of keys 0-3), q1 likewise for keys 4-7
     const __m256 lo = _mm256_permute2f128_ps(q0, q1, 0x20), hi = _mm256_permute2f128_ps(q0, q1, 0x31);
-    return (vf)_mm256_add_ps(lo, hi);
+    return (v8f)_mm256_add_ps(lo, hi);
 }
-constexpr int KEYS = 8;
 #else
-inline vf hsum8(const vf* a) {
-    vf r = {};
-    for (int u = 0; u < 8; ++u) r[u] = hsum(a[u]);
+inline v8f tree8x8(const v8f* f) {
+    v8f r = {};
+    for (int u = 0; u < 8; ++u) r[u] = tree8(f[u]);
     return r;
 }
-constexpr int KEYS = VW >= 8 ? 8 : 0;       // keys per round of hsum8 (0: one at a time)
 #endif
+inline v8f bcast8(float s) {
+#if defined(__AVX__)
+    return (v8f)_mm256_set1_ps(s);
+#else
+    return s - v8f{};
+#endif
+}
+
+// Attention works in 8-lane vectors (v8f) on every build: on an AVX-512 build 16-lane ones were
+// measured slower here (a 512-token prefill's attention 7.6 against 6.3 ms a layer on a Zen 4);
+// the bits are the same either way (the 16-lane sums of vec.h).
 
 // Where a sequence's position t lies in its cache: row t % B of block table[t / B].
 struct Rows {
@@ -62,64 +75,64 @@ struct Rows {
 };
 
 // Scores of query row qr against keys 0 .. n-1: eight keys at a time (eight dot products in
-// flight, reduced together), then one at a time. The grouping depends on n alone, never on how
-// the keys are split into blocks, so a paged cache gives the contiguous cache's bits.
+// flight, reduced together), then one at a time -- each score is vec.h's dot16, the same bits
+// whichever path and whichever vector width computed it. The grouping depends on n alone, never
+// on how the keys are split into blocks, so a paged cache gives the contiguous cache's bits.
 inline float scores(const float* qr, const Rows& K, int n, float scale, float* p) {
     const int d = K.d;
     float mx = -INFINITY;
     int t = 0;
-    if (KEYS && d % VW == 0)
+    if (d % 16 == 0)
         for (; t + 8 <= n; t += 8) {
             const float* kp[8];
             kp[0] = K.at(t);
             const bool one_block = t % K.B + 8 <= K.B;
             for (int u = 1; u < 8; ++u) kp[u] = one_block ? kp[0] + u * d : K.at(t + u);
-            vf a[8] = {};
-            for (int j = 0; j < d; j += VW) {
-                const vf qv = load(qr + j);
-                for (int u = 0; u < 8; ++u) a[u] += qv * load(kp[u] + j);
+            v8f f[8];
+            for (int u0 = 0; u0 < 8; u0 += 4) {             // 4 keys x 16 lanes: 8 accumulators
+                v8f a[4][2] = {};
+                for (int j = 0; j < d; j += 16)
+                    for (int g = 0; g < 2; ++g) {
+                        const v8f qv = load8(qr + j + 8 * g);
+                        for (int u = 0; u < 4; ++u) a[u][g] += qv * load8(kp[u0 + u] + j + 8 * g);
+                    }
+                for (int u = 0; u < 4; ++u) f[u0 + u] = a[u][0] + a[u][1];    // fold16
             }
-            const vf sv = hsum8(a);
+            const v8f sv = tree8x8(f);
             for (int u = 0; u < 8; ++u) {
                 p[t + u] = sv[u] * scale;
                 mx = p[t + u] > mx ? p[t + u] : mx;
             }
         }
     for (; t < n; ++t) {
-        const float* k1 = K.at(t);
-        vf a = {};
-        int j = 0;
-        for (; j + VW <= d; j += VW) a += load(qr + j) * load(k1 + j);
-        float sc = hsum(a);
-        for (; j < d; ++j) sc += qr[j] * k1[j];
-        p[t] = sc * scale;
+        p[t] = dot16(qr, K.at(t), d) * scale;
         mx = p[t] > mx ? p[t] : mx;
     }
     return mx;
 }
 
-// acc [DV VW] = sum over keys u < n of w(u) V[u], w(u) = p[u] inv: DV vector accumulators in
+// acc [DV 8] = sum over keys u < n of w(u) V[u], w(u) = p[u] inv: DV vector accumulators in
 // registers, keys walked block by block (the order is u = 0, 1, .. whatever the blocks).
 template <int DV>
 inline void weighted_sum(const float* p, float inv, int rnd, const Rows& V, int n, float* acc) {
-    vf a[DV] = {};
+    v8f a[DV] = {};
     for (int t0 = 0; t0 < n; t0 += V.B - t0 % V.B) {
         const float* vb = V.at(t0);
         const int t1 = t0 - t0 % V.B + V.B < n ? t0 - t0 % V.B + V.B : n;
         for (int u = t0; u < t1; ++u) {
             float w = p[u] * inv;
             if (rnd) w = round_bf16(w);
-            const vf wv = bcast(w);
-            const float* vt = vb + (long)(u - t0) * DV * VW;
-            for (int j = 0; j < DV; ++j) a[j] += wv * load(vt + j * VW);
+            const v8f wv = bcast8(w);
+            const float* vt = vb + (long)(u - t0) * DV * 8;
+            for (int j = 0; j < DV; ++j) a[j] += wv * load8(vt + j * 8);
         }
     }
-    for (int j = 0; j < DV; ++j) std::memcpy(acc + j * VW, &a[j], sizeof(vf));
+    for (int j = 0; j < DV; ++j) std::memcpy(acc + j * 8, &a[j], sizeof(v8f));
 }
 
 inline void weighted_sum_any(const float* p, float inv, int rnd, const Rows& V, int n, float* acc) {
     const int d = V.d;
-    switch (d == 2 * VW ? 2 : d == 4 * VW ? 4 : d == 8 * VW ? 8 : d == 16 * VW ? 16 : 0) {
+    switch (d == 16 ? 2 : d == 32 ? 4 : d == 64 ? 8 : d == 128 ? 16 : 0) {
         case 2: return weighted_sum<2>(p, inv, rnd, V, n, acc);
         case 4: return weighted_sum<4>(p, inv, rnd, V, n, acc);
         case 8: return weighted_sum<8>(p, inv, rnd, V, n, acc);

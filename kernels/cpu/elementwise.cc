@@ -18,14 +18,7 @@ void llamanb_cpu_rmsnorm(const float* x, const float* w, float* out, int M, int 
     parallel_for(M, [&](int64_t m) {
         const float* xr = x + (long)m * H;
         float* o = out + (long)m * H;
-        vf acc = {};
-        int k = 0;
-        for (; k + VW <= H; k += VW) {
-            vf v = load(xr + k);
-            acc += v * v;
-        }
-        float ss = hsum(acc);
-        for (; k < H; ++k) ss += xr[k] * xr[k];
+        const float ss = dot16(xr, xr, H);          // the same bits at either vector width
         const float inv = 1.0f / std::sqrt(ss / float(H) + eps);
         for (int i = 0; i < H; ++i) {
             float v = xr[i] * inv * w[i];
@@ -103,7 +96,9 @@ extern "C" double llamanb_cpu_read_sum(const float* p, long n) {
             a2 += load(p + i + 2 * VW);
             a3 += load(p + i + 3 * VW);
         }
-        double s = hsum(a0 + a1 + a2 + a3);
+        const vf t = a0 + a1 + a2 + a3;
+        double s = 0.0;
+        for (int l = 0; l < VW; ++l) s += t[l];
         for (; i < i1; ++i) s += p[i];
         part[c] = s;
     });

@@ -153,15 +153,48 @@ static inline int bf16_slot(int j) {
     return 8 * (r / 4) + 4 * h + r % 4;
 }
 
-// Sum of the lanes as a tree of adjacent pairs, ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))
-// for 8 lanes: the order attention.cc's eight-at-a-time reduction (hadd) gives each sum too, so a
-// score has the same bits whichever path computed it.
-static inline float hsum(vf v) {
-    float t[VW];
-    std::memcpy(t, &v, sizeof v);
-    for (int w = 1; w < VW; w *= 2)
-        for (int i = 0; i < VW; i += 2 * w) t[i] += t[i + w];
-    return t[0];
+// ---- sums across lanes: the same bits at either vector width ----------------------------------
+// A dot product or sum of squares over n elements is summed in 16 lanes whatever VW is: lane l
+// takes the elements i = l (mod 16) below n16 = n - n % 16, one FMA chain in increasing i (G =
+// 16 / VW vectors of VW lanes on AVX2, one on AVX-512); then the halves are added, lane l + lane
+// l + 8 (fold16), and the 8 sums reduced as a tree of adjacent pairs, ((s0 + s1) + (s2 + s3)) +
+// ((s4 + s5) + (s6 + s7)) (tree8: the order attention.cc's eight-at-a-time hadd reduction gives
+// too); the elements from n16 on follow one at a time. So a norm or an attention score has the
+// same bits on an AVX2 and an AVX-512 build (summing in VW lanes would not: lane l would take
+// i = l (mod VW)).
+constexpr int G16 = 16 / VW;                      // vectors per 16 lanes
+typedef float v8f __attribute__((vector_size(32)));
+
+static inline v8f load8(const float* p) {
+    v8f v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline v8f fold16(const vf (&a)[G16]) {
+#if LLAMANB_VW == 16
+    v8f lo, hi;
+    std::memcpy(&lo, &a[0], sizeof lo);
+    std::memcpy(&hi, reinterpret_cast<const char*>(&a[0]) + sizeof lo, sizeof hi);
+    return lo + hi;
+#else
+    return a[0] + a[1];
+#endif
+}
+
+static inline float tree8(v8f v) {
+    return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
+// sum over i < n of a[i] b[i], in that order (see above)
+static inline float dot16(const float* a, const float* b, int n) {
+    vf acc[G16] = {};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int g = 0; g < G16; ++g) acc[g] += load(a + i + g * VW) * load(b + i + g * VW);
+    float s = tree8(fold16(acc));
+    for (; i < n; ++i) s += a[i] * b[i];
+    return s;
 }
 
 // VW copies of s: one vbroadcastss. (GCC compiles `vf{} + s` to a real add, since -0 + 0 = +0,

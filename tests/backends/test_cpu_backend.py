@@ -102,15 +102,9 @@ def _skip_unless_emulated(kernels, emulated_kernels):
                     else "no AVX2 here: SIMDe's emulation is built on it")
 
 
-def test_avx512_paths_give_the_avx2_bits(kernels, emulated_kernels):
-    """The AVX-512 paths (16-lane vectors, 32-wide panels, the 512-bit bfloat16 unpack order, the
-    512-bit byte products) against the AVX2 ones: every product has the same bits -- each output
-    is one FMA chain over k in an order fixed by K alone, so the vector width cannot change it
-    (the derived difference is 0) -- float32, bfloat16 and every quantised format with float32
-    or 8-bit activations, decode and prefill row counts. On an AVX-512 CPU: its own build against
-    the -march=x86-64-v3 one, both on the hardware. Elsewhere: the AVX-512 paths run through
-    SIMDe against the native AVX2 build; that library holds no 512-bit instruction (so it runs
-    here) and packs as an AVX-512 build does."""
+def _wide_and_avx2(kernels, emulated_kernels):
+    """(AVX-512 build, AVX2 build): on an AVX-512 CPU its own build and -march=x86-64-v3, both
+    on the hardware; elsewhere the AVX-512 paths through SIMDe and the native AVX2 build."""
     from llamanb.backends import cpu_kernels
 
     if kernels.vector_width == 16:                  # an AVX-512 CPU: both builds run natively
@@ -123,6 +117,59 @@ def test_avx512_paths_give_the_avx2_bits(kernels, emulated_kernels):
         assert wide.emulated and not avx2.emulated and "AVX512F" not in wide.isa
     assert (wide.vector_width, wide.panel_width, wide.layout) == (16, 32, "np32-bf16u")
     assert avx2.vector_width == 8 and "FMA" in avx2.isa     # both builds fuse multiply-adds
+    return wide, avx2
+
+
+def _sdm_bits_here(wide, avx2) -> bool:
+    """Whether `wide`'s bfloat16 products have `avx2`'s bits (the SDM's vdpbf16ps: two rounded
+    FMAs, odd product first) -- always so for the emulated instruction; a CPU's own
+    instruction is measured (a Zen 4 gave them; another CPU could round otherwise)."""
+    rng = np.random.default_rng(23)
+    x, w = _bf16(rng.standard_normal((3, 576))), rng.standard_normal((64, 576)).astype(np.float32)
+    return np.array_equal(*(k.matmul(x, k.pack(w, bf16=True), np.zeros((3, 64), np.float32))
+                            for k in (wide, avx2)))
+
+
+def test_engine_gives_the_same_bits_on_avx2_and_avx512_builds(smollm, kernels, emulated_kernels,
+                                                               capital_ids):
+    """The whole forward, not only its products: every reduction across lanes is summed in 16
+    lanes whatever the vector width (vec.h dot16: RMSNorm's sum of squares, attention scores),
+    exp and SwiGLU work lane by lane, and each product is one FMA chain in an order fixed by K;
+    so the float32, bf16 and Q4_1 engines give the same logits, bit for bit, on an AVX2 and an
+    AVX-512 build: a prompt, then three greedy decode steps (keys 8 at a time and one at a
+    time). (bf16 on a CPU whose own vdpbf16ps rounds otherwise than Intel's SDM: skipped, said.)"""
+    from llamanb.engine import Engine
+
+    wide, avx2 = _wide_and_avx2(kernels, emulated_kernels)
+    dtypes = ["float32", "q4_1"]
+    if _sdm_bits_here(wide, avx2):
+        dtypes.append("bf16")
+    else:
+        print("bf16 not compared: this CPU's vdpbf16ps rounds otherwise than Intel's SDM")
+    for dtype in dtypes:
+        runs = []
+        for k in (wide, avx2):
+            e = Engine(smollm, "cpu", dtype=dtype, march=k.flavour)
+            assert e.backend.k.vector_width == k.vector_width
+            cache = e.new_cache(len(capital_ids) + 8)
+            logits = [e.prefill(capital_ids, cache)]
+            for _ in range(3):
+                logits.append(e.decode(int(np.argmax(logits[-1])), cache))
+            runs.append(logits)
+        for i, (a, b) in enumerate(zip(*runs)):
+            assert np.array_equal(a, b), (dtype, i, float(np.abs(a - b).max()))
+
+
+def test_avx512_paths_give_the_avx2_bits(kernels, emulated_kernels):
+    """The AVX-512 paths (16-lane vectors, 32-wide panels, the 512-bit bfloat16 unpack order, the
+    512-bit byte products) against the AVX2 ones: every product has the same bits -- each output
+    is one FMA chain over k in an order fixed by K alone, so the vector width cannot change it
+    (the derived difference is 0) -- float32, bfloat16 and every quantised format with float32
+    or 8-bit activations, decode and prefill row counts. On an AVX-512 CPU: its own build against
+    the -march=x86-64-v3 one, both on the hardware. Elsewhere: the AVX-512 paths run through
+    SIMDe against the native AVX2 build; that library holds no 512-bit instruction (so it runs
+    here) and packs as an AVX-512 build does."""
+    wide, avx2 = _wide_and_avx2(kernels, emulated_kernels)
     dis = _disassembly(wide.built.path)
     if dis is not None:
         assert ("zmm" in dis) == (not wide.emulated) and "ymm" in dis
