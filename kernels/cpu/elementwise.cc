@@ -58,12 +58,14 @@ void llamanb_cpu_silu_mul(const float* gu, float* out, int M, int F, int rnd) {
         int i = 0;
         for (; i + VW <= F; i += VW) {                  // e^-g by exp_vf, VW at a time
             const vf gv = load(g + i);
-            const vf v = gv / (1.0f + exp_vf(-gv)) * load(u + i);
+            vf v = gv / (1.0f + exp_vf(-gv)) * load(u + i);
+            if (rnd) v = round_bf16_v(v);
             std::memcpy(o + i, &v, sizeof v);
         }
-        for (; i < F; ++i) o[i] = g[i] / (1.0f + exp1(-g[i])) * u[i];
-        if (rnd)
-            for (int j = 0; j < F; ++j) o[j] = round_bf16(o[j]);
+        for (; i < F; ++i) {
+            const float v = g[i] / (1.0f + exp1(-g[i])) * u[i];
+            o[i] = rnd ? round_bf16(v) : v;
+        }
     });
 }
 

@@ -71,8 +71,8 @@ constexpr long ahead() {
     else return (long)PF * NP;
 }
 
-// Write a tile of accumulators to y (or add it): whole panels with vector stores, the short last
-// panel (and bfloat16 rounding) element by element.
+// Write a tile of accumulators to y (or add it; rnd: each rounded to bfloat16, and the sum
+// again): whole panels with vector stores, the short last panel element by element.
 template <int MR, int NPAN>
 inline void store_tile(vf (&acc)[MR][NPAN][2], float* y, long ldy, int cols, int accumulate,
                        int rnd) {
@@ -80,10 +80,12 @@ inline void store_tile(vf (&acc)[MR][NPAN][2], float* y, long ldy, int cols, int
         float* yr = y + i * ldy;
         for (int p = 0; p < NPAN; ++p) {
             const int base = p * NP;
-            if (!rnd && base + NP <= cols) {                 // a whole panel: vector stores
+            if (base + NP <= cols) {                         // a whole panel: vector stores
                 for (int h = 0; h < 2; ++h) {
                     vf v = acc[i][p][h];
+                    if (rnd) v = round_bf16_v(v);
                     if (accumulate) v += load(yr + base + h * VW);
+                    if (rnd && accumulate) v = round_bf16_v(v);    // (rounding twice: once)
                     std::memcpy(yr + base + h * VW, &v, sizeof v);
                 }
                 continue;

@@ -250,3 +250,10 @@ static inline float round_bf16(float f) {
     std::memcpy(&f, &u, 4);
     return f;
 }
+
+// round_bf16 in every lane (the same bits as the scalar one, lane by lane)
+static inline vf round_bf16_v(vf f) {
+    const vu u = (vu)f;
+    const vu r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    return (vf)((u & 0x7fffffffu) > 0x7f800000u ? u : r);       // NaN stays NaN
+}
