@@ -163,9 +163,9 @@ void one(const float* q, long ldq, const AttnSeg& s, int i, int h, int n_heads, 
         std::memcpy(p + u, &e, sizeof e);
     }
     for (; u < n; ++u) p[u] = exp1(p[u] - mx);
-    float sum = 0.0f;
-    for (u = 0; u < n; ++u) sum += p[u];              // in key order, as before
-    weighted_sum_any(p, 1.0f / sum, rnd, V, n, acc);
+    // summed in 16 lanes, as the scores (one sum in key order was a chain of n dependent adds:
+    // a 512-token prefill's attention 7 % faster without it, measured on a Zen 4)
+    weighted_sum_any(p, 1.0f / sum16(p, n), rnd, V, n, acc);
     float* o = out + (long)row * n_heads * d + (long)h * d;
     for (int j = 0; j < d; ++j) o[j] = rnd ? round_bf16(acc[j]) : acc[j];
 }

@@ -186,6 +186,17 @@ static inline float tree8(v8f v) {
     return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 }
 
+// sum over i < n of a[i], in that order (see above)
+static inline float sum16(const float* a, int n) {
+    vf acc[G16] = {};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int g = 0; g < G16; ++g) acc[g] += load(a + i + g * VW);
+    float s = tree8(fold16(acc));
+    for (; i < n; ++i) s += a[i];
+    return s;
+}
+
 // sum over i < n of a[i] b[i], in that order (see above)
 static inline float dot16(const float* a, const float* b, int n) {
     vf acc[G16] = {};
