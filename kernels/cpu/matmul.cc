@@ -290,7 +290,8 @@ template <int MR, typename WT, typename X, typename KT>
 __attribute__((always_inline)) inline void part_k(vf (&a)[MR][2], const X& xs, const WT* P, KT k,
                                                   long pf) {
     vf w0, w1;
-    __builtin_prefetch(P + (long)k * NP + pf, 0, 3);
+    for (int b = 0; b < NP * (int)sizeof(WT); b += 64)     // every line of row k (AVX-512 float: 2)
+        __builtin_prefetch(reinterpret_cast<const char*>(P + (long)k * NP + pf) + b, 0, 3);
     load_pair(P + (long)k * NP, w0, w1);
 #if defined(__AVX__) && !defined(LLAMANB_AVX512_SIMDE)
     asm("" : "+x"(w0), "+x"(w1));
