@@ -262,6 +262,34 @@ def test_bf16_products_sum_in_vdpbf16ps_pair_order(kernel_builds):
                     assert np.array_equal(got, want), (k.flavour, K, M, bf16_x)
 
 
+def test_rounded_stores_are_ml_dtypes_bfloat16(kernel_builds):
+    """The bf16 engine's stores (matmul rnd=True; vector lanes for whole panels, one by one for the
+    short last one): each output is the unrounded product rounded to the nearest bfloat16, ties
+    to even -- ml_dtypes' rounding, bit for bit -- and with accumulate, y + that, rounded again.
+    A NaN stays that NaN, its float32 bits kept (ml_dtypes would cut its payload to 16 bits).
+    Ties and specials come through K = 1 against weights of 1 (the product is x), the same in
+    every column, whichever store path wrote it."""
+    import ml_dtypes
+
+    bits = np.array([0x3F808000, 0x3F818000, 0xBF808000, 0x3F807FFF, 0x3F808001, 0x7F7FFFFF,
+                     0x7F800000, 0xFF800000, 0x7FC00001, 0x00008000, 0x80018000], np.uint32)
+    tie_x = bits.view(np.float32)[:, None]
+    rng = np.random.default_rng(29)
+    for k in kernel_builds:
+        N = k.panel_width + 5                            # one whole panel, one short one
+        ones = k.pack(np.ones((N, 1), np.float32))
+        got = k.matmul(tie_x, ones, np.zeros((len(bits), N), np.float32), rnd=True)
+        want = np.where(np.isnan(tie_x), tie_x, tie_x.astype(ml_dtypes.bfloat16).astype(np.float32))
+        assert np.array_equal(got.view(np.uint32), np.repeat(want, N, axis=1).view(np.uint32)), k.flavour
+        x = rng.standard_normal((5, 96)).astype(np.float32)
+        w = k.pack(rng.standard_normal((N, 96)).astype(np.float32))
+        y0 = _bf16(rng.standard_normal((5, N)).astype(np.float32))
+        plain = k.matmul(x, w, np.zeros((5, N), np.float32))
+        assert np.array_equal(k.matmul(x, w, np.zeros((5, N), np.float32), rnd=True), _bf16(plain))
+        got = k.matmul(x, w, y0.copy(), accumulate=True, rnd=True)
+        assert np.array_equal(got, _bf16(y0 + _bf16(plain))), k.flavour
+
+
 def test_bf16_pairs_flush_subnormals_as_vdpbf16ps_does(kernel_builds):
     """vdpbf16ps reads subnormal inputs as 0 and flushes subnormal results (Intel SDM). So every
     build packs a weight that rounds to a bfloat16 subnormal as 0; activations with a subnormal
