@@ -76,7 +76,7 @@ test-notebooks: check-pairs notebook-env apt-deps
 # The numerics-sensitive tests and notebooks again, with OpenBLAS and torch forced to a second
 # kernel family this CPU can run (AVX-512 machine: the AVX2 kernels; AVX2 machine: AVX without FMA;
 # numpy's own vector loops one level down, torch likewise;
-# see llamanb.blas.portability_env): a tolerance or stored output tuned to one kernel fails here.
+# see llamanb.platform.blas.portability_env): a tolerance or stored output tuned to one kernel fails here.
 PORTABLE_TESTS := tests/test_blas.py tests/bench/test_serve_bench.py tests/mesh/test_mesh_ttnn.py \
   tests/check/test_hf_parity.py tests/check/test_reference_gate.py tests/test_engine.py tests/check/test_float64.py
 PORTABLE_NOTEBOOKS := notebooks/00_overview.ipynb notebooks/01_llama_math_numpy.ipynb \
@@ -88,12 +88,12 @@ test-portability: notebook-env
 	$(PY) tests/run_portability.py -q -p no:cacheprovider $(NBVAL) $(PORTABLE_NOTEBOOKS)
 
 check-pairs: $(VENV)/.test-installed
-	$(PY) -m llamanb.course check
+	$(PY) -m llamanb.course.notebooks check
 
 # Convert the model, and build the cpu backend's kernels into the cache (where a compiler exists).
 warm: $(VENV)/.run-installed
 	$(PY) -c "import llamanb; m = llamanb.load_model(); llamanb.Engine(m); \
-	  from llamanb.hardware import cpu_compiler_missing; cpu_compiler_missing() or llamanb.Engine(m, 'cpu')"
+	  from llamanb.platform.hardware import cpu_compiler_missing; cpu_compiler_missing() or llamanb.Engine(m, 'cpu')"
 
 # What a notebook kernel would otherwise do on its first run: convert the model, and build
 # matplotlib's font cache (whose message would land in a cell's output).
@@ -101,12 +101,12 @@ notebook-env: $(VENV)/.test-installed warm
 	$(PY) -c "import matplotlib.pyplot"
 
 notebooks: notebook-env
-	$(PY) -m llamanb.course build $(NB)
+	$(PY) -m llamanb.course.notebooks build $(NB)
 
 # Each notebook as a student's completed copy would run: every exercise stub replaced by its
 # function from solutions/NN_name.py, executed in memory; every checker must print "passed".
 solutions: notebook-env
-	$(PY) -m llamanb.course solutions $(NB)
+	$(PY) -m llamanb.course.notebooks solutions $(NB)
 
 # JupyterLab for reading the course (not needed by run or test): the `lab` extra pins JupyterLab
 # and jupyter_server; jupytext's contents manager is named explicitly, so a notebook saved in Lab

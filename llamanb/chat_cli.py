@@ -1,4 +1,4 @@
-"""`python -m llamanb chat`: the terminal loop around llamanb.chat.Chat.
+"""`python -m llamanb chat`: the terminal loop around llamanb.engine.chat.Chat.
 
     you> Hello!
     assistant> Hello! How can I help you today?
@@ -25,7 +25,7 @@ import secrets
 import signal
 import sys
 
-from .errors import LlamanbError
+from llamanb.errors import LlamanbError
 
 COMMANDS = "/reset, /stats, /quit"
 STOPS = {"length": "stopped at --max-new-tokens {n}",
@@ -145,8 +145,8 @@ def _read(prompt: str) -> str | None:
 # ---- the loop ---------------------------------------------------------------------------------------
 def _sampling(a, model):
     """(SamplingParams, repeat penalty included; the line that says what was chosen)."""
-    from .chat import recommended_sampling
-    from .sampling import SamplingParams
+    from llamanb.engine.chat import recommended_sampling
+    from llamanb.engine.sampling import SamplingParams
 
     if a.greedy:
         return SamplingParams(), "greedy, no repeat penalty (--greedy)"
@@ -170,10 +170,10 @@ def _sampling(a, model):
 
 
 def main(a) -> int:
-    from .chat import Chat
-    from .engine_choice import choose_engine as _engine
-    from .io.store import load_model
-    from .tokenizer import as_text
+    from llamanb.engine.chat import Chat
+    from llamanb.engine_choice import choose_engine as _engine
+    from llamanb.io.store import load_model
+    from llamanb.model.tokenizer import as_text
 
     system = None if a.system is None else as_text(a.system, "--system")
     if a.greedy:                                  # the arguments, before any work
@@ -183,7 +183,7 @@ def main(a) -> int:
         if given:
             raise LlamanbError(f"--greedy takes the most likely token: drop {', '.join(given)}")
     if a.temperature is not None or a.top_k is not None or a.top_p is not None:
-        from .sampling import SamplingParams     # the values themselves, before any work
+        from llamanb.engine.sampling import SamplingParams  # the values themselves, before any work
 
         SamplingParams(a.temperature or 0.0, a.top_k, 1.0 if a.top_p is None else a.top_p)
     if a.repeat_penalty is not None and not 1 <= a.repeat_penalty < float("inf"):
@@ -205,7 +205,7 @@ def main(a) -> int:
 
 
 def _loop(chat, a) -> int:
-    from .chat import ContextFull
+    from llamanb.engine.chat import ContextFull
 
     while True:
         try:

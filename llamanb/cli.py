@@ -9,7 +9,7 @@ import os
 import secrets
 import sys
 
-from .errors import LlamanbError
+from llamanb.errors import LlamanbError
 
 DEFAULT_PROMPT = "What are three good reasons to learn how a language model works inside?"
 
@@ -62,7 +62,7 @@ def _model_arg(p):
 
 def _backend_arg(p, default: str | None = None) -> None:
     """--backend; generate and chat default to `auto` (or $LLAMANB_BACKEND), verify to numpy."""
-    from .backends import BACKENDS, LAZY
+    from llamanb.engine.registry import BACKENDS, LAZY
 
     names = ", ".join({**BACKENDS, **LAZY})
     if default is None:
@@ -79,12 +79,12 @@ def _backend_arg(p, default: str | None = None) -> None:
 def _sampling_args(p, chat: bool = False) -> None:
     """The options generate and chat share: system message, length, sampling, dtype (chat's
     sampling defaults to what the model recommends)."""
-    from .chat import CHAT_DEFAULT
+    from llamanb.engine.chat import CHAT_DEFAULT
 
     p.add_argument("--system", default=None, help="system message for the chat template")
     p.add_argument("--max-new-tokens", type=_positive_int, default=256,
                    help="stop after this many new tokens (or at end of turn)")
-    if chat:                       # the model's recommendation (llamanb.chat.recommended_sampling)
+    if chat:                       # the model's recommendation (llamanb.engine.chat.recommended_sampling)
         rec = "(default: the model's recommendation, else {})"
         p.add_argument("--temperature", type=float, default=None,
                        help="0 = greedy " + rec.format(CHAT_DEFAULT["temperature"]))
@@ -112,14 +112,14 @@ def _sampling_args(p, chat: bool = False) -> None:
     p.add_argument("--dtype", choices=DTYPES, default="float32", help=DTYPE_HELP)
 
 
-# as llamanb.backends.cpu.CpuBackend.DTYPES (not imported here: the CLI starts without numpy)
+# as llamanb.cpu.backend.CpuBackend.DTYPES (not imported here: the CLI starts without numpy)
 DTYPES = ["float32", "bf16", "q4_1", "q4_0", "q5_0", "q4_k", "q6_k", "q8_0", "auto"]
 DTYPE_HELP = ("bf16 rounds weights and every op's output to bfloat16 (numpy, cpu); q4_1 / q4_0 / "
               "q5_0 / q4_k / q6_k / q8_0 run a GGUF's own quantised blocks (every layer matrix in that "
               "format), auto each matrix as the file stores it (cpu backend)")
 
 
-from .engine_choice import AUTO, choose_engine as _engine  # noqa: E402
+from llamanb.engine_choice import AUTO, choose_engine as _engine  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -166,13 +166,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", default=None, help="also write the results to this file")
     b.add_argument("--runs", type=_positive_int, default=3, help="timed rounds (medians; a target between engines is decided by "
                    "the lower quartile of the paired rounds, from 7 rounds on)")
-    from .bench.runners import DECODE_STEPS
+    from llamanb.bench.runners import DECODE_STEPS
 
     b.add_argument("--decode-tokens", type=_positive_int, default=DECODE_STEPS,
                    help="tokens generated in each decode measurement")
     b.add_argument("--no-transformers", action="store_true", help="measure llamanb only")
     b.add_argument("--no-bf16", action="store_true", help="skip transformers bf16")
-    from .backends import BACKENDS, LAZY
+    from llamanb.engine.registry import BACKENDS, LAZY
 
     b.add_argument("--backend", default="numpy", help="also measure this llamanb backend beside "
                    "the numpy engine, as a ratio in the same run; one of: "
@@ -190,25 +190,25 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="which backends this machine can run (ready, or what is "
                        "missing); config, parameter and memory accounting")
     _model_arg(i)
-    from .config import PRESETS
+    from llamanb.model.config import PRESETS
 
     i.add_argument("--preset", default=None, help=f"{' | '.join(PRESETS)} (no weights needed)")
     i.add_argument("--seq", type=_positive_int, default=None, help="KV cache length to price")
 
-    from .serve.cli import add_parser as add_batch_parser
+    from llamanb.serve.cli import add_parser as add_batch_parser
     add_batch_parser(sub, _model_arg, _positive_int)
-    from .npu.cli import add_parser as add_npu_parser
+    from llamanb.npu.cli import add_parser as add_npu_parser
     add_npu_parser(sub, _model_arg, _positive_int)
-    from .tcp.cli import add_parser as add_tcp_parser
+    from llamanb.tcp.cli import add_parser as add_tcp_parser
     add_tcp_parser(sub, _model_arg, _positive_int)
     return ap
 
 
 def cmd_generate(a) -> int:
-    from .engine import Engine
-    from .generate import SamplingParams, generate
-    from .io.store import load_model
-    from .tokenizer import as_text
+    from llamanb.engine.engine import Engine
+    from llamanb.engine.generate import SamplingParams, generate
+    from llamanb.io.store import load_model
+    from llamanb.model.tokenizer import as_text
 
     prompt = _read_prompt(a)
     if not prompt or not prompt.strip():
@@ -216,7 +216,7 @@ def cmd_generate(a) -> int:
     system = None if a.system is None else as_text(a.system, "--system")
     seed = secrets.randbits(32) if a.seed is None else a.seed
     params = SamplingParams(a.temperature, a.top_k, a.top_p, seed)   # validates
-    from .io.store import entry_bytes
+    from llamanb.io.store import entry_bytes
 
     model = load_model(a.model)
     ids = model.tokenizer.encode_prompt(prompt, chat=not a.raw, system=system)
@@ -255,7 +255,7 @@ def cmd_generate(a) -> int:
 def _read_prompt(a) -> str:
     """The prompt as text: --prompt (argv bytes that were not UTF-8 arrive as lone surrogates) or
     --prompt-file; either way, text that is not UTF-8 is a LlamanbError naming the bad byte."""
-    from .tokenizer import as_text
+    from llamanb.model.tokenizer import as_text
 
     if a.prompt_file is None:
         return as_text(a.prompt, "--prompt")
@@ -270,12 +270,12 @@ def _read_prompt(a) -> str:
 
 
 def cmd_verify(a) -> int:
-    from .check import verify
+    from llamanb.check import verify
 
     if a.save is not None:
         if not a.live:
             raise LlamanbError("--save writes the references that --live computes: add --live")
-        from .paths import check_output_file
+        from llamanb.platform.paths import check_output_file
 
         check_output_file(a.save, "--save")
     if a.diagnose:
@@ -283,7 +283,7 @@ def cmd_verify(a) -> int:
     if a.live:
         return verify.live_cli(a.model, a.steps, a.save)
     if a.backend == "cuda":                  # before loading anything: what a GPU run lacks here
-        from .hardware import cuda_missing
+        from llamanb.cuda.readiness import cuda_missing
 
         if cuda_missing():
             raise LlamanbError(f"backend 'cuda' needs {'; '.join(cuda_missing())} (backend "
@@ -293,29 +293,29 @@ def cmd_verify(a) -> int:
 
 
 def cmd_bench(a) -> int:
-    from .bench import cli as bench
+    from llamanb.bench import cli as bench
 
     return bench.main(a)
 
 
 def cmd_chat(a) -> int:
-    from .chat_cli import main as chat
+    from llamanb.chat_cli import main as chat
 
     return chat(a)
 
 
 def cmd_info(a) -> int:
-    from .hardware import readiness_report
-    from .info import describe
+    from llamanb.readiness import readiness_report
+    from llamanb.model.info import describe
 
     if a.preset:                               # arguments first, then the model, then output
-        from .config import PRESETS
+        from llamanb.model.config import PRESETS
 
         if a.preset not in PRESETS:
             raise LlamanbError(f"unknown preset {a.preset!r}; known: {', '.join(PRESETS)}")
         cfg = PRESETS[a.preset]
     else:
-        from .io.store import load_model
+        from llamanb.io.store import load_model
 
         cfg = load_model(a.model).config
     text = describe(cfg, a.seq)
@@ -326,19 +326,19 @@ def cmd_info(a) -> int:
 
 
 def cmd_batch(a) -> int:
-    from .serve.cli import main as batch
+    from llamanb.serve.cli import main as batch
 
     return batch(a)
 
 
 def cmd_npu(a) -> int:
-    from .npu.cli import main as npu
+    from llamanb.npu.cli import main as npu
 
     return npu(a)
 
 
 def cmd_tcp(a) -> int:
-    from .tcp.cli import main as tcp
+    from llamanb.tcp.cli import main as tcp
 
     return tcp(a)
 
@@ -346,7 +346,7 @@ def cmd_tcp(a) -> int:
 def _os_error_line(e: OSError) -> str:
     from pathlib import Path
 
-    from .paths import cache_fault, cache_root, os_problem
+    from llamanb.platform.paths import cache_fault, cache_root, os_problem
 
     name = e.filename
     if name is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from .errors import LlamanbError
+from llamanb.errors import LlamanbError
 
 AUTO = "auto"
 
@@ -19,20 +19,20 @@ def choose_engine(model, backend: str, dtype: str = "float32"):
     """The engine for --backend; `auto` is the fastest ready one: cpu where a compiler is found
     (its kernels compiled once into the cache, said on one line), else numpy (one line says why).
     Greedy tokens are the same either way (tests/backends/test_cpu_backend.py, tests/test_cli.py)."""
-    from .backends.cpu import check_dtype
-    from .engine import Engine
+    from llamanb.cpu.backend import check_dtype
+    from llamanb.engine.engine import Engine
 
     if backend != AUTO:
         check_dtype(backend, dtype)
         return Engine(model, backend, **({"dtype": dtype} if backend in ("numpy", "cpu") else {}))
-    from .hardware import cpu_compiler_missing
+    from llamanb.cpu.readiness import cpu_compiler_missing
 
     missing = cpu_compiler_missing()
     if missing:
         check_dtype("numpy", dtype)
         note(f"engine numpy: the faster cpu backend needs {missing[0]}")
         return Engine(model, "numpy", dtype=dtype)
-    from .backends import cpu_kernels
+    from llamanb.cpu import kernels as cpu_kernels
 
     if not cpu_kernels.built():
         note(f"engine cpu: compiling its C++ kernels for this CPU, once (about 15 s; kept in "

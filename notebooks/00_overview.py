@@ -48,10 +48,10 @@ print("llamanb", llamanb.__version__)
 # %%
 CHAPTERS = [
     ("00", "overview", "this map; the machine; one answer", "hardware, generate"),
-    ("01", "llama_math_numpy", "symbols, parameters, one block op by op", "config, backends.numpy_ref"),
+    ("01", "llama_math_numpy", "symbols, parameters, one block op by op", "model.config, engine.numpy_backend"),
     ("01b", "prefill_flops", "FLOPs of a prefill and a decode step, against torch", "flops"),
     ("02", "rope_einsum_tables", "RoPE frequencies, 2x2 rotation tables, GGUF Q/K order", "rope, rope_tables"),
-    ("03", "attention_masks", "GQA einsums, the causal mask, which ops mix positions", "backends.numpy_ref"),
+    ("03", "attention_masks", "GQA einsums, the causal mask, which ops mix positions", "engine.numpy_backend"),
     ("03b", "padded_prefill", "exact padded prefill, the real length, a one-row head", "engine"),
     ("04", "kv_cache_growth", "KV cache layout, growth and cost; decode = recompute", "kv"),
     ("04b", "sampling", "greedy, temperature, top-k, top-p against transformers", "generate"),
@@ -61,10 +61,10 @@ CHAPTERS = [
     ("08", "tcp_mapping", "Furiosa TCP: the mapping, compiled by furiosa-tcc", "tcp"),
     ("09", "galaxy_mesh", "Tenstorrent Galaxy: mesh, CCLs, TT-Lang, block floats", "mesh, numerics"),
     ("10", "continuous_batching", "serving many requests at once", "serve, kv.paged"),
-    ("11", "cpu_kernels", "the CPU: roofline, panels, register tiles, bf16, Q4_1", "backends.cpu"),
+    ("11", "cpu_kernels", "the CPU: roofline, panels, register tiles, bf16, Q4_1", "cpu.backend"),
     ("12", "cuda_kernels", "min_llm_inference's CUDA kernels, simulated and compiled", "cuda"),
     ("13", "hardware_chat", "the whole model through the NPU2 runtime; profile; a chat", "hardware, chat, npu.profile"),
-    ("14", "appendix_cost_models", "Appendix: the three cost models on one calibration", "npu.perf.cost, tcp.cost, mesh.cost"),
+    ("A", "cost_models", "Appendix: the three cost models on one calibration", "npu.cost, tcp.cost, mesh.cost"),
 ]
 print(f"{'#':<3} {'notebook':<22} {'what it builds':<56} llamanb")
 for num, name, what, where in CHAPTERS:
@@ -73,7 +73,7 @@ for num, name, what, where in CHAPTERS:
 # %% [markdown]
 # The engine keeps a *seam* between the loop and the arithmetic. The loop (embedding, the `L`
 # blocks, the KV cache, the LM head on the rows that matter, sampling) lives in
-# `llamanb.engine` and `llamanb.generate`; a **backend** computes one block and the head. The numpy
+# `llamanb.engine.engine` and `llamanb.engine.generate`; a **backend** computes one block and the head. The numpy
 # reference is the first backend; the NPU and Tenstorrent chapters add others behind the same two
 # calls, so generation, verification and benchmarks run unchanged on each of them.
 
@@ -107,12 +107,12 @@ plt.show()
 # The course runs everywhere on the numpy backend. The accelerator chapters need a software stack
 # *and* a device: for AMD's NPU2, the XRT Python bindings (`pyxrt`), the MLIR-AIR compiler (`air`)
 # and an NPU bound to the `amdxdna` driver; for Tenstorrent, `ttnn` and a card under
-# `/dev/tenstorrent`. `llamanb.hardware` checks for both without importing anything, so the
+# `/dev/tenstorrent`. `llamanb.platform.hardware` checks for both without importing anything, so the
 # package stays importable on a laptop. Where a stack is absent, later notebooks run a faithful
 # emulation of the same orchestration — and say so in their output.
 
 # %%
-from llamanb import hardware
+from llamanb.platform import hardware
 
 targets = hardware.probe()
 for t in targets:
@@ -150,7 +150,7 @@ print(f"Python {info['python']}, numpy {info['numpy']}, BLAS {info['openblas']}"
 
 # %%
 from llamanb import Engine, load_model
-from llamanb.info import describe
+from llamanb.model.info import describe
 
 model = load_model()
 cfg = model.config
@@ -203,7 +203,7 @@ print("special tokens: BOS", cfg.bos_id, repr(tok.decode([cfg.bos_id])),
 # greedily taking the most likely token, until the model ends its turn or the budget runs out.
 
 # %%
-from llamanb import generate
+from llamanb.engine import generate
 
 engine = Engine(model)
 result = generate(engine, ids, max_new_tokens=48)
@@ -291,13 +291,13 @@ print("steps compared:", len(hf_top5), "| logits compared:", diff.size,
 # add in different orders, fuse different ops, and their BLAS libraries pick kernels by matrix
 # shape, CPU and thread count. A tolerance picked by hand (an earlier version of this notebook
 # asserted `< 1e-3`) is a guess. Measure instead how far *each* engine is from the exact result:
-# `llamanb.check.float64.forward` evaluates the same weights in float64 — a separate, plain
+# `llamanb.model.reference.forward` evaluates the same weights in float64 — a separate, plain
 # implementation (full causal attention, no KV cache, no padding or tiles) whose own rounding,
 # about 1e-16 relative, is nine orders of magnitude below float32's. The GGUF values are exactly
 # representable in both formats, so all three evaluate the very same function.
 
 # %%
-from llamanb.check.float64 import forward as forward64
+from llamanb.model.reference import forward as forward64
 
 seen = ids + result.ids[:-1]                                    # every token a step conditioned on
 exact = forward64(model.weights, seen, rows=np.arange(len(ids) - 1, len(seen)))    # [steps, V]
@@ -345,7 +345,7 @@ print(f"max |llamanb - transformers|  {d_both:.3e}   derived bound (the sum): {d
 # Chapters 01–13 end with exercises: two or three small functions to write in the notebook
 # (a block's parameter count, a RoPE table, a causal mask, a GEMV tile plan, a scheduler's
 # preemption, ...), each with its shapes and a hint. Replace `raise NotImplementedError` with your
-# code and run the cell below it: a checker from `llamanb.exercises` runs your function on fixed
+# code and run the cell below it: a checker from `llamanb.course.exercises` runs your function on fixed
 # cases against the finished code in `llamanb` (or closed-form math) and prints one line —
 # `passed`, or the first case that differs, what was expected and what came back, the shapes, and
 # a hint — or `not attempted yet` while the stub is untouched. Solutions, each with a sentence on
@@ -355,14 +355,14 @@ print(f"max |llamanb - transformers|  {d_both:.3e}   derived bound (the sum): {d
 # %% [markdown]
 # ## Summary
 #
-# - `llamanb.hardware.probe()` reports which backends this machine can run: the numpy reference
+# - `llamanb.platform.hardware.probe()` reports which backends this machine can run: the numpy reference
 #   always; the NPU and Tenstorrent paths only with their stacks and devices.
 # - `llamanb.load_model()` loads the embedded SmolLM2-135M-Instruct (or a local HF/GGUF path);
-#   `llamanb.Engine` runs it; `llamanb.generate` decodes, and its answer matches HF transformers
+#   `llamanb.Engine` runs it; `llamanb.engine.generate` decodes, and its answer matches HF transformers
 #   token for token.
 # - The embedded model is SmolLM2-135M-Instruct with Q4_1 weights (Q8_0 embedding): the checks
 #   prove the engine, not the answer. Against a float64 evaluation of the same weights
-#   (`llamanb.check.float64`), llamanb's float32 logits are as close as transformers', and the
+#   (`llamanb.model.reference`), llamanb's float32 logits are as close as transformers', and the
 #   tolerance between the two engines is derived from those two distances.
 #
 # **Next — 01 · Llama math in numpy:** the symbols behind those shapes, where the parameters and

@@ -62,7 +62,7 @@ MODELS = [SMOLLM2_135M, LLAMA32_1B, LLAMA3_70B]
 # - **V**: vocabulary size, the number of distinct token ids (rows of the embedding table).
 # - **L**: number of transformer blocks (layers).
 #
-# The three presets in `llamanb.config` hold the published values:
+# The three presets in `llamanb.model.config` hold the published values:
 
 # %%
 rows = [("H", "hidden"), ("N_h", "n_heads"), ("N_kv", "n_kv_heads"), ("G", "group"),
@@ -130,7 +130,7 @@ table += "| **total** | " + " | ".join(f"{sum(p.values()):,}" for p in ours.valu
 display(Markdown(table))
 
 # %% [markdown]
-# `llamanb.config` has the same accounting (`param_breakdown`, `layer_params`, `n_params`). It must
+# `llamanb.model.config` has the same accounting (`param_breakdown`, `layer_params`, `n_params`). It must
 # agree with the formulas above, component by component:
 
 # %%
@@ -339,11 +339,11 @@ print(q.shape, k.shape, v.shape)
 #
 # `(x1, x2) → (x1·cos − x2·sin, x2·cos + x1·sin)`, with `x1 = x[:d_h/2]`, `x2 = x[d_h/2:]`.
 #
-# The frequency table first, derived here and checked against `llamanb.rope` and against the
+# The frequency table first, derived here and checked against `llamanb.model.rope` and against the
 # cos/sin that transformers' rotary module produced for this prompt:
 
 # %%
-from llamanb import rope
+from llamanb.model import rope
 
 d = c.head_dim
 inv_freq = (1.0 / c.rope_theta ** (np.arange(0, d, 2) / d)).astype(np.float32)   # [d_h/2]
@@ -458,8 +458,8 @@ print(f"({len(report)} checks, each asserted within rtol={RTOL}, atol={ATOL}; fl
 # relative error is `‖ours − HF‖ / ‖HF‖` over the whole `[S, H]` array.
 
 # %%
-from llamanb.ops import rms_norm as llamanb_rms_norm
-from llamanb.step import Step
+from llamanb.model.ops import rms_norm as llamanb_rms_norm
+from llamanb.engine.step import Step
 
 collected = []
 engine.forward(ids, engine.new_cache(S), collect=collected)        # L + 1 arrays of [S, H]
@@ -540,13 +540,13 @@ print(f"max |difference| / max |input| on this machine: <= {roundup(worst_block)
 # %% [markdown]
 # ## Summary
 #
-# - **Symbols and accounting** live in `llamanb.config.LlamaConfig`: `param_breakdown()`,
+# - **Symbols and accounting** live in `llamanb.model.config.LlamaConfig`: `param_breakdown()`,
 #   `layer_params()`, `n_params()`, `weight_bytes(fmt)`, `kv_bytes_per_token(fmt)`,
 #   `kv_bytes(seq)`, with the presets `SMOLLM2_135M`, `LLAMA32_1B`, `LLAMA3_70B`. Llama-3.2-1B is
 #   tied: 1,235,814,400 parameters, 2.47 GB in bf16, and its bf16 KV cache at 2048 positions is
 #   64 MiB.
-# - **The block** you wrote by hand is what `llamanb.backends.numpy_ref.NumpyBackend.block` runs,
-#   with `llamanb.rope` for the rotation; `Engine.forward` chains 30 of them and agrees with
+# - **The block** you wrote by hand is what `llamanb.engine.numpy_backend.NumpyBackend.block` runs,
+#   with `llamanb.model.rope` for the rotation; `Engine.forward` chains 30 of them and agrees with
 #   transformers to a relative error below 1e-5 at every layer of SmolLM2-135M.
 #
 # **Next**, notebook 01b counts the block's floating-point work for a 2048-token prefill of
@@ -561,7 +561,7 @@ print(f"max |difference| / max |input| on this machine: <= {roundup(worst_block)
 # yet`. One way to solve each, with a sentence on why: `solutions/01_llama_math_numpy.py`.
 
 # %%
-from llamanb.exercises import ch01
+from llamanb.course.exercises import ch01
 
 # %% [markdown]
 # ### 01.1 Parameters of one block
@@ -584,7 +584,7 @@ ch01.block_params(block_params)
 # ### 01.2 RMSNorm
 #
 # Write `rms_norm(x, gamma, eps)`: `x [S, H]` float32, `gamma [H]`, returns `[S, H]`, each row
-# divided by its root mean square and scaled by `gamma`. Checked against `llamanb.ops.rms_norm`
+# divided by its root mean square and scaled by `gamma`. Checked against `llamanb.model.ops.rms_norm`
 # to a relative 1e-5, including small activations where `eps` matters and an all-zero row.
 # *Hint:* where does `eps` go, and is it a mean or a sum?
 

@@ -17,12 +17,12 @@
 #
 # **What you will build.** Notebook 01 ran one Llama block operation by operation. Here you count
 # the floating-point work of the whole model: a 2048-token prefill of Llama-3.2-1B, op by op, by
-# hand; then the same count from `llamanb.flops`, and an independent one from torch's own
+# hand; then the same count from `llamanb.model.flops`, and an independent one from torch's own
 # `FlopCounterMode` running transformers' `LlamaForCausalLM` on the *meta* device. You will see
 # which ops dominate (the MLP), what the causal triangle and a one-row LM head save, and why decode,
 # the same weights on one row, does about one FLOP per byte of weight it reads.
 #
-# Every count below is an `assert`: against torch, against `llamanb.flops`, or against closed-form
+# Every count below is an `assert`: against torch, against `llamanb.model.flops`, or against closed-form
 # arithmetic.
 
 # %%
@@ -32,7 +32,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from llamanb import LLAMA32_1B, flops
+from llamanb import LLAMA32_1B
+from llamanb.model import flops
 
 warnings.filterwarnings("ignore")
 
@@ -96,14 +97,14 @@ print(f"{'total':12s} {sum(by_hand.values()) / 1e12:9.2f} TFLOP   (full S x S / 
       f"{sum(by_hand_full.values()) / 1e12:.2f})")
 
 # %% [markdown]
-# `llamanb.flops` holds the same counting as functions of any config. It must give the same
+# `llamanb.model.flops` holds the same counting as functions of any config. It must give the same
 # numbers:
 
 # %%
 assert flops.prefill_flops(LLAMA32_1B, S_pf) == by_hand              # causal, last row
 assert flops.prefill_flops(LLAMA32_1B, S_pf, lm_head_rows="all", attention="full") == by_hand_full
 assert flops.total(by_hand) == 4_261_267_111_936
-print(f"llamanb.flops.prefill_flops: {flops.total(flops.prefill_flops(LLAMA32_1B, S_pf)):,} FLOPs "
+print(f"llamanb.model.flops.prefill_flops: {flops.total(flops.prefill_flops(LLAMA32_1B, S_pf)):,} FLOPs "
       f"(causal, last row), hand count {flops.total(by_hand):,}")
 
 # %% [markdown]
@@ -243,7 +244,7 @@ assert flops.total(dec0) - dec0["attn_scores"] - dec0["attn_values"] == 2 * (
 #
 # - **The rule:** a matrix product `[m, k] @ [k, n]` is `2·m·n·k` FLOPs; only matrix products count
 #   (everything else is well under 1 %), the rule torch's `FlopCounterMode` uses too.
-# - **FLOPs** live in `llamanb.flops`: `prefill_flops(cfg, S, lm_head_rows="last"|"all",
+# - **FLOPs** live in `llamanb.model.flops`: `prefill_flops(cfg, S, lm_head_rows="last"|"all",
 #   attention="causal"|"full", start=0, batch=1)`, `decode_flops(cfg, context)`, `layer_flops`,
 #   `attention_pairs`, checked here and in `tests/test_flops.py` against torch's `FlopCounterMode`
 #   on transformers' own model. A 2048-token prefill of Llama-3.2-1B is 4.26 TFLOP (causal, one
@@ -265,7 +266,7 @@ assert flops.total(dec0) - dec0["attn_scores"] - dec0["attn_values"] == 2 * (
 
 # %%
 from llamanb import LlamaConfig
-from llamanb.exercises import ch01b
+from llamanb.course.exercises import ch01b
 
 # %% [markdown]
 # ### 01b.1 FLOPs of a prefill

@@ -39,8 +39,8 @@ from transformers import LlamaConfig as HFLlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-from llamanb import rope
-from llamanb.config import LLAMA32_1B, SMOLLM2_135M, RopeScaling
+from llamanb.model import rope
+from llamanb.model.config import LLAMA32_1B, SMOLLM2_135M, RopeScaling
 
 torch.manual_seed(0)
 np.set_printoptions(precision=4, suppress=True, linewidth=110)
@@ -78,7 +78,7 @@ print("w_0 =", w_ours[0], "  w_1 = theta^(-1/32) =", round(w_ours[1], 6), "  w_3
 # transformers computes the same numbers in float32 inside `LlamaRotaryEmbedding` (for the plain
 # "default" RoPE it calls `compute_default_rope_parameters`; the scaled variants live in
 # `transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS`). Build a tiny transformers config with the
-# published SmolLM2 numbers and compare, then compare with the engine's `llamanb.rope.inv_freq`.
+# published SmolLM2 numbers and compare, then compare with the engine's `llamanb.model.rope.inv_freq`.
 
 # %%
 def hf_config(head_dim, theta, heads, kv_heads, scaling=None, max_pos=8192):
@@ -144,8 +144,8 @@ print("pairs kept:", int(kept.sum()), " blended:", int(blended.sum()), " divided
 print("blended pair indices:", i[blended].tolist(), " ratio w/w':", np.round(w0 / w_scaled, 3)[blended])
 
 # %% [markdown]
-# Compare with the engine (`llamanb.rope.inv_freq` with a `RopeScaling`, which is what
-# `llamanb.config.LLAMA32_1B` uses) and with transformers' `ROPE_INIT_FUNCTIONS["llama3"]` on a
+# Compare with the engine (`llamanb.model.rope.inv_freq` with a `RopeScaling`, which is what
+# `llamanb.model.config.LLAMA32_1B` uses) and with transformers' `ROPE_INIT_FUNCTIONS["llama3"]` on a
 # config written from the published numbers.
 
 # %%
@@ -186,7 +186,7 @@ plt.show()
 # RoPE turns pairs of dimensions, but which two dimensions form pair `i` is a convention:
 #
 # * **half-split** (HF transformers, GPT-NeoX): dimension `i` pairs with `i + d/2`. HF writes it as
-#   `x * cos + rotate_half(x) * sin`. This is `llamanb.rope.apply_rope`.
+#   `x * cos + rotate_half(x) * sin`. This is `llamanb.model.rope.apply_rope`.
 # * **interleaved** (GPT-J, Meta's original Llama code, llama.cpp for the LLAMA architecture):
 #   dimension `2i` pairs with `2i + 1`.
 #
@@ -296,7 +296,7 @@ print("P (x_half = x_inter[..., P]):", P8.tolist())
 assert np.array_equal(P8[Q8], np.arange(d8)) and np.array_equal(Q8[P8], np.arange(d8))
 
 # %% [markdown]
-# Now prove both directions against the engine's half-split `llamanb.rope.apply_rope`
+# Now prove both directions against the engine's half-split `llamanb.model.rope.apply_rope`
 # (itself tested against transformers):
 #
 # 1. half-split in: `apply_rope(x_half) == einsum(x_half[..., Q])[..., P]`
@@ -335,19 +335,18 @@ np.testing.assert_allclose(einsum_rope(x_half[..., Q])[..., P], q_hf, rtol=0, at
 print("table einsum (permuted) vs transformers' apply_rotary_pos_emb: within 2e-6 (asserted)")
 
 # %% [markdown]
-# The finished functions live in `llamanb.rope_tables`: `rotation_table(positions, freqs)`
+# The finished functions live in `llamanb.model.rope_tables`: `rotation_table(positions, freqs)`
 # `[S, d/2, 2, 2]`, `apply_rotation_table(x, table)` for interleaved `x [..., S, H, d]`, and the two
 # permutations `interleaved_to_half_split(d)` (= `P`) and `half_split_to_interleaved(d)` (= `Q`).
 
 # %%
-from llamanb.rope_tables import (apply_rotation_table, half_split_to_interleaved, interleaved_to_half_split,
-                                 rotation_table)
+from llamanb.model.rope_tables import (apply_rotation_table, half_split_to_interleaved, interleaved_to_half_split, rotation_table)
 
 np.testing.assert_array_equal(rotation_table(pos, w_llamanb), table)
 np.testing.assert_array_equal(interleaved_to_half_split(d), P)
 np.testing.assert_array_equal(half_split_to_interleaved(d), Q)
 np.testing.assert_allclose(apply_rotation_table(x_inter, table), y_inter, rtol=0, atol=1e-6)
-print("llamanb.rope_tables: same table and permutations bit for bit; applied, max |difference|",
+print("llamanb.model.rope_tables: same table and permutations bit for bit; applied, max |difference|",
       at_most(float(np.abs(apply_rotation_table(x_inter, table) - y_inter).max())))
 
 # %% [markdown]
@@ -527,13 +526,13 @@ print(f"W_q un-permuted with {cfg.n_kv_heads} heads instead of {cfg.n_heads}: "
 # ## Summary
 #
 # * RoPE turns `d/2` pairs of each head by `p * w_i`, `w_i = theta^(-2i/d)`; Llama 3 keeps the fast
-#   pairs, divides the slow ones by `factor` and blends the band between (`llamanb.rope.inv_freq`,
+#   pairs, divides the slow ones by `factor` and blends the band between (`llamanb.model.rope.inv_freq`,
 #   bit-identical to transformers, with and without `llama3` scaling).
 # * HF pairs `i` with `i + d/2`; llama.cpp, GGUF and Meta's code pair `2i` with `2i + 1`: the same
 #   rotation up to a fixed permutation of the head dimension, which GGUF files bake into the rows of
 #   `W_q`/`W_k` (`llamanb.io.gguf.unpermute_qk` undoes it, with 9 heads for Q and 3 for K).
 # * RoPE as a `[S, d/2, 2, 2]` table of rotation matrices is one einsum. New in
-#   **`llamanb.rope_tables`**: `rotation_table(positions, freqs)`, `apply_rotation_table(x, table)`,
+#   **`llamanb.model.rope_tables`**: `rotation_table(positions, freqs)`, `apply_rotation_table(x, table)`,
 #   `interleaved_to_half_split(d)` and `half_split_to_interleaved(d)`, tested against transformers'
 #   `apply_rotary_pos_emb` in `tests/test_rope_tables.py`.
 # * The table holds `[[cos, sin], [-sin, cos]]`, the transpose of the textbook matrix (which, in
@@ -550,13 +549,13 @@ print(f"W_q un-permuted with {cfg.n_kv_heads} heads instead of {cfg.n_heads}: "
 # attempted yet`). Solutions: `solutions/02_rope_einsum_tables.py`.
 
 # %%
-from llamanb.exercises import ch02
+from llamanb.course.exercises import ch02
 
 # %% [markdown]
 # ### 02.1 Inverse frequencies
 #
 # Write `inv_freq(d, theta)`: the `[d/2]` float32 frequencies of RoPE without scaling, checked
-# against `llamanb.rope.inv_freq` to a relative 1e-6. *Hint:* section 1; how many frequencies
+# against `llamanb.model.rope.inv_freq` to a relative 1e-6. *Hint:* section 1; how many frequencies
 # does a head of `d` dimensions have?
 
 # %%
@@ -572,7 +571,7 @@ ch02.inv_freq(inv_freq)
 #
 # Write `rotation_table(positions, freqs)`: `positions [S]`, `freqs [d/2]` -> `[S, d/2, 2, 2]`
 # float32, one 2×2 rotation per position and frequency, stored `[in, out]` so that section 4's
-# einsum contracts its first axis. Checked against `llamanb.rope_tables.rotation_table`.
+# einsum contracts its first axis. Checked against `llamanb.model.rope_tables.rotation_table`.
 # *Hint:* which of the two 2×2 matrices turns the pair forwards when the *first* axis is summed?
 
 # %%
@@ -588,7 +587,7 @@ ch02.rotation_table(rotation_table)
 #
 # Write `apply_table(x, table)`: `x [S, H, d]` with *interleaved* pairs `(x_2i, x_2i+1)`, `table
 # [S, d/2, 2, 2]` from 02.2 -> the rotated `[S, H, d]`, with one `np.einsum`. Checked against
-# `llamanb.rope_tables.apply_rotation_table`. *Hint:* a reshape puts each pair on an axis of its
+# `llamanb.model.rope_tables.apply_rotation_table`. *Hint:* a reshape puts each pair on an axis of its
 # own; which reshape pairs neighbours rather than halves?
 
 # %%

@@ -38,7 +38,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from llamanb import Engine, load_model
-from llamanb.numerics import U_FLOAT32, gamma
+from llamanb.model.numerics import U_FLOAT32, gamma
 
 
 def roundup(err: float) -> float:
@@ -63,10 +63,10 @@ print(f"N_h = {N_h} query heads, N_kv = {N_kv} K/V heads, G = N_h / N_kv = {G}, 
 # query head in a group reads the same key head and the same value head. We start from the real
 # layer-0 queries, keys and values of the embedded model for a short prompt: RMSNorm, the three
 # projections, then RoPE on `q` and `k` (derived in notebooks 01 and 02; here RoPE comes from
-# `llamanb.rope`).
+# `llamanb.model.rope`).
 
 # %%
-from llamanb.rope import apply_rope, cos_sin, rope_for
+from llamanb.model.rope import apply_rope, cos_sin, rope_for
 
 ids = tok.encode("The capital of France is Paris, and the capital of Italy is")
 S = len(ids)
@@ -225,7 +225,7 @@ assert bytes_after == G * bytes_before
 assert np.array_equal(k_rep_torch[0].permute(1, 0, 2).numpy(), k_rep)    # same layout as np.repeat
 
 # %% [markdown]
-# **The finished version.** `llamanb.backends.numpy_ref.NumpyBackend.attention` is the same
+# **The finished version.** `llamanb.engine.numpy_backend.NumpyBackend.attention` is the same
 # computation with the group axis laid out for BLAS (one GEMM per K/V head for the scores and one
 # for the output) and with fixed-shape tiles whose purpose notebook 03b explains. It reads K and V
 # from the KV cache, so we write layer 0's `k`, `v` there first.
@@ -343,8 +343,8 @@ assert np.isnan(bad).all()
 # step-by-step layer.
 
 # %%
-from llamanb.ops import silu_mul
-from llamanb.step import Step
+from llamanb.model.ops import silu_mul
+from llamanb.engine.step import Step
 
 j = S - 4                                                     # the perturbed (later) position
 ids_b = list(ids)
@@ -425,7 +425,7 @@ assert leak > 1e-4
 # - **GQA** is two einsums with a group axis: `q [S, N_kv, G, d_h]` is a free view of
 #   `q [S, N_h, d_h]`, and K/V `[T, N_kv, d_h]` are broadcast over `G` (stride 0) instead of copied
 #   `G` times as `repeat_kv` does. It matches transformers' eager attention and a per-head loop.
-#   In `llamanb`: `llamanb.backends.numpy_ref.NumpyBackend.attention` (one GEMM per K/V head for
+#   In `llamanb`: `llamanb.engine.numpy_backend.NumpyBackend.attention` (one GEMM per K/V head for
 #   scores and for the output).
 # - **The causal mask** is added as `-inf` before the softmax; multiplying by 0/1 afterwards leaves
 #   earlier rows dependent on later tokens (and can produce `0/0`).
@@ -446,7 +446,7 @@ assert leak > 1e-4
 
 
 # %%
-from llamanb.exercises import ch03
+from llamanb.course.exercises import ch03
 
 # %% [markdown]
 # ### 03.1 GQA scores with a group axis
@@ -469,7 +469,7 @@ ch03.gqa_scores(gqa_scores)
 # Write `causal_mask(S, start)`: the additive `[S, start + S]` float32 mask (0 visible, `-inf`
 # hidden) for `S` queries at positions `start .. start + S - 1` over every key so far -- the mask
 # of a decode step (`S = 1`) or of a chunk of a long prompt after `start` cached positions.
-# Checked against the closed form (and the visible count against `llamanb.flops.attention_pairs`).
+# Checked against the closed form (and the visible count against `llamanb.model.flops.attention_pairs`).
 # *Hint:* at which position does query row `i` sit?
 
 # %%

@@ -40,7 +40,7 @@ import time
 import numpy as np
 
 from llamanb import Engine, load_model, pad_to
-from llamanb.numerics import gamma, matmul_bound
+from llamanb.model.numerics import gamma, matmul_bound
 
 model = load_model()
 cfg = model.config
@@ -60,7 +60,7 @@ def rms_norm(x, w, eps):
 #
 # Compiled accelerator kernels have fixed shapes, so a prompt of `n` tokens is padded to a fixed
 # length `P` with EOS tokens, the whole `P` rows are run, and the output is read at row `n - 1`.
-# Padding is a few lines; we write it and check it against `llamanb.engine.pad_to`.
+# Padding is a few lines; we write it and check it against `llamanb.engine.engine.pad_to`.
 
 # %%
 def pad_with(token_ids, length, pad_id):
@@ -183,11 +183,11 @@ print("20 random trials with zeros appended; sums whose bits changed:", changed)
 #   keys (with `P - n` masked) must add the same real terms in the same order; a pairwise sum
 #   over the contiguous key axis does not.
 #
-# So llamanb's numpy backend (`llamanb/backends/numpy_ref.py`) is built so that no shape a real
+# So llamanb's numpy backend (`llamanb/engine/numpy_backend.py`) is built so that no shape a real
 # row goes through depends on how much padding follows it:
 
 # %%
-from llamanb.backends.numpy_ref import BLOCK_Q, KEY_TILE, NumpyBackend
+from llamanb.engine.numpy_backend import BLOCK_Q, KEY_TILE, NumpyBackend
 
 print("BLOCK_Q  =", BLOCK_Q, " query rows per attention tile (short blocks are zero-filled)")
 print("KEY_TILE =", KEY_TILE, " keys per tile: key ranges are rounded up and the rest masked")
@@ -294,7 +294,7 @@ assert int(np.argmax(logits_counted)) != int(np.argmax(logits_ref))
 # depends on which end id happens to be used for padding — a fragile thing to rest correctness on.
 
 # %%
-from llamanb.config import LLAMA32_1B
+from llamanb.model.config import LLAMA32_1B
 
 print("Llama-3.2-1B end-of-sequence ids:", LLAMA32_1B.eos_ids, "(128009 = <|eot_id|>)")
 assert 128009 in LLAMA32_1B.eos_ids
@@ -308,7 +308,7 @@ assert 128009 in LLAMA32_1B.eos_ids
 # `2 H V (S - 1)` FLOPs and an `[S - 1, V]` block of logits never written.
 
 # %%
-from llamanb.config import human_bytes
+from llamanb.model.config import human_bytes
 
 
 def head_savings(c, S_):
@@ -434,7 +434,7 @@ print(f"predicted t(64) / t(1) = 32 x {bandwidth:.1f} / {gemm_rate:.0f} = "
 #   `KEY_TILE`), sums keys in order (`softmax_` over axis -2) and pads prefill to a row count the
 #   BLAS kernels treat uniformly (`row_multiple`). The causal-mask argument alone (the MLIR-AIR
 #   guide's) does not give bit-identity in float32: a sum regrouped by its length changes its bits.
-# - **Carry the real length** (`llamanb.engine.pad_to` returns it; `Engine.prefill(ids, cache,
+# - **Carry the real length** (`llamanb.engine.engine.pad_to` returns it; `Engine.prefill(ids, cache,
 #   real_len=n)` takes it): a chat prompt contains EOS, and counting non-EOS tokens picks the wrong
 #   row and the wrong token.
 # - **One-row LM head**: `Engine.prefill` runs `Backend.head` on row `n - 1` only, saving
@@ -453,14 +453,14 @@ print(f"predicted t(64) / t(1) = 32 x {bandwidth:.1f} / {gemm_rate:.0f} = "
 # Solutions: `solutions/03b_padded_prefill.py`.
 
 # %%
-from llamanb.exercises import ch03b
+from llamanb.course.exercises import ch03b
 
 # %% [markdown]
 # ### 03b.1 Padding, with the length carried
 #
 # Write `pad_prompt(ids, length, pad_id)`: the ids right-padded with `pad_id` to `length`, as an
 # int64 array, and the real length beside it -- `(padded [length], n)`. Checked against
-# `llamanb.engine.pad_to`, on prompts that contain `pad_id` themselves. *Hint:* section 2; where
+# `llamanb.engine.engine.pad_to`, on prompts that contain `pad_id` themselves. *Hint:* section 2; where
 # does the real length come from?
 
 # %%

@@ -59,7 +59,7 @@ print(f"L = {L} layers, N_h = {N_h} query heads, N_kv = {N_kv} KV heads, d_h = {
 # %% [markdown]
 # ## 1. The cache layout: `[L, N_kv, capacity, d_h]`, twice
 #
-# `llamanb.kv.contiguous.KVCache` holds two arrays of the same shape, `k` and `v`:
+# `llamanb.engine.kv.contiguous.KVCache` holds two arrays of the same shape, `k` and `v`:
 #
 # * axis 0, **layer** `l`: every block has its own projections, so its own keys and values;
 # * axis 1, **KV head** `j`: with grouped-query attention `N_h / N_kv = 3` query heads share one
@@ -543,7 +543,7 @@ print(f"HF DynamicCache: 2 * {L} * {N_kv} * {d_h} * {T} * 4 B = {hf_bytes:,} B")
 # %% [markdown]
 # ## Summary
 #
-# * The KV cache is two arrays `[L, N_kv, capacity, d_h]` (`llamanb.kv.contiguous.KVCache`, made by
+# * The KV cache is two arrays `[L, N_kv, capacity, d_h]` (`llamanb.engine.kv.contiguous.KVCache`, made by
 #   `Engine.new_cache`), capacity rounded up to a multiple of 256. `Engine.prefill` fills rows
 #   `[0, S)`, each `Engine.decode` writes row `length` in every layer and KV head and advances
 #   `length`: checked row by row on the real model, layer 0's rows recomputed by hand.
@@ -566,7 +566,7 @@ print(f"HF DynamicCache: 2 * {L} * {N_kv} * {d_h} * {T} * 4 B = {hf_bytes:,} B")
 # Solutions: `solutions/04_kv_cache_growth.py`. (The sampling exercise is in 04b.)
 
 # %%
-from llamanb.exercises import ch04
+from llamanb.course.exercises import ch04
 
 # %% [markdown]
 # ### 04.1 Appending to the cache

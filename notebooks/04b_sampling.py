@@ -19,8 +19,8 @@
 # pass and a vector of `V` logits. A *sampler* turns those logits into the next token. Here you take
 # the logits of a real prompt on the embedded SmolLM2-135M-Instruct, derive in numpy every transform
 # a sampler applies to them (greedy, temperature, top-k, top-p), check the distributions against
-# `llamanb.sampling.next_token_probs` and against transformers' own logits warpers, and draw seeded
-# samples to see that `llamanb.sampling.sample` draws from exactly those distributions.
+# `llamanb.engine.sampling.next_token_probs` and against transformers' own logits warpers, and draw seeded
+# samples to see that `llamanb.engine.sampling.sample` draws from exactly those distributions.
 #
 # Every claim is an assertion: against transformers, against closed-form probabilities, or against
 # binomial error bars on the draws.
@@ -74,7 +74,7 @@ for i in order[:5]:
 # ## 2. Four transforms of the logits
 #
 # Each sampling setting is a transform of the logits, applied in this order (the order
-# `llamanb.sampling` and transformers use):
+# `llamanb.engine.sampling` and transformers use):
 #
 # 1. **Greedy** (`temperature = 0`): all the probability on the arg-max.
 # 2. **Temperature** `T`: softmax of `z / T`. `T < 1` sharpens the distribution, `T > 1` flattens
@@ -129,7 +129,7 @@ def top_p_margin(zz: np.ndarray, temperature: float, top_k, top_p: float) -> flo
 # 0.003 away from `p` at the cut, so the number of surviving tokens is not a matter of rounding.
 
 # %%
-from llamanb.sampling import SamplingParams, next_token_probs, sample
+from llamanb.engine.sampling import SamplingParams, next_token_probs, sample
 
 SETTINGS = {                                    # name: (temperature, top_k, top_p)
     "greedy": (0.0, None, 1.0),
@@ -154,7 +154,7 @@ for name, (temp, k, p) in SETTINGS.items():
 # %% [markdown]
 # ## 3. Against transformers' logits warpers
 #
-# Our numpy transforms and `llamanb.sampling.next_token_probs` agree (same survivors, probabilities
+# Our numpy transforms and `llamanb.engine.sampling.next_token_probs` agree (same survivors, probabilities
 # equal to 1e-9). Temperature alone filters nothing: all 49,152 tokens keep some probability, it only
 # moves mass between them. Top-k keeps exactly `k`; top-p keeps as many as the shape of the
 # distribution needs.
@@ -192,7 +192,7 @@ print("transformers' warpers give the same survivors and probabilities (rtol 1e-
 # ## 4. Drawing
 #
 # Finally, draw. For each setting, 1000 samples from `np.random.default_rng(0)`. `rng.choice(V,
-# size=n, p=probs)` draws exactly what `llamanb.sampling.sample` draws one call at a time from the
+# size=n, p=probs)` draws exactly what `llamanb.engine.sampling.sample` draws one call at a time from the
 # same generator (we check that on the first 100 draws), so this is the sampler `generate` uses.
 
 # %%
@@ -241,7 +241,7 @@ plt.show()
 # * A sampler is a transform of the logits, then one draw: greedy (`temperature = 0`, the arg-max),
 #   temperature (softmax of `z / T`), top-k (the `k` largest logits), top-p (the smallest most-likely
 #   prefix whose mass reaches `p`, the token that crosses `p` kept), applied in that order.
-# * `llamanb.sampling.next_token_probs(logits, SamplingParams(...))` gives the distribution and
+# * `llamanb.engine.sampling.next_token_probs(logits, SamplingParams(...))` gives the distribution and
 #   `sample(logits, params, rng)` draws from it; both agree with our numpy derivation (to 1e-9) and
 #   with transformers' `TemperatureLogitsWarper`, `TopKLogitsWarper`, `TopPLogitsWarper` (1e-5).
 # * Seeded draws never pick a filtered token, and their frequencies sit within 4 binomial standard
@@ -261,14 +261,14 @@ plt.show()
 # Solutions: `solutions/04b_sampling.py`.
 
 # %%
-from llamanb.exercises import ch04b
+from llamanb.course.exercises import ch04b
 
 # %% [markdown]
 # ### 04b.1 Top-p
 #
 # Write `top_p_probs(logits, top_p)`: `logits [V]` -> `[V]` float64, the softmax restricted to the
 # smallest set of most likely tokens whose probability reaches `top_p`, renormalised (temperature
-# 1, no top-k). Checked against `llamanb.sampling.next_token_probs`, including a case exactly on a
+# 1, no top-k). Checked against `llamanb.engine.sampling.next_token_probs`, including a case exactly on a
 # boundary. *Hint:* section 2; is the token that crosses `top_p` kept?
 
 # %%
@@ -284,7 +284,7 @@ ch04b.top_p_probs(top_p_probs)
 #
 # Write `top_k_probs(logits, temperature, k)`: `logits [V]` -> `[V]` float64, the softmax of
 # `logits / temperature` restricted to the `k` largest logits and renormalised (no top-p). Checked
-# against `llamanb.sampling.next_token_probs`. *Hint:* section 2; which comes first, the division
+# against `llamanb.engine.sampling.next_token_probs`. *Hint:* section 2; which comes first, the division
 # or the filter, and does the order matter for which tokens survive?
 
 # %%

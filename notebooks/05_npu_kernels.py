@@ -53,9 +53,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from llamanb import Engine, Step, load_model
-from llamanb.numerics import to_bf16
-from llamanb.ops import rms_norm, silu_mul
-from llamanb.rope import cos_sin, rope_for, rope_inplace, rotation_tables
+from llamanb.model.numerics import to_bf16
+from llamanb.model.ops import rms_norm, silu_mul
+from llamanb.model.rope import cos_sin, rope_for, rope_inplace, rotation_tables
 
 model = load_model()
 engine = Engine(model)                       # numpy reference backend, float32
@@ -166,7 +166,7 @@ print("add: parsed by upstream MLIR (generic form; AIR ops unregistered, no AIR 
       "AIR structure checked by llamanb.npu.compiler.verify")
 
 # %%
-from llamanb.npu.compiler.emulator import run   # executes the text: each tile, each DMA's offsets
+from llamanb.npu.compiler.emulator import run  # executes the text: each tile, each DMA's offsets
 
 rng = np.random.default_rng(0)
 a, b = (to_bf16(rng.standard_normal((S, H)).astype(np.float32)) for _ in range(2))
@@ -497,7 +497,7 @@ plt.show()
 # point); per tile, L1 single- and double-buffered against the 64 KiB a tile has:
 
 # %%
-from llamanb.config import LLAMA32_1B as L1B
+from llamanb.model.config import LLAMA32_1B as L1B
 
 big = {"rmsnorm": rmsnorm(2048, L1B.hidden, L1B.rms_eps), "gemm q": gemm(2048, L1B.hidden, L1B.hidden),
        "gemm down": gemm(2048, L1B.ffn, L1B.hidden), "gemv q": gemv(L1B.hidden, L1B.hidden),
@@ -548,7 +548,7 @@ for name, spec in big.items():
 # hint, or `not attempted yet`). Solutions: `solutions/05_npu_kernels.py`.
 
 # %%
-from llamanb.exercises import ch05
+from llamanb.course.exercises import ch05
 
 # %% [markdown]
 # ### 05.1 The builder's tile

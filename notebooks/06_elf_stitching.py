@@ -40,13 +40,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from llamanb import Engine, Step, load_model
-from llamanb.config import LLAMA32_1B
+from llamanb.model.config import LLAMA32_1B
 from llamanb.npu.compiler import verify as V
 from llamanb.npu.compiler.builders import gemv, rmsnorm, rope_lut
 from llamanb.npu.compiler.emulator import run
 from llamanb.npu.compiler.plan import read_plan
-from llamanb.numerics import to_bf16
-from llamanb.ops import rms_norm
+from llamanb.model.numerics import to_bf16
+from llamanb.model.ops import rms_norm
 
 model = load_model()
 engine = Engine(model)
@@ -501,7 +501,7 @@ assert second.cache_hit and second.path == first.path
 # `not attempted yet`). Solutions: `solutions/06_elf_stitching.py`.
 
 # %%
-from llamanb.exercises import ch06
+from llamanb.course.exercises import ch06
 
 # %% [markdown]
 # ### 06.1 The argument map

@@ -36,7 +36,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from llamanb import Engine, load_model
-from llamanb.numerics import to_bf16
+from llamanb.model.numerics import to_bf16
 from llamanb.npu.compiler.builders import gemv
 from llamanb.npu.runtime.devices import FROM_DEVICE, TO_DEVICE, EmulatedDevice, read, write
 
@@ -196,10 +196,10 @@ assert pre.dispatches == 3 * L + 1 and dec.dispatches == 2 * L + 1
 
 # %% [markdown]
 # Those are first calls (intermediates written once per buffer set). The steady state's counted
-# bytes must equal `llamanb.npu.perf.traffic`'s closed form.
+# bytes must equal `llamanb.npu.traffic`'s closed form.
 
 # %%
-from llamanb.npu.perf import traffic
+from llamanb.npu import traffic
 
 c0 = b.counters.copy()
 cache = npu.new_cache(256)
@@ -306,7 +306,7 @@ want_a = traffic.prefill_bytes(cfg, 128, aliasing=True)
 assert (al.bytes_to_device, al.bytes_from_device) == (want_a["to_device"], want_a["from_device"])
 del npu_al
 
-from llamanb.config import PRESETS
+from llamanb.model.config import PRESETS
 
 big = PRESETS["llama3.2-1b"]
 cases = {"SmolLM2-135M, 128 rows": (cfg, 128), "Llama-3.2-1B, 2048 rows": (big, 2048)}
@@ -369,16 +369,16 @@ print(kc2.messages[-1])
 # %% [markdown]
 # ## 8. Where the estimated times come from
 #
-# Every time this chapter calls *estimated* comes from `llamanb.npu.perf.cost`: NPU2's
+# Every time this chapter calls *estimated* comes from `llamanb.npu.cost`: NPU2's
 # specifications plus five constants (a launch's fixed cost, and the GEMM, attention, GEMV and
 # elementwise rates) solved from five of upstream's published Llama-3.2-1B figures (two decode
 # calls, RMSNorm run alone, prefill `o_ffn` and `flash_attn`). Held back and predicted, the other
 # per-call figures land within 25 %, except FlashAttention run alone (+32.5 %) and the 8 → 3 launch
 # decode saving (half the published 13 ms). The tables, the misses and how each prediction leans
-# on each calibration figure are in the appendix, `notebooks/14_appendix_cost_models.py` §1.
+# on each calibration figure are in the appendix, `notebooks/A_cost_models.py` §1.
 
 # %%
-from llamanb.npu.perf import cost
+from llamanb.npu import cost
 
 print(cost.rates_table())
 
@@ -405,7 +405,7 @@ print(cost.rates_table())
 # attempted yet`). Solutions: `solutions/07_buffer_objects.py`.
 
 # %%
-from llamanb.exercises import ch07
+from llamanb.course.exercises import ch07
 
 # %% [markdown]
 # ### 07.1 One call
@@ -428,7 +428,7 @@ ch07.call_bytes(call_bytes)
 #
 # Write `decode_bytes(c)`: `(to_device, from_device)` of one steady-state decode token of the
 # NPU2 backend with the host brokering every hand-off, for a config `c` (bf16). Checked against
-# `llamanb.npu.perf.traffic.decode_bytes`. *Hint:* section 4: per layer `rms_gemv_rope` and
+# `llamanb.npu.traffic.decode_bytes`. *Hint:* section 4: per layer `rms_gemv_rope` and
 # `o_gemv_ffn` around the host's attention, then the LM head once.
 
 # %%
@@ -444,7 +444,7 @@ ch07.decode_bytes(decode_bytes)
 #
 # Write `prefill_bytes(c, S, aliasing)`: `(to_device, from_device)` of one steady-state prefill of
 # `S` rows (RoPE rows sent every call), through the host broker or with aliasing. Checked against
-# `llamanb.npu.perf.traffic.prefill_bytes`. *Hint:* section 6: with aliasing, which buffers still
+# `llamanb.npu.traffic.prefill_bytes`. *Hint:* section 6: with aliasing, which buffers still
 # have to cross?
 
 # %%

@@ -52,8 +52,9 @@ import math
 import matplotlib.pyplot as plt
 import numpy as np
 
-from llamanb import Engine, generate, load_model
-from llamanb.config import LLAMA3_70B, LLAMA31_8B, SMOLLM2_135M
+from llamanb import Engine, load_model
+from llamanb.engine import generate
+from llamanb.model.config import LLAMA3_70B, LLAMA31_8B, SMOLLM2_135M
 
 model = load_model()
 engine = Engine(model)                          # the numpy reference engine
@@ -86,7 +87,7 @@ for c in (SMOLLM2_135M, LLAMA31_8B, LLAMA3_70B):
 # `D` (the reducers). We write exactly that in numpy on layer 0 of the embedded model, for 3 tokens.
 
 # %%
-from llamanb.ops import rms_norm
+from llamanb.model.ops import rms_norm
 from llamanb.tcp.interpret import layout
 
 lay = layout(model.weights)                     # the chapter's weight layouts, made once
@@ -284,14 +285,14 @@ assert out.ids == generate(engine, prompt, max_new_tokens=8).ids
 # %% [markdown]
 # ## 6. FLOPs, derived from the axes
 #
-# Summed per op name over a step, the einsums' FLOPs must equal `llamanb.flops`' closed forms
+# Summed per op name over a step, the einsums' FLOPs must equal `llamanb.model.flops`' closed forms
 # (notebook 01b), with the *full* score rectangle in prefill (the chapter computes all `s_in x s_in`
 # scores, then masks); RoPE's 2x2 einsums are extra. Prefill of 512 tokens, decode at 2048, B = 4:
 
 # %%
-from llamanb.flops import OPS, decode_flops, prefill_flops, total
+from llamanb.model.flops import OPS, decode_flops, prefill_flops, total
 
-print(f"{'model':<22} {'prefill GFLOP':>14} {'llamanb.flops':>14} {'RoPE':>8} {'decode GFLOP':>13} {'llamanb.flops':>14}")
+print(f"{'model':<22} {'prefill GFLOP':>14} {'llamanb.model.flops':>14} {'RoPE':>8} {'decode GFLOP':>13} {'llamanb.model.flops':>14}")
 for c in (SMOLLM2_135M, LLAMA31_8B, LLAMA3_70B):
     pf = program(c, "prefill").flops(dims(c, 4, 512))
     df = program(c, "decode").flops(dims(c, 4, 1, 2049))
@@ -475,14 +476,14 @@ for r in predict.ranges(doc):
 
 # %% [markdown]
 # The compiler against the specification sheet, every reading, why the chapter's earlier fitted
-# efficiency was retracted, and what the prediction cannot see: appendix 14 §2
-# (`notebooks/14_appendix_cost_models.py`); corrections to earlier versions of this chapter:
+# efficiency was retracted, and what the prediction cannot see: appendix A §2
+# (`notebooks/A_cost_models.py`); corrections to earlier versions of this chapter:
 # `docs/corrections.md` ("Furiosa TCP").
 #
 # ## Summary
 #
 # * The chapter's Llama as data, with named axes: subscripts and FLOPs follow from the names, and
-#   the FLOP totals equal `llamanb.flops`. Run with numpy it reproduces the engine's greedy tokens
+#   the FLOP totals equal `llamanb.model.flops`. Run with numpy it reproduces the engine's greedy tokens
 #   (also as backend `"tcp"`): the course's executable model of the mapping, not a model of time.
 # * Its errors, fixed in the data and quoted: V's layout and a "noop" reshape that is a transpose,
 #   the decode cache index and RoPE position, the `[G, h_kv]` grouping and consecutive RoPE pairs
@@ -502,8 +503,8 @@ for r in predict.ranges(doc):
 # with a hint, or `not attempted yet`). Solutions: `solutions/08_tcp_mapping.py`.
 
 # %%
-from llamanb.exercises import ch08
-from llamanb.tcp.ops import AXES          # axis name -> einsum letter
+from llamanb.course.exercises import ch08
+from llamanb.tcp.ops import AXES  # axis name -> einsum letter
 
 # %% [markdown]
 # ### 08.1 Subscripts from named axes

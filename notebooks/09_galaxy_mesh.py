@@ -50,7 +50,7 @@ import numpy as np
 from matplotlib.patches import Rectangle
 
 from llamanb import Engine, load_model
-from llamanb.config import LLAMA3_70B
+from llamanb.model.config import LLAMA3_70B
 from llamanb.mesh import ccl
 from llamanb.mesh.config import GALAXY, MeshConfig
 from llamanb.mesh.device import EmulatedMesh, MeshTensor
@@ -213,7 +213,7 @@ plt.show()
 # **What tolerance?** A mesh computes the same float32 products as one device, but adds the
 # partial sums in another order. Any float32 ordering is off the exact result by some amount;
 # call the single-device engine's error `E`, measured against the package's float64 forward
-# (`llamanb.check.float64`). A mesh that only reorders sums should have an error of the same size.
+# (`llamanb.model.reference`). A mesh that only reorders sums should have an error of the same size.
 # We require `≤ 2E`, hence `≤ 3E` from the one-device engine. The factor 2 is an **empirical
 # margin**, not a derived bound (one TT-Lang layer in the tests misses it by 1.5×). Where a bound
 # can be derived it is used: a float32 matmul lies within `γ_K |x||W|` of the exact product in any
@@ -222,7 +222,7 @@ plt.show()
 # %%
 import io
 
-from llamanb.check.float64 import forward     # float64, tested against transformers
+from llamanb.model.reference import forward  # float64, tested against transformers
 
 ids = tok.encode("The capital of France is a city called")
 exact = forward(model.weights, ids, rows=[len(ids) - 1])[0]               # [V] float64
@@ -300,12 +300,12 @@ for v, qq, mm in zip(block[:10], q8, m):
 # %% [markdown]
 # 255 is exactly half-way (127.5 steps of 2), rounds up to 128 and saturates to 127 · 2 = 254;
 # 1.0 is half a step and rounds to the even 0. Everything below 1 in this block is gone. Now
-# `llamanb.numerics.bfloat8_b` / `bfloat4_b` against what ttnn 0.81.1 returned for 8 test tensors
+# `llamanb.model.numerics.bfloat8_b` / `bfloat4_b` against what ttnn 0.81.1 returned for 8 test tensors
 # with hand-made edge cases (ties, signed zero, subnormals, saturation), as raw bits:
 
 # %%
-from llamanb.numerics import bfloat4_b, bfloat8_b, blockfloat_pack, blockfloat_tile_bytes
-from llamanb.paths import reference_file
+from llamanb.model.numerics import bfloat4_b, bfloat8_b, blockfloat_pack, blockfloat_tile_bytes
+from llamanb.platform.paths import reference_file
 
 vec = np.load(reference_file("ttnn_blockfloat_vectors.npz"))
 tile = np.zeros((32, 32), np.float32)
@@ -408,7 +408,7 @@ for what, rows, plan in (("prefill, 4096-row prompt", 4096, cost.prefill_ccl_pla
 # constants solved from PERF.md's 64K row. Of nine held-back figures, the independent TTFT checks
 # miss by up to +27 % (the README's 53 ms) and −24 % (PERF.md's 4K); the rest re-test what the
 # model was calibrated on. Every number, its source, the checks and their sensitivity to the 64K
-# row: appendix 14 §3 (`notebooks/14_appendix_cost_models.py`).
+# row: appendix A §3 (`notebooks/A_cost_models.py`).
 
 # %%
 for name in ("TTFT, 128-token prompt", "TTFT, 4K prompt", "decode b32, 128-token prompts (avg of 128)"):
@@ -507,7 +507,7 @@ print("ttnn usable here:", ttnn_available(), "| tt-lang-sim usable here:", ttlan
 # `solutions/09_galaxy_mesh.py`.
 
 # %%
-from llamanb.exercises import ch09
+from llamanb.course.exercises import ch09
 
 # %% [markdown]
 # ### 09.1 Ring against line
@@ -529,7 +529,7 @@ ch09.collective_traffic(collective_traffic)
 # ### 09.2 One bfloat8_b block
 #
 # Write `bfloat8_block(v)`: 16 float32 values -> the 16 values bfloat8_b keeps (one shared
-# exponent, a sign and 7 magnitude bits each), checked bit for bit against `llamanb.numerics`
+# exponent, a sign and 7 magnitude bits each), checked bit for bit against `llamanb.model.numerics`
 # (bit-identical to ttnn) on section 4's block, ties, zeros and random blocks. *Hint:* section 4.
 
 # %%

@@ -49,7 +49,8 @@ warnings.filterwarnings("ignore")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from llamanb import Engine, SamplingParams, generate, load_model
+from llamanb import Engine, SamplingParams, load_model
+from llamanb.engine import generate
 from llamanb.serve import BatchRunner
 from llamanb.serve.dry import DryEngine
 
@@ -285,7 +286,7 @@ print(f"q5's block table after step 24: {tables_c[24][q5_slot]}")
 # %% [markdown]
 # ## 3. The paged KV cache: blocks on demand
 #
-# `llamanb.kv.paged.PagedKVCache` keeps every sequence's keys and values in blocks of 16
+# `llamanb.engine.kv.paged.PagedKVCache` keeps every sequence's keys and values in blocks of 16
 # positions from one pool; a sequence's block table lists its blocks in position order, so
 # position `p` lives in row `p % 16` of block `table[p // 16]`. Sixteen is vLLM's default block
 # size too (the paper's block-size ablation, §7.2; vLLM still sets 16 on GPUs when none is given).
@@ -564,7 +565,7 @@ plt.show()
 # attempted yet`). Solutions: `solutions/10_continuous_batching.py`.
 
 # %%
-from llamanb.exercises import ch10
+from llamanb.course.exercises import ch10
 
 # %% [markdown]
 # ### 10.1 Who gives way

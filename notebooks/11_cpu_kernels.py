@@ -16,7 +16,7 @@
 # # 11 · The CPU you have: kernels for decode and prefill
 #
 # **What you will build.** Every reader owns one accelerator: the CPU this notebook runs on. The
-# `cpu` backend (`llamanb/backends/cpu.py`, C++ in `kernels/cpu/`) runs the same Llama block as
+# `cpu` backend (`llamanb/cpu/backend.py`, C++ in `kernels/cpu/`) runs the same Llama block as
 # the numpy engine, in a few hundred lines of C++ that the course compiles for this machine at
 # first use. This chapter takes it apart: why a decode step is bound by memory bandwidth, not by
 # arithmetic (and how to measure the bound); how weights are packed into *panels* so that one
@@ -46,7 +46,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from llamanb import Engine, load_model
-from llamanb.backends import cpu_kernels
+from llamanb.cpu import kernels as cpu_kernels
 from llamanb.bench.runners import DECODE_STEPS, decode_kv_positions
 
 model = load_model()
@@ -466,7 +466,7 @@ print("(chunks x panels per chunk)")
 # (`LLAMANB_THREADS=1`) and in this one.
 
 # %%
-code = ("import hashlib, numpy as np; from llamanb.backends import cpu_kernels as c; "
+code = ("import hashlib, numpy as np; from llamanb.engine.registry import cpu_kernels as c; "
         "k = c.load(); r = np.random.default_rng(3); "
         "w = r.standard_normal((1000, 576)).astype(np.float32); "
         "x = r.standard_normal((3, 576)).astype(np.float32); "
@@ -553,7 +553,7 @@ plt.show()
 # first case that differs with a hint, or `not attempted yet`). Solutions: `solutions/11_*.py`.
 
 # %%
-from llamanb.exercises import ch11
+from llamanb.course.exercises import ch11
 
 # %% [markdown]
 # ### 11.1 Bytes a token

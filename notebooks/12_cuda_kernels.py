@@ -38,7 +38,7 @@ warnings.filterwarnings("ignore")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from llamanb.config import PRESETS, LlamaConfig
+from llamanb.model.config import PRESETS, LlamaConfig
 from llamanb.cuda import launch, runtime
 
 cuda = runtime.load(simulated=True)        # NUMBA_ENABLE_CUDASIM=1 before numba's first import
@@ -196,9 +196,9 @@ print(f"warp-style and textbook softmax over {length} keys agree to 1e-12: "
 
 # %%
 from llamanb import Engine  # noqa: E402
-from llamanb.check.float64 import forward  # noqa: E402
+from llamanb.model.reference import forward  # noqa: E402
 from llamanb.cuda.random_model import random_model  # noqa: E402
-from llamanb.step import Step  # noqa: E402
+from llamanb.engine.step import Step  # noqa: E402
 
 tiny = LlamaConfig(name="tiny-random", n_layers=2, hidden=32, n_heads=2, n_kv_heads=1,
                    head_dim=16, ffn=64, vocab=64, rope_theta=10000.0, max_seq=32,
@@ -348,7 +348,7 @@ print("\n".join(line for line in lines if "shfl" in line))
 # Solutions: `solutions/12_cuda_kernels.py`.
 
 # %%
-from llamanb.exercises import ch12  # noqa: E402
+from llamanb.course.exercises import ch12  # noqa: E402
 
 # %% [markdown]
 # ### 12.1 Where a key lives

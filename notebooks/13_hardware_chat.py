@@ -53,7 +53,7 @@ print(f"{cfg.name}: L={cfg.n_layers} H={cfg.hidden} N_h={cfg.n_heads} N_kv={cfg.
 # %% [markdown]
 # ## 1. Which hardware is here
 #
-# `llamanb.hardware.readiness()` asks, for each backend, what it needs and whether this machine
+# `llamanb.readiness.readiness()` asks, for each backend, what it needs and whether this machine
 # has it, without importing any hardware stack (`importlib.util.find_spec` looks a module up
 # without running it; device nodes are read from `/sys` and `/dev`):
 #
@@ -68,7 +68,7 @@ print(f"{cfg.name}: L={cfg.n_layers} H={cfg.hidden} N_h={cfg.n_heads} N_kv={cfg.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from llamanb import hardware
+from llamanb.platform import hardware
 
 rows = hardware.readiness()
 print(hardware.readiness_report(rows))
@@ -97,7 +97,7 @@ print(f"compiled prefill length {b.prefill_lengths[0]}; groups: {', '.join(b.gro
 # itself (chapter 03b proves why the padded rows change nothing before the real length).
 
 # %%
-from llamanb.engine import pad_to
+from llamanb.engine.engine import pad_to
 
 PROMPT = "In two sentences, why does a language model need a KV cache?"
 ids = tok.encode_prompt(PROMPT)                        # ChatML ids [S]
@@ -113,7 +113,7 @@ print(f"prompt: {real_len} tokens -> padded to {padded.size} rows with EOS id {n
 # decode token.
 
 # %%
-from llamanb.step import Step
+from llamanb.engine.step import Step
 
 cache = npu.new_cache(256)
 b.kc.trace = []
@@ -142,7 +142,7 @@ assert len(prefill_trace) == 3 * cfg.n_layers + 1 and len(decode_trace) == 2 * c
 # %% [markdown]
 # ### 2.3 A chat, token by token
 #
-# `llamanb.chat.Chat` keeps a conversation and its KV cache between turns: each turn renders the
+# `llamanb.engine.chat.Chat` keeps a conversation and its KV cache between turns: each turn renders the
 # whole conversation with the model's chat template, keeps the part the cache already holds, and
 # prefills only the new tokens. The widget below streams the answer into its output as tokens
 # arrive (Send / Reset). It needs a live kernel; the cells after it show the same kind of run
@@ -151,8 +151,8 @@ assert len(prefill_trace) == 3 * cfg.n_layers + 1 and len(decode_trace) == 2 * c
 # %%
 from IPython.display import display
 
-from llamanb.chat import Chat
-from llamanb.chat_widget import chat_widget
+from llamanb.engine.chat import Chat
+from llamanb.course.widgets import chat_widget
 
 live = Chat(npu, context=1024, max_new_tokens=64)
 box = chat_widget(live)
@@ -258,7 +258,7 @@ print(log.getvalue())
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from llamanb.npu.perf import profile
+from llamanb.npu import profile
 from llamanb.npu.runtime.devices import Counters
 
 decode_c = sum(per_token[1:], Counters())
@@ -290,7 +290,7 @@ for g in groups:
 # construction); the others are its predictions. Nothing ran here, so there is no measured column.
 
 # %%
-from llamanb.config import PRESETS
+from llamanb.model.config import PRESETS
 
 print(profile.spec_table(profile.spec_rows(PRESETS["llama3.2-1b"], 2048, 1024)))
 
@@ -383,24 +383,24 @@ else:
 
 # %%
 BUILT = [
-    ("tokenizer, chat template", "llamanb.tokenizer", "00"),
-    ("one block, op by op; parameters", "llamanb.backends.numpy_ref, config", "01"),
-    ("FLOPs of a prefill and a decode step", "llamanb.flops", "01b"),
-    ("RoPE tables (the LUTs the rope launches read)", "llamanb.rope, rope_tables", "02"),
-    ("GQA attention with the causal mask", "llamanb.attention", "03"),
-    ("EOS-padded prefill, real length carried, one-row head", "llamanb.engine, step", "03b"),
-    ("KV cache", "llamanb.kv", "04"),
-    ("sampling; the one token loop", "llamanb.sampling, generate", "04b"),
+    ("tokenizer, chat template", "llamanb.model.tokenizer", "00"),
+    ("one block, op by op; parameters", "llamanb.engine.numpy_backend, config", "01"),
+    ("FLOPs of a prefill and a decode step", "llamanb.model.flops", "01b"),
+    ("RoPE tables (the LUTs the rope launches read)", "llamanb.model.rope, rope_tables", "02"),
+    ("GQA attention with the causal mask", "llamanb.engine.attention", "03"),
+    ("EOS-padded prefill, real length carried, one-row head", "llamanb.engine.engine, step", "03b"),
+    ("KV cache", "llamanb.engine.kv", "04"),
+    ("sampling; the one token loop", "llamanb.engine.sampling, generate", "04b"),
     ("the seven kernels: builders, MLIR text, emulator", "llamanb.npu.compiler.builders, emulator", "05"),
     ("stitched groups: rms_gemms_rope, flash_attn, o_ffn, ...", "llamanb.npu.compiler.stitch, groups", "06"),
     ("buffer objects, KernelCache, the NPU2 backend", "llamanb.npu.runtime.devices, kernel_cache, backend", "07"),
     ("the TCP einsum program", "llamanb.tcp", "08"),
     ("mesh, collectives, block floats", "llamanb.mesh", "09"),
     ("steps of many sequences, paged cache, scheduler", "llamanb.serve, kv.paged", "10"),
-    ("this CPU's kernels: panels, register tiles, bf16, Q4_1", "llamanb.backends.cpu, kernels/cpu", "11"),
+    ("this CPU's kernels: panels, register tiles, bf16, Q4_1", "llamanb.cpu.backend, kernels/cpu", "11"),
     ("min_llm_inference's CUDA kernels (simulator, PTX)", "llamanb.cuda, kernels/cuda", "12"),
-    ("readiness, chat, profile, side by side", "llamanb.hardware, chat, npu.perf.profile, check", "13"),
-    ("Appendix: the three cost models on one calibration", "llamanb.calibration, npu.perf.cost, tcp.cost, mesh.cost", "14"),
+    ("readiness, chat, profile, side by side", "llamanb.readiness, engine.chat, npu.profile, check", "13"),
+    ("Appendix: the three cost models on one calibration", "llamanb.platform.calibration, npu.cost, tcp.cost, mesh.cost", "A"),
 ]
 for what, where, ch in BUILT:
     print(f"  {ch:<3}  {what:<58} {where}")
@@ -442,7 +442,7 @@ for what, where, ch in BUILT:
 # with a hint, or `not attempted yet`). Solutions: `solutions/13_hardware_chat.py`.
 
 # %%
-from llamanb.exercises import ch13
+from llamanb.course.exercises import ch13
 
 # %% [markdown]
 # ### 13.1 The token-level gate
@@ -469,7 +469,7 @@ ch13.gate(gate)
 # Write `plan_turn(cached, rendered)` -> `(keep, new_ids)`: the cache holds the ids `cached`; the
 # whole conversation with the new message renders to `rendered`. Return how many cached
 # positions stay valid and the ids to prefill after them. Checked against
-# `llamanb.chat.plan_turn`, which `Chat.send` uses. *Hint:* section 2.3; an answer can
+# `llamanb.engine.chat.plan_turn`, which `Chat.send` uses. *Hint:* section 2.3; an answer can
 # re-tokenize differently when the template renders it, and an interrupted answer may have
 # cached more than the conversation keeps. Which row's logits pick the next token?
 

@@ -129,8 +129,8 @@ def one_shape(rows, preset, prompt_len=64, decode_steps=16, batch=8):
     import torch
 
     from llamanb import Engine
-    from llamanb.config import PRESETS, LlamaConfig
-    from llamanb.step import Step
+    from llamanb.model.config import PRESETS, LlamaConfig
+    from llamanb.engine.step import Step
 
     if DRY:
         cfg = LlamaConfig(name="dry-run", n_layers=1, hidden=32, n_heads=2, n_kv_heads=1,

@@ -45,8 +45,8 @@ def seed_session_cache(path: Path) -> list[str]:
         return []
     import shutil
 
-    from llamanb import cxx_build
-    from llamanb.backends import cpu_kernels
+    from llamanb.platform import cxx_build
+    from llamanb.cpu import kernels as cpu_kernels
     from llamanb.io.store import default_model_path, finished_entry
 
     copied = []
@@ -99,7 +99,7 @@ def smollm(llamanb_cache):
 
 @pytest.fixture(scope="session")
 def smollm_engine(smollm):
-    from llamanb.engine import Engine
+    from llamanb.engine.engine import Engine
 
     return Engine(smollm)
 
@@ -453,11 +453,11 @@ def write_tiny_gguf(path, hf_model, *, qtype: str = "F32", raw_override: dict | 
 
 @pytest.fixture(scope="module")
 def kernels():
-    """The compiled cpu kernels (llamanb.backends.cpu_kernels), built once per module; skipped
+    """The compiled cpu kernels (llamanb.cpu.kernels), built once per module; skipped
     where no C++ compiler is found."""
-    from llamanb.backends import cpu_kernels
+    from llamanb.cpu import kernels as cpu_kernels
 
-    from llamanb import cxx_build as hostbuild
+    from llamanb.platform import cxx_build as hostbuild
 
     if hostbuild.compiler()[0] is None:                 # no compiler here: nothing to test
         pytest.skip("no C++ compiler")
@@ -489,7 +489,7 @@ def greedy_walk(engine, prompt_ids, ref_ids, ref_top5):
 @pytest.fixture(scope="module")
 def portable_kernels(kernels):
     """The cpu kernels built for plain x86-64 (no AVX): the portable flavour."""
-    from llamanb.backends import cpu_kernels
+    from llamanb.cpu import kernels as cpu_kernels
 
     return cpu_kernels.load(flavour_name="portable")
 
@@ -499,7 +499,7 @@ def emulated_kernels(kernels):
     """The AVX-512 paths where this CPU cannot run them itself: the avx512-simde flavour (an AVX2
     build with every _mm512 intrinsic carried out by SIMDe; `make test` installs Debian's
     libsimde-dev). None where the native build is AVX-512 already, or the CPU lacks AVX2."""
-    from llamanb.backends import cpu_kernels
+    from llamanb.cpu import kernels as cpu_kernels
 
     name = cpu_kernels.EMULATED_AVX512
     if kernels.vector_width == 16 or cpu_kernels.missing_here(name) or \

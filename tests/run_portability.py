@@ -2,14 +2,14 @@
 
     python tests/run_portability.py PYTEST_ARGS...      (what `make test-portability` calls)
 
-The variables come from llamanb.blas.portability_env (OPENBLAS_CORETYPE, NPY_DISABLE_CPU_FEATURES,
+The variables come from llamanb.platform.blas.portability_env (OPENBLAS_CORETYPE, NPY_DISABLE_CPU_FEATURES,
 ATEN_CPU_CAPABILITY); the notebooks' kernels inherit them. A test or stored output that holds on
 one kernel family only fails here."""
 import os
 import subprocess
 import sys
 
-from llamanb.blas import portability_env
+from llamanb.platform.blas import portability_env
 
 if __name__ == "__main__":
     env = portability_env()

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from conftest import TINY_VOCAB, make_tiny_checkpoint
 
-from llamanb import Engine, LlamanbError, SamplingParams, generate, load_model
+from llamanb import Engine, LlamanbError, SamplingParams, load_model
+from llamanb.engine import generate
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""llamanb.attention against a float64 softmax(Q K^T / sqrt(d) + mask) V, for all three layouts
+"""llamanb.engine.attention against a float64 softmax(Q K^T / sqrt(d) + mask) V, for all three layouts
 (one block, decode, prefill in query blocks over whole key tiles): grouped-query heads (query head
 h reads K/V head h // G), the causal mask, and per-row lengths (row i at position start + i sees
 start + i + 1 keys; keys past them hold huge values that only the mask keeps out).
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llamanb.attention import BLOCK_Q, KEY_TILE, attention
+from llamanb.engine.attention import BLOCK_Q, KEY_TILE, attention
 
 U = 2.0 ** -24
 

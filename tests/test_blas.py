@@ -1,7 +1,7 @@
-"""llamanb.blas's facts about row placement, measured on the BLAS this process loaded."""
+"""llamanb.platform.blas's facts about row placement, measured on the BLAS this process loaded."""
 import numpy as np
 
-from llamanb.blas import row_align, row_multiple
+from llamanb.platform.blas import row_align, row_multiple
 
 
 def test_rows_keep_their_bits_at_aligned_offsets_and_multiples():
@@ -29,10 +29,10 @@ def test_the_portability_run_really_loads_another_kernel_family():
     import subprocess
     import sys
 
-    from llamanb.blas import openblas_info, portability_env
+    from llamanb.platform.blas import openblas_info, portability_env
 
     env = portability_env()
-    probe = ("import json, numpy; from llamanb.blas import openblas_info; "
+    probe = ("import json, numpy; from llamanb.platform.blas import openblas_info; "
              "from numpy._core._multiarray_umath import __cpu_features__ as f; "
              "import torch; print(json.dumps([openblas_info()['core'], "
              "{k: bool(f.get(k)) for k in %r}, torch.backends.cpu.get_cpu_capability()]))"

@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 
 from conftest import REFERENCE_DIR
-from llamanb.config import BYTES_PER_PARAM
+from llamanb.model.config import BYTES_PER_PARAM
 from llamanb.errors import LlamanbError
-from llamanb.numerics import (bfloat4_b, bfloat8_b, blockfloat_pack, blockfloat_tile_bytes,
-                              to_bf16)
+from llamanb.model.numerics import (bfloat4_b, bfloat8_b, blockfloat_pack, blockfloat_tile_bytes, to_bf16)
 
 VECTORS = REFERENCE_DIR / "ttnn_blockfloat_vectors.npz"
 needs_ref = pytest.mark.skipif(not VECTORS.exists(), reason="data/reference is incomplete")
@@ -121,7 +120,7 @@ def test_nonfinite_refused():
 def test_padded_conversion_matches_ttnn_on_whole_blocks():
     """Any shape: zero padding to tiles never changes a complete 16-value block (rows 0..69 and
     the three blocks of columns 0..47 below equal ttnn's values for the full 96x96 array)."""
-    from llamanb.numerics import blockfloat_padded
+    from llamanb.model.numerics import blockfloat_padded
 
     x, b8, b4, _ = cases()[0]
     sub = x[:70, :50]

@@ -1,4 +1,4 @@
-"""llamanb.calibration on synthetic models whose constants are known: the fits recover them, the
+"""llamanb.platform.calibration on synthetic models whose constants are known: the fits recover them, the
 split is the one asked for, and errors, summaries, tables, ranges and sensitivities equal values
 computed by hand here."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from llamanb import calibration as cal
+from llamanb.platform import calibration as cal
 from llamanb.errors import LlamanbError
 
 EPS = np.finfo(float).eps

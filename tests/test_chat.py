@@ -8,8 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from llamanb import SamplingParams, generate
-from llamanb.chat import Chat, ContextFull, common_prefix
+from llamanb import SamplingParams
+from llamanb.engine import generate
+from llamanb.engine.chat import Chat, ContextFull, common_prefix
 from llamanb.errors import LlamanbError
 
 from conftest import REPO_ROOT
@@ -199,7 +200,7 @@ def test_recommended_sampling_from_a_gguf_an_hf_config_or_the_default(tmp_path, 
 
     import gguf
 
-    from llamanb.chat import CHAT_DEFAULT, recommended_sampling
+    from llamanb.engine.chat import CHAT_DEFAULT, recommended_sampling
 
     got, where = recommended_sampling(smollm_gguf_path)       # the embedded GGUF says nothing
     assert got == CHAT_DEFAULT and "default" in where

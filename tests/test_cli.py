@@ -168,7 +168,7 @@ def test_generate_embedded_model(smollm, llamanb_cache):
 def test_default_engine_is_cpu_with_numpy_tokens(smollm, llamanb_cache):
     """Without --backend the fastest ready engine answers (cpu, where a compiler is found) and says
     so on its status line; its greedy tokens are the numpy reference's, token for token."""
-    from llamanb.hardware import cpu_compiler_missing
+    from llamanb.cpu.readiness import cpu_compiler_missing
 
     if cpu_compiler_missing():
         pytest.skip("no C++ compiler here: the default is numpy (test below)")
@@ -196,8 +196,9 @@ def test_default_engine_without_a_compiler_is_numpy_with_one_line(cache, tiny_di
 
 def test_info_and_the_build_find_the_same_compiler(tmp_path, monkeypatch):
     """One lookup: `info`'s verdict and the build's compiler agree, whichever variable names it."""
-    from llamanb.hardware import cpu_compiler_missing, find_cxx
-    from llamanb import cxx_build as hostbuild
+    from llamanb.cpu.readiness import cpu_compiler_missing
+    from llamanb.platform.cxx_build import find_cxx
+    from llamanb.platform import cxx_build as hostbuild
 
     real = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
     if real is None:

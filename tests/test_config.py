@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llamanb.config import LLAMA3_70B, LLAMA32_1B, PRESETS, SMOLLM2_135M, LlamaConfig, RopeScaling
+from llamanb.model.config import (LLAMA3_70B, LLAMA32_1B, PRESETS, SMOLLM2_135M, LlamaConfig, RopeScaling)
 from llamanb.errors import LlamanbError
 
 MiB = 1024 ** 2
@@ -169,7 +169,7 @@ def test_kv_bytes_against_transformers_cache():
 
 def test_llamanb_kv_cache_bytes_match_accounting():
     """llamanb's own cache for a tiny config, with storage exactly max_seq, is 2*L*N_kv*d_h*4 B/token."""
-    from llamanb.kv.contiguous import KVCache
+    from llamanb.engine.kv.contiguous import KVCache
 
     cfg = SMOLLM2_135M
     cache = KVCache(cfg, 512)

@@ -1,4 +1,4 @@
-"""llamanb.cxx_build: every source compiled to its own object in parallel, then linked; a source
+"""llamanb.platform.cxx_build: every source compiled to its own object in parallel, then linked; a source
 the compiler rejects gives no library and a reason quoting its error; a cached build is reused."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import ctypes
 
 import pytest
 
-from llamanb import cxx_build
+from llamanb.platform import cxx_build
 
 FLAGS = ("-std=c++17", "-O1", "-shared", "-fPIC")
 

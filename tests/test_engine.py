@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llamanb.engine import Engine, pad_to
+from llamanb.engine.engine import Engine, pad_to
 from llamanb.check.greedy import engine_greedy
 from llamanb.errors import LlamanbError
 

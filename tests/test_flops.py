@@ -1,21 +1,13 @@
-"""llamanb.flops against torch's FlopCounterMode (an independent count of every matmul torch runs)
+"""llamanb.model.flops against torch's FlopCounterMode (an independent count of every matmul torch runs)
 on HF LlamaForCausalLM: tiny random models executed for real, and the published Llama-3.2-1B and
 Llama 3 70B shapes on the meta device (shapes only, no weights allocated); plus closed forms."""
 from __future__ import annotations
 
 import pytest
 
-from llamanb.config import LLAMA3_70B, LLAMA32_1B, SMOLLM2_135M, LlamaConfig
+from llamanb.model.config import LLAMA3_70B, LLAMA32_1B, SMOLLM2_135M, LlamaConfig
 from llamanb.errors import LlamanbError
-from llamanb.flops import (
-    LAYER_OPS,
-    OPS,
-    attention_pairs,
-    decode_flops,
-    layer_flops,
-    prefill_flops,
-    total,
-)
+from llamanb.model.flops import (LAYER_OPS, OPS, attention_pairs, decode_flops, layer_flops, prefill_flops, total)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from llamanb.errors import LlamanbError
-from llamanb.generate import generate, stream, token_loop
-from llamanb.sampling import Sampler, SamplingParams
+from llamanb.engine.generate import generate, stream, token_loop
+from llamanb.engine.sampling import Sampler, SamplingParams
 
 
 # ---- the generation loop on SmolLM2 ------------------------------------------------------------------
@@ -79,7 +79,7 @@ def test_budget_capped_by_context(tmp_path):
     """A prompt one token short of the context gets exactly one new token."""
     from conftest import make_tiny_checkpoint
 
-    from llamanb.engine import Engine
+    from llamanb.engine.engine import Engine
     from llamanb.io.store import load_model
 
     make_tiny_checkpoint(tmp_path / "ck", n_heads=4, n_kv_heads=2, tie=True, seed=0, max_position_embeddings=16)

@@ -1,18 +1,18 @@
-"""llamanb.progress in a real kernel: the stage line is shown while the step runs (a display, then
+"""llamanb.platform.progress in a real kernel: the stage line is shown while the step runs (a display, then
 updates of it) and an executed notebook keeps nothing of it once `course.build` has written it;
 outside a kernel nothing is printed."""
 from __future__ import annotations
 
 import pytest
 
-from llamanb import course
-from llamanb.progress import MARK, is_leftover, stages
+from llamanb.course import notebooks as course
+from llamanb.platform.progress import MARK, is_leftover, stages
 
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 
 CELLS = [
-    "import time\nfrom llamanb.progress import stages\n"
+    "import time\nfrom llamanb.platform.progress import stages\n"
     "with stages() as say:\n    say('stage one')\n    time.sleep(0.2)\n    say('stage two')\nprint('done')",
     "with stages(after_s=60) as say:\n    say('never shown')\nprint('quick')",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import pytest
 
-from llamanb import hardware
+from llamanb.platform import hardware
 from llamanb.npu.backend import have_real_npu
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llamanb.config import LLAMA32_1B, SMOLLM2_135M, RopeScaling
-from llamanb.rope import apply_rope, cos_sin, inv_freq, rope_for
+from llamanb.model.config import LLAMA32_1B, SMOLLM2_135M, RopeScaling
+from llamanb.model.rope import apply_rope, cos_sin, inv_freq, rope_for
 
 
 def _hf_config(*, head_dim, theta, scaling=None, max_pos=131072, heads=32, hidden=2048):

@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 from conftest import llamacpp_permute_rows
 
-from llamanb.config import RopeScaling
-from llamanb.rope import inv_freq
-from llamanb.rope_tables import (apply_rotation_table, half_split_to_interleaved, interleaved_to_half_split,
-                                 rotation_table)
+from llamanb.model.config import RopeScaling
+from llamanb.model.rope import inv_freq
+from llamanb.model.rope_tables import (apply_rotation_table, half_split_to_interleaved, interleaved_to_half_split, rotation_table)
 
 LLAMA32_SCALING = {"factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                    "original_max_position_embeddings": 8192}

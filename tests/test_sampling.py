@@ -1,4 +1,4 @@
-"""llamanb.sampling: the distribution a sampler draws from against closed forms, the repeat
+"""llamanb.engine.sampling: the distribution a sampler draws from against closed forms, the repeat
 penalty's rule, and the one random stream a Sampler owns."""
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from llamanb.errors import LlamanbError
-from llamanb.sampling import Sampler, SamplingParams, next_token_probs, repeat_penalty, sample
+from llamanb.engine.sampling import (Sampler, SamplingParams, next_token_probs, repeat_penalty, sample)
 
 
 def softmax64(z):
@@ -163,7 +163,7 @@ def test_old_homes_still_work():
 
     import llamanb
 
-    g = importlib.import_module("llamanb.generate")
+    g = importlib.import_module("llamanb.engine.generate")
 
     assert g.SamplingParams is SamplingParams and g.sample is sample
     assert g.next_token_probs is next_token_probs and llamanb.SamplingParams is SamplingParams

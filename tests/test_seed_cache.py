@@ -8,8 +8,8 @@ from conftest import SEED_VAR, seed_session_cache
 
 
 def test_seed_copies_only_current_entries(tmp_path, monkeypatch, llamanb_cache):
-    from llamanb import cxx_build
-    from llamanb.backends import cpu_kernels
+    from llamanb.platform import cxx_build
+    from llamanb.cpu import kernels as cpu_kernels
     from llamanb.io.store import _cache_key, default_model_path
 
     seed, session = tmp_path / "seed", tmp_path / "session"

@@ -11,8 +11,8 @@ import pytest
 
 from llamanb import Engine
 from llamanb.errors import LlamanbError
-from llamanb.backends.numpy_ref import BLOCK_Q
-from llamanb.step import PAD, Step
+from llamanb.engine.numpy_backend import BLOCK_Q
+from llamanb.engine.step import PAD, Step
 
 RNG = np.random.default_rng(7)
 P0 = [int(t) for t in RNG.integers(3, 49152, 13)]
@@ -72,7 +72,7 @@ def test_mixed_step_is_bit_exact_when_batch_invariant(smollm):
 
 def _bit_exact_chunk(backend) -> int:
     """The smallest chunk whose starts keep every row's bits: a multiple of the attention's query
-    tile (so key tiles line up) and of the BLAS row alignment (llamanb.blas.row_align)."""
+    tile (so key tiles line up) and of the BLAS row alignment (llamanb.platform.blas.row_align)."""
     return int(np.lcm(BLOCK_Q, backend.row_align))
 
 

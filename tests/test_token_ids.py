@@ -1,4 +1,4 @@
-"""llamanb.token_ids: the one validator of token ids. Each mistake is one LlamanbError line that
+"""llamanb.model.token_ids: the one validator of token ids. Each mistake is one LlamanbError line that
 says what was expected, and every entry point (engine, generate, the serving queue, the TCP
 interpreter) says the same; the engine's and generate's own cases are in test_api_misuse.py."""
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 from llamanb.errors import LlamanbError
 from llamanb.serve.dry import DryEngine
 from llamanb.serve.runner import BatchRunner
-from llamanb.token_ids import token_batch, token_ids
+from llamanb.model.token_ids import token_batch, token_ids
 
 V = 100
 

@@ -1,4 +1,4 @@
-"""llamanb.tokenizer on its own: encode/decode round trips, the digit split, special tokens, the chat
+"""llamanb.model.tokenizer on its own: encode/decode round trips, the digit split, special tokens, the chat
 template, UTF-8 bytes in, and every fault as one line.
 
 The references are independent of llamanb:
@@ -24,7 +24,7 @@ import pytest
 from conftest import REFERENCE_DIR
 
 from llamanb.errors import LlamanbError
-from llamanb.tokenizer import ChatTokenizer, as_text, tokenizer_json_from_gguf
+from llamanb.model.tokenizer import ChatTokenizer, as_text, tokenizer_json_from_gguf
 
 pytestmark = pytest.mark.slow          # transformers' GGUF tokenizer takes ~10-30 s to build, once
 

@@ -6,7 +6,7 @@ ids, so every request generates exactly its max_new_tokens whatever the tokens a
 to serve it, on one llamanb engine (numpy, float32, the default -- not batch-invariant -- rows:
 prompt steps padded to the BLAS row multiple, decode-only steps unpadded):
 
-    one at a time   llamanb.generate for each request in turn (prefill, then GEMV decodes)
+    one at a time   llamanb.engine.generate for each request in turn (prefill, then GEMV decodes)
     static          BatchRunner(policy="static"): a batch of `slots` requests is admitted only
                     when the previous batch has finished, so it waits for its longest member
     continuous      BatchRunner: a finished request's slot is refilled in the next step
@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from .report import decide, rounds_text, verdict_text
+from llamanb.bench.report import decide, rounds_text, verdict_text
 
 SLOT_COUNTS = (1, 2, 4, 8, 16)
 TARGETS = {"continuous / one at a time, 8 slots": 3.0, "continuous / static, 8 slots": 1.3}
@@ -41,7 +41,7 @@ def _summary(tokens: int, seconds: float, lat: list[float], ttft: list[float]) -
 
 
 def one_at_a_time(engine, work) -> tuple[dict, list[list[int]]]:
-    from ..generate import generate
+    from llamanb.engine.generate import generate
 
     t0, lat, ttft, outs = time.perf_counter(), [], [], []
     prefill_s = decode_s = 0.0
@@ -62,7 +62,7 @@ def one_at_a_time(engine, work) -> tuple[dict, list[list[int]]]:
 def batched(engine, work, slots: int, policy: str) -> tuple[dict, list[list[int]]]:
     """Also splits the run's time: steps that carry prompt rows, and decode-only steps (the
     median time of those that ran every slot, `full_decode_step_s`; NaN if none did)."""
-    from ..serve.runner import BatchRunner
+    from llamanb.serve.runner import BatchRunner
 
     runner = BatchRunner(engine, slots=slots, block=16, kv_positions=16 * 1024, policy=policy)
     reqs = [runner.add(p, k, stop_ids=()) for p, k in work]
@@ -94,10 +94,10 @@ def measure(model_spec, runs: int, n_requests: int = 16, slot_counts=SLOT_COUNTS
             progress=lambda m: None, backend: str = "numpy", **workload) -> dict:
     """workload: prompt_range / new_range for mixed_workload (tests use short ones). backend: a
     name, or "cpu:bf16" for a backend with a dtype (runners.llamanb_backend)."""
-    from ..io.store import load_model
-    from ..engine import Engine
-    from ..serve.workload import mixed_workload
-    from .runners import PROMPT_TEXT, llamanb_backend
+    from llamanb.io.store import load_model
+    from llamanb.engine.engine import Engine
+    from llamanb.serve.workload import mixed_workload
+    from llamanb.bench.runners import PROMPT_TEXT, llamanb_backend
 
     model = load_model(model_spec)
     name, options = llamanb_backend(backend)
@@ -185,7 +185,7 @@ def report(res: dict) -> str:
 
 
 def main(args) -> int:
-    from .report import write_json
+    from llamanb.bench.report import write_json
 
     def progress(msg):
         print(f"bench: {msg}", file=sys.stderr, flush=True)

@@ -14,9 +14,9 @@ import time
 import traceback
 from pathlib import Path
 
-from ..errors import LlamanbError
-from .machine import peak_rss_mb, rss_mb
-from .runners import PREFILL_LENS, make_runner, run_round
+from llamanb.errors import LlamanbError
+from llamanb.bench.machine import peak_rss_mb, rss_mb
+from llamanb.bench.runners import PREFILL_LENS, make_runner, run_round
 
 # OpenBLAS's worker threads spin for a while after their last call (~130 ms of a core on the
 # 2-core dev machine; torch's OpenMP threads go idle at once): the parent waits this long before
@@ -157,7 +157,7 @@ def measure_engines(engines: list[str], model_spec, cache_dir, ids: list[int], r
         for e in engines:
             progress(f"{e}: starting its process, loading")
             if peers and e in peers:
-                from .peer import PeerProcess
+                from llamanb.bench.peer import PeerProcess
 
                 procs[e] = PeerProcess(e, *peers[e], ids, steps)
             else:

@@ -7,18 +7,17 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import LlamanbError
-from .child import PEAK_RSS_METHOD, SCHEDULE, measure_engines
-from .machine import (BANDWIDTH_BYTES, ROUND_PROBE_REPEATS, CpuShare, machine_info, memory_read_bandwidth,
-                      release_memory)
-from .report import ratios, report, write_json
-from .runners import DECODE_CONTEXT, PREFILL_LENS, decode_kv_positions, prompt_ids
+from llamanb.errors import LlamanbError
+from llamanb.bench.child import PEAK_RSS_METHOD, SCHEDULE, measure_engines
+from llamanb.bench.machine import (BANDWIDTH_BYTES, ROUND_PROBE_REPEATS, CpuShare, machine_info, memory_read_bandwidth, release_memory)
+from llamanb.bench.report import ratios, report, write_json
+from llamanb.bench.runners import DECODE_CONTEXT, PREFILL_LENS, decode_kv_positions, prompt_ids
 
 
 def refuse_emulated(name: str, where: str) -> None:
     """A one-line LlamanbError for the emulated AVX-512 flavour: timing it would measure SIMDe's
     emulation, not a CPU."""
-    from ..backends import cpu_kernels
+    from llamanb.cpu import kernels as cpu_kernels
 
     if name == cpu_kernels.EMULATED_AVX512:
         raise LlamanbError(f"bench: {where}={name} runs the AVX-512 kernels emulated through SIMDe "
@@ -32,7 +31,7 @@ def also_marches(value: str | None) -> list[str]:
     measured): a comma-separated list of -march names (or "portable"); "none"; or "auto" --
     x86-64-v3 (the AVX2 kernels) where this CPU's own build uses AVX-512, none elsewhere.
     The own flavour ($LLAMANB_CPU_MARCH, else native) is never measured twice."""
-    from ..backends import cpu_kernels
+    from llamanb.cpu import kernels as cpu_kernels
 
     value = (value or "auto").strip()
     names = [] if value in ("auto", "none") else \
@@ -53,24 +52,24 @@ def also_marches(value: str | None) -> list[str]:
 def main(args) -> int:
     from importlib.util import find_spec
 
-    from ..io.store import load_model
+    from llamanb.io.store import load_model
 
     if args.json:                      # checked before anything is measured
-        from ..paths import check_output_file
+        from llamanb.platform.paths import check_output_file
 
         check_output_file(args.json, "--json")
-    from ..backends import cpu_kernels
+    from llamanb.cpu import kernels as cpu_kernels
 
     refuse_emulated(os.environ.get(cpu_kernels.MARCH_VAR, "").strip(), cpu_kernels.MARCH_VAR)
     if getattr(args, "batching", False):
-        from .batching import main as batching
+        from llamanb.bench.batching import main as batching
 
         return batching(args)
     t_start, cpu = time.perf_counter(), CpuShare()
     engines = ["llamanb"]
     backend = getattr(args, "backend", "numpy") or "numpy"
     if backend != "numpy":                       # measured side by side with the numpy engine
-        from ..backends import BACKENDS, LAZY
+        from llamanb.engine.registry import BACKENDS, LAZY
 
         if backend not in BACKENDS and backend not in LAZY:
             raise LlamanbError(f"unknown backend {backend!r}; available: "
@@ -92,7 +91,7 @@ def main(args) -> int:
     model = load_model(args.model)                 # weights are memory-mapped, not read yet
     cfg = model.config
     if backend == "cpu":                       # and the file's own blocks (Q4_1, ...), as stored
-        from .peer import QUANT_PEERS, source_quant
+        from llamanb.bench.peer import QUANT_PEERS, source_quant
 
         quant = source_quant(model.source, model)
         if quant:
@@ -110,8 +109,8 @@ def main(args) -> int:
         raise LlamanbError(f"{cfg.name}: context {cfg.max_seq} is too short for the benchmark")
     peers = None
     if backend == "cpu":
-        from ..io.store import cache_root
-        from .peer import PEERS, make_ggufs, peer_python
+        from llamanb.io.store import cache_root
+        from llamanb.bench.peer import PEERS, make_ggufs, peer_python
 
         py, version = peer_python(getattr(args, "peer_python", None))
         if py is None:
@@ -131,7 +130,7 @@ def main(args) -> int:
     progress(f"measuring memory-read bandwidth ({BANDWIDTH_BYTES >> 20} MiB float32 array)")
     extra = None
     if backend == "cpu":                             # the kernels' own streaming read
-        from ..backends import cpu_kernels
+        from llamanb.cpu import kernels as cpu_kernels
 
         k = cpu_kernels.load()
         extra = {f"cpu kernels' streaming sum, {k.threads} threads": k.read_sum}

@@ -15,7 +15,7 @@ from importlib import metadata
 
 import numpy as np
 
-from ..blas import openblas_info
+from llamanb.platform.blas import openblas_info
 
 BANDWIDTH_BYTES = 1 << 30                # 1 GiB: far larger than any cache
 BANDWIDTH_REPEATS = 7
@@ -42,7 +42,7 @@ def peak_rss_mb() -> float:
 
 def release_memory() -> None:
     """Drop garbage and hand free heap pages back to the OS (after the bandwidth probe)."""
-    from ..backends.cpu_kernels import release_heap
+    from llamanb.cpu.kernels import release_heap
 
     gc.collect()
     release_heap()

@@ -28,7 +28,7 @@ import tempfile
 from importlib.util import find_spec
 from pathlib import Path
 
-from ..errors import LlamanbError
+from llamanb.errors import LlamanbError
 
 PEERS = {"llamacpp_f32": "F32", "llamacpp_bf16": "BF16", "llamacpp_q4_1": "Q4_1",
          "llamacpp_file": "FILE"}
@@ -42,7 +42,7 @@ def source_quant(source, model=None) -> str | None:
     "FILE" when they are stored otherwise and the cpu backend runs every matrix of `model` (the
     file, loaded) from its blocks (--dtype auto: Q4_0, Q4_K_M, ...); None for anything else (or
     not a GGUF)."""
-    from ..io.gguf import tensor_index
+    from llamanb.io.gguf import tensor_index
 
     source = Path(source)
     if source.suffix != ".gguf" or not source.is_file():
@@ -52,7 +52,7 @@ def source_quant(source, model=None) -> str | None:
     if kinds == {"Q4_1"}:
         return "Q4_1"
     if model is not None and not kinds <= {"F32", "F16", "BF16"}:
-        from ..backends.cpu import runs_from_blocks
+        from llamanb.cpu.backend import runs_from_blocks
 
         if runs_from_blocks(model.weights, model.config):
             return "FILE"

@@ -7,8 +7,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from .machine import ROUND_PROBE_REPEATS as ROUND_PROBES
-from .runners import DECODE_CONTEXT, PREFILL_LENS, label, split_march
+from llamanb.bench.machine import ROUND_PROBE_REPEATS as ROUND_PROBES
+from llamanb.bench.runners import DECODE_CONTEXT, PREFILL_LENS, label, split_march
 
 # Speed targets for other backends, as a ratio to the numpy engine's decode in the same run: an
 # emulated NPU2 must keep the course interactive.

@@ -7,9 +7,9 @@ import time
 
 import numpy as np
 
-from ..check.greedy import engine_steps, greedy
-from ..errors import LlamanbError
-from .machine import openblas_info
+from llamanb.check.greedy import engine_steps, greedy
+from llamanb.errors import LlamanbError
+from llamanb.bench.machine import openblas_info
 
 PREFILL_LENS = (128, 512)
 DECODE_CONTEXT = 128                     # prompt length before the decode steps
@@ -31,7 +31,7 @@ LABELS = {"llamanb": "llamanb (numpy fp32)", "transformers_fp32": "transformers 
 
 def split_march(spec: str) -> tuple[str, str]:
     """"cpu:bf16/x86-64-v3" -> ("cpu:bf16", "x86-64-v3"): a llamanb engine's backend and dtype,
-    and after the slash the cpu kernels' build flavour (llamanb.backends.cpu_kernels; "" for
+    and after the slash the cpu kernels' build flavour (llamanb.cpu.kernels; "" for
     the default build)."""
     spec, _, march = spec.partition("/")
     return spec, march
@@ -67,8 +67,8 @@ PROMPT_TEXT = (
 
 class LlamanbRunner:
     def __init__(self, model_spec, backend: str = "numpy"):
-        from ..engine import Engine
-        from ..io.store import load_model
+        from llamanb.engine.engine import Engine
+        from llamanb.io.store import load_model
 
         self.model = load_model(model_spec)
         name, options = llamanb_backend(backend)          # "cpu:bf16": the cpu backend in bf16
@@ -122,7 +122,7 @@ class TransformersRunner:
             return time.perf_counter() - t0
 
     def decode(self, ids, steps: int) -> tuple[float, list[int]]:
-        from ..check.hf_reference import hf_steps
+        from llamanb.check.hf_reference import hf_steps
 
         first, advance = hf_steps(self.model, ids)
         t0 = time.perf_counter()

@@ -1,5 +1,5 @@
 """Greedy decoding for the checks, whatever produces the logits: the package's one token loop
-(llamanb.generate.token_loop) with a greedy Sampler, recording what each choice came from.
+(llamanb.engine.generate.token_loop) with a greedy Sampler, recording what each choice came from.
 
     first logits --argmax--> token --advance(token)--> logits --argmax--> ... (until a stop id)
 
@@ -15,8 +15,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..generate import token_loop
-from ..sampling import Sampler
+from llamanb.engine.generate import token_loop
+from llamanb.engine.sampling import Sampler
 
 
 @dataclass

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import LlamanbError
-from ..io.store import Model
-from .greedy import greedy
+from llamanb.errors import LlamanbError
+from llamanb.io.store import Model
+from llamanb.check.greedy import greedy
 
 
 def _import_torch():
@@ -58,7 +58,7 @@ def load_hf(model: Model, dtype: str = "float32", via: str = "source"):
     logging.getLogger("transformers").setLevel(logging.ERROR)
     td = {"float32": torch.float32, "bf16": torch.bfloat16}[dtype]
     src = model.source if via == "source" else model.cache_dir
-    from ..progress import stages
+    from llamanb.platform.progress import stages
 
     with stages() as say:
         if src.is_file():

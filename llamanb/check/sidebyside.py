@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .greedy import GreedyRun, engine_greedy
+from llamanb.check.greedy import GreedyRun, engine_greedy
 
 
 @dataclass

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..engine import Engine
-from ..errors import LlamanbError
-from ..paths import reference_file
-from ..progress import stages
-from ..io.store import Model, load_model
-from .greedy import GreedyRun, engine_greedy
+from llamanb.engine.engine import Engine
+from llamanb.errors import LlamanbError
+from llamanb.platform.paths import reference_file
+from llamanb.platform.progress import stages
+from llamanb.io.store import Model, load_model
+from llamanb.check.greedy import GreedyRun, engine_greedy
 
 REFERENCE_NAME = "hf_smollm2_reference.json"
 
@@ -118,7 +118,7 @@ def reference_cli(model_spec, reference, backend: str = "numpy", dtype: str = "f
     model = load_model(model_spec)
     if dtype != "float32" and backend not in ("numpy", "cpu"):
         raise LlamanbError(f"--dtype applies to the numpy and cpu backends, not {backend!r}")
-    from ..backends.cpu import check_dtype
+    from llamanb.cpu.backend import check_dtype
 
     check_dtype(backend, dtype)
     engine = Engine(model, backend, **({"dtype": dtype} if dtype != "float32" else {}))
@@ -131,7 +131,7 @@ def reference_cli(model_spec, reference, backend: str = "numpy", dtype: str = "f
 
 def live_references(model: Model, steps: int, prompts_file: Path | None = None) -> dict:
     """Fresh references from transformers, in the shared reference file's schema."""
-    from . import hf_reference
+    from llamanb.check import hf_reference
 
     prompts_file = prompts_file or Path(__file__).resolve().parents[1] / "data" / "prompts.json"
     if not prompts_file.is_file():
@@ -168,8 +168,8 @@ def live_cli(model_spec, steps: int, save: str | None) -> int:
 def diagnose(model: Model, ids: list[int]) -> list[tuple[str, float, float, float]]:
     """Per-layer (label, cosine similarity, max |diff|, max |diff| / max |ref|) of hidden states, llamanb vs transformers,
     over all positions of ids."""
-    from . import hf_reference
-    from ..ops import rms_norm
+    from llamanb.check import hf_reference
+    from llamanb.model.ops import rms_norm
 
     engine = Engine(model)
     ours: list[np.ndarray] = []

@@ -31,14 +31,14 @@ import weakref
 
 import numpy as np
 
-from ..backends.base import Backend
-from ..errors import LlamanbError
-from ..kv.base import KVStore
-from ..rope import cos_sin, rope_for
-from ..step import Step
-from ..weights import Weights
-from . import launch
-from . import runtime
+from llamanb.engine.backend import Backend
+from llamanb.errors import LlamanbError
+from llamanb.engine.kv.base import KVStore
+from llamanb.model.rope import cos_sin, rope_for
+from llamanb.engine.step import Step
+from llamanb.model.weights import Weights
+from llamanb.cuda import launch
+from llamanb.cuda import runtime
 
 SIM_MAX_HIDDEN = 256     # the simulator runs a step of a 135M model in hours: refuse it
 
@@ -89,7 +89,7 @@ class CudaBackend(Backend):
                                f"hidden {c.hidden} (backend 'cuda' needs an NVIDIA GPU)")
         if gemm == "host" and not self.simulated:
             raise ValueError("gemm='host' is for the simulator only")
-        from . import kernels as kmod
+        from llamanb.cuda import kernels as kmod
 
         self.k = kmod.build(tile or (kmod.SIM_TILE if self.simulated else kmod.GPU_TILE))
         if gemm == "auto":
@@ -256,7 +256,7 @@ class CudaSimBackend(CudaBackend):
 
 
 def _cupy() -> bool:
-    from ..hardware import has_module
+    from llamanb.platform.hardware import has_module
 
     if not has_module("cupy"):
         return False

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..errors import LlamanbError
+from llamanb.errors import LlamanbError
 
 SOURCE = Path(__file__).resolve().parents[2] / "kernels" / "cuda" / "llama_kernels.cu"
 ARCHS = ("sm_80", "sm_90")          # A100 (Ampere) and H100/H200 (Hopper)

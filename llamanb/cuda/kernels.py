@@ -49,7 +49,7 @@ from functools import lru_cache
 from numba import cuda, float32, int32
 from numba.core import config
 
-from .launch import WARP, warps_per_block
+from llamanb.cuda.launch import WARP, warps_per_block
 
 SIMULATED = bool(config.ENABLE_CUDASIM)    # numba read NUMBA_ENABLE_CUDASIM when first imported
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import LlamaConfig
-from ..io.store import Model
-from ..weights import LayerWeights, Weights
+from llamanb.model.config import LlamaConfig
+from llamanb.io.store import Model
+from llamanb.model.weights import LayerWeights, Weights
 
 
 def random_weights(cfg: LlamaConfig, seed: int = 0, std: float = 0.05, draw=None) -> Weights:

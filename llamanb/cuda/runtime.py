@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import sys
 
-from ..errors import LlamanbError
-from ..hardware import has_module
+from llamanb.errors import LlamanbError
+from llamanb.platform.hardware import has_module
 
 
 def numba_cuda_installed() -> bool:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import LlamaConfig
-from ..errors import LlamanbError
-from .quants import dequantize
-from ..rope_tables import half_split_to_interleaved, interleaved_to_half_split
+from llamanb.model.config import LlamaConfig
+from llamanb.errors import LlamanbError
+from llamanb.io.quants import dequantize
+from llamanb.model.rope_tables import half_split_to_interleaved, interleaved_to_half_split
 
 # GGUF name -> HF name (per layer names carry '{i}')
 _LAYER_MAP = {
@@ -288,7 +288,7 @@ class GGUFSource:
         return hf_name(gguf_name)
 
     def _check_tensors(self) -> None:
-        from ..weights import check_shapes
+        from llamanb.model.weights import check_shapes
 
         self.by_hf = {}
         for name, t in self.tensors.items():
@@ -319,7 +319,7 @@ class GGUFSource:
         """file name -> text, written next to the converted weights."""
         import json
 
-        from ..tokenizer import tokenizer_config_from_gguf, tokenizer_json_from_gguf
+        from llamanb.model.tokenizer import tokenizer_config_from_gguf, tokenizer_json_from_gguf
 
         return {"tokenizer.json": tokenizer_json_from_gguf(self.meta),
                 "tokenizer_config.json": json.dumps(tokenizer_config_from_gguf(self.meta), indent=1)}

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import LlamaConfig
-from ..errors import LlamanbError
-from .safetensors import SafetensorsFile
+from llamanb.model.config import LlamaConfig
+from llamanb.errors import LlamanbError
+from llamanb.io.safetensors import SafetensorsFile
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
                     "special_tokens_map.json")
@@ -45,7 +45,7 @@ class HFSource:
                 self.get("lm_head.weight"), self.get("model.embed_tokens.weight")):
             # transformers (5.x) keeps a stored head that differs from the embedding: do the same.
             self.config = self.config.replace(tie_embeddings=False)
-        from ..weights import check_shapes
+        from llamanb.model.weights import check_shapes
 
         check_shapes(self.config, self.shapes(), str(self.path))
         if not (self.path / "tokenizer.json").is_file():

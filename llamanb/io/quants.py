@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import LlamanbError
+from llamanb.errors import LlamanbError
 
 # name -> (weights per block, bytes per block)
 BLOCK = {

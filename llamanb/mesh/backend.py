@@ -19,16 +19,16 @@ import dataclasses
 
 import numpy as np
 
-from ..backends.base import Backend
-from ..errors import LlamanbError
-from ..kv.base import KVStore
-from ..numerics import BLOCK_FLOAT_BITS, blockfloat
-from ..rope import cos_sin, rope_for
-from ..step import Step
-from ..weights import Weights
-from .config import MeshConfig
-from .device import EmulatedMesh
-from .layers import MeshLayers, Placement
+from llamanb.engine.backend import Backend
+from llamanb.errors import LlamanbError
+from llamanb.engine.kv.base import KVStore
+from llamanb.model.numerics import BLOCK_FLOAT_BITS, blockfloat
+from llamanb.model.rope import cos_sin, rope_for
+from llamanb.engine.step import Step
+from llamanb.model.weights import Weights
+from llamanb.mesh.config import MeshConfig
+from llamanb.mesh.device import EmulatedMesh
+from llamanb.mesh.layers import MeshLayers, Placement
 
 WEIGHT_NAMES = ("wqkv", "wo", "w1", "w3", "w2")
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..numerics import U_FLOAT32 as U32, gamma, matmul_bound   # noqa: F401  (one definition)
+from llamanb.model.numerics import U_FLOAT32 as U32, gamma, matmul_bound  # noqa: F401  (one definition)
 
 SILU_SLOPE = 1.0999                  # max |d silu(x) / dx| (1.09984 at x = 2.3994), so silu is
                                      # Lipschitz with this constant

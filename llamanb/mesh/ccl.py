@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..config import BYTES_PER_PARAM
-from ..errors import LlamanbError
-from .device import MeshTensor
+from llamanb.model.config import BYTES_PER_PARAM
+from llamanb.errors import LlamanbError
+from llamanb.mesh.device import MeshTensor
 
 Device = tuple[int, int]
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import LlamanbError
+from llamanb.errors import LlamanbError
 
 TOPOLOGIES = ("line", "ring")
 

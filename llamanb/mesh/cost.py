@@ -42,13 +42,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import calibration as cal
-from ..config import BYTES_PER_PARAM, LlamaConfig
-from ..errors import LlamanbError
-from . import ccl
-from .config import MeshConfig
-from .device import EmulatedMesh, MeshTensor
-from .layers import Placement
+from llamanb.platform import calibration as cal
+from llamanb.model.config import BYTES_PER_PARAM, LlamaConfig
+from llamanb.errors import LlamanbError
+from llamanb.mesh import ccl
+from llamanb.mesh.config import MeshConfig
+from llamanb.mesh.device import EmulatedMesh, MeshTensor
+from llamanb.mesh.layers import Placement
 
 # The demo's formats (tt-metal models/demos/llama3_70b_galaxy: llama_attention.py, llama_mlp.py,
 # lm_head.py, llama_ccl.py); the embedding's is an assumption.
@@ -456,16 +456,16 @@ CALIBRATION_FIGURES = {      # PERF.md rows used to derive attn_eff and user_kv_
 
 def _solve(f, target: float, lo: float, hi: float, what: str) -> float:
     """x in [lo, hi] with f(x) = target, f decreasing: 100 halvings in log space
-    (llamanb.calibration.bisect), the bracket's geometric mean."""
+    (llamanb.platform.calibration.bisect), the bracket's geometric mean."""
     lo, hi = cal.bisect(f, target, lo, hi, increasing=False, log=True, iterations=100, what=what)
     return math.sqrt(lo * hi)
 
 
 def derive(figures: dict | None = None) -> dict:
     """attn_eff and user_kv_rate, solved from CALIBRATION_FIGURES (or `figures`, the same keys
-    with other values: what llamanb.calibration.sensitivity moves) with the rest of the model."""
-    from ..config import LLAMA3_70B
-    from .config import GALAXY
+    with other values: what llamanb.platform.calibration.sensitivity moves) with the rest of the model."""
+    from llamanb.model.config import LLAMA3_70B
+    from llamanb.mesh.config import GALAXY
 
     figs = {**CALIBRATION_FIGURES, **(figures or {})}
     S, ttft = figs["TTFT 64K"]
@@ -498,8 +498,8 @@ class Figure:
 
 
 def _validation_figures() -> list[Figure]:
-    from ..config import LLAMA3_70B as C
-    from .config import GALAXY as G
+    from llamanb.model.config import LLAMA3_70B as C
+    from llamanb.mesh.config import GALAXY as G
 
     readme = f"{_TT} README.md, Llama 3.3 70B (TP=32), Galaxy (Wormhole), batch 32, v0.65.0-rc7"
     ttft = lambda n: (lambda d: prefill_estimate(C, G, n, attn_eff=d["attn_eff"]).seconds)  # noqa: E731
@@ -570,7 +570,7 @@ def calibration_table() -> list[tuple[str, str, str]]:
 
 def validation_table(d: dict | None = None) -> list[tuple[str, float, float, float, str, str]]:
     """(figure, published, predicted, relative error, unit, source) for every held-back figure.
-    The error is predicted / published - 1 on the figure as published (llamanb.calibration.
+    The error is predicted / published - 1 on the figure as published (llamanb.platform.calibration.
     rel_error). `d`: the derived constants to use (default: those solved from CALIBRATION_FIGURES)."""
     d = derived() if d is None else d
     out = []
@@ -582,9 +582,9 @@ def validation_table(d: dict | None = None) -> list[tuple[str, float, float, flo
 
 def checks() -> list[cal.Check]:
     """The two PERF.md 64K rows the derived constants are solved from (calibration), then every
-    held-back figure (validation), as llamanb.calibration.Check; extra["kind"] is CHECK_KIND's."""
-    from ..config import LLAMA3_70B as C
-    from .config import GALAXY as G
+    held-back figure (validation), as llamanb.platform.calibration.Check; extra["kind"] is CHECK_KIND's."""
+    from llamanb.model.config import LLAMA3_70B as C
+    from llamanb.mesh.config import GALAXY as G
 
     S, ttft = CALIBRATION_FIGURES["TTFT 64K"]
     T, step = CALIBRATION_FIGURES["decode 64K batch 1"]

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import LlamanbError
-from .config import MeshConfig
+from llamanb.errors import LlamanbError
+from llamanb.mesh.config import MeshConfig
 
 
 class MeshTensor:

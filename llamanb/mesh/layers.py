@@ -37,17 +37,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..attention import attention
-from ..config import LlamaConfig
-from ..errors import LlamanbError
-from ..kv.base import KVStore
-from ..ops import silu_mul
-from ..rope import cos_sin, rope_for, rotation_tables, rope_inplace
-from ..step import Step
-from ..weights import Weights
-from . import ccl
-from .config import MeshConfig
-from .device import EmulatedMesh, MeshTensor
+from llamanb.engine.attention import attention
+from llamanb.model.config import LlamaConfig
+from llamanb.errors import LlamanbError
+from llamanb.engine.kv.base import KVStore
+from llamanb.model.ops import silu_mul
+from llamanb.model.rope import cos_sin, rope_for, rotation_tables, rope_inplace
+from llamanb.engine.step import Step
+from llamanb.model.weights import Weights
+from llamanb.mesh import ccl
+from llamanb.mesh.config import MeshConfig
+from llamanb.mesh.device import EmulatedMesh, MeshTensor
 
 
 @dataclass
@@ -216,7 +216,7 @@ class MeshLayers:
             rows = seg.rows
             k, v = k_all[rows], v_all[rows]
             if self.kv_format is not None:                     # what a bfloat8_b cache stores
-                from ..numerics import blockfloat_padded
+                from llamanb.model.numerics import blockfloat_padded
                 k, v = blockfloat_padded(k, self.kv_format), blockfloat_padded(v, self.kv_format)
             cache.write(layer, seg.slot, seg.start, k, v)
             keys, vals = cache.keys(layer, seg.slot, seg.end), cache.values(layer, seg.slot, seg.end)
@@ -226,7 +226,7 @@ class MeshLayers:
         return qkv.map_rc(lambda r, cc, a: out[_pq(mesh, r, cc)[0]], {})
 
     def _attend(self, q: np.ndarray, keys: np.ndarray, vals: np.ndarray, start: int) -> np.ndarray:
-        """q [S, nq, d] at positions start.., keys/vals [nkv, T, d] -> [S, nq d]: llamanb.attention,
+        """q [S, nq, d] at positions start.., keys/vals [nkv, T, d] -> [S, nq d]: llamanb.engine.attention,
         all rows against all keys in one block."""
         return attention(q, lambda T: keys[:, :T], lambda T: vals[:, :T], start, self.scale,
                          keys.shape[0], block_q=None)

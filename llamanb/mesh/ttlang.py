@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import LlamanbError
-from ..ops import silu_mul
+from llamanb.errors import LlamanbError
+from llamanb.model.ops import silu_mul
 
 TILE = 32
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import types
 
-from .ttlang import load_ttlang
+from llamanb.mesh.ttlang import load_ttlang
 
 
 def simulated_ttnn():

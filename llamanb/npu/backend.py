@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..attention import BLOCK_Q, KEY_TILE, attention
-from ..backends.base import Backend
-from ..errors import LlamanbError
-from ..kv.base import KVStore
-from ..numerics import to_bf16
-from ..rope import rope_for
-from ..step import PAD, Step
-from ..weights import Weights
+from llamanb.engine.attention import BLOCK_Q, KEY_TILE, attention
+from llamanb.engine.backend import Backend
+from llamanb.errors import LlamanbError
+from llamanb.engine.kv.base import KVStore
+from llamanb.model.numerics import to_bf16
+from llamanb.model.rope import rope_for
+from llamanb.engine.step import PAD, Step
+from llamanb.model.weights import Weights
 
 
 
@@ -52,14 +52,14 @@ def lm_parts_for(vocab: int, want: int = 8, tiles: int = 8) -> int:
 def have_real_npu() -> tuple[bool, str]:
     """(True, "") when mlir-air, pyxrt and an amdxdna device are present, else (False, what is
     missing) -- the same check `python -m llamanb info` and chapter 13 report."""
-    from ..hardware import npu2_missing
+    from llamanb.npu.readiness import npu2_missing
 
     missing = npu2_missing()
     return (not missing), "; ".join(missing)
 
 
 class _Attn:
-    """Host attention as the numpy reference computes it in its bf16 mode (llamanb.attention,
+    """Host attention as the numpy reference computes it in its bf16 mode (llamanb.engine.attention,
     probabilities rounded to bf16, prefill in BLOCK_Q query-row blocks)."""
 
     def __init__(self, cfg):
@@ -78,14 +78,14 @@ class NPU2Backend(Backend):
     kv_dtype = np.float32
     row_multiple = 1
     kv_position_multiple = KEY_TILE
-    query_tile = BLOCK_Q             # a chunk's host attention is llamanb.attention's blocks
+    query_tile = BLOCK_Q             # a chunk's host attention is llamanb.engine.attention's blocks
 
     def __init__(self, weights: Weights, seq: int = 128, execute: str = "model",
                  device=None, cache_root=None, lm_parts: int | None = None, real: bool = False,
                  aliasing: bool = False):
-        from .compiler.groups import decode_groups, prefill_groups
-        from .runtime.kernel_cache import KernelCache
-        from .runtime.devices import EmulatedDevice, XrtDevice
+        from llamanb.npu.compiler.groups import decode_groups, prefill_groups
+        from llamanb.npu.runtime.kernel_cache import KernelCache
+        from llamanb.npu.runtime.devices import EmulatedDevice, XrtDevice
 
         if real:
             ok, why = have_real_npu()
@@ -204,7 +204,7 @@ class NPU2Backend(Backend):
         return {spec.args[i].name: out[i] for i in sets["output_indices"]}
 
     def _luts(self, positions):
-        from .compiler.builders import rope_lut
+        from llamanb.npu.compiler.builders import rope_lut
         c = self.config
         return (rope_lut(positions, c.n_heads, self.freqs), rope_lut(positions, c.n_kv_heads,
                                                                      self.freqs))
@@ -282,7 +282,7 @@ class NPU2Backend(Backend):
                 attn[r] = self.attn(q[r], cache, layer, seg.slot, seg.start)
             attn = to_bf16(attn)
             if self.aliasing:                   # the attn slot is flash_attn's BO: fill it
-                from .runtime.devices import TO_DEVICE, write
+                from llamanb.npu.runtime.devices import TO_DEVICE, write
                 bo = self.kc.buffers("o_ffn", f"o_ffn.L{layer}")[
                     self.groups["o_ffn"].spec.arg_index("attn")]
                 write(bo, attn, self.device.counters)
@@ -292,7 +292,7 @@ class NPU2Backend(Backend):
 
     def head(self, x: np.ndarray) -> np.ndarray:
         """The final RMSNorm on the host (as the MLIR-AIR guide does), then lm_head_gemv."""
-        from ..ops import rms_norm
+        from llamanb.model.ops import rms_norm
 
         rows = []
         xn = to_bf16(rms_norm(np.asarray(x, np.float32), self.weights.final_norm,

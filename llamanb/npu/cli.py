@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..errors import LlamanbError
+from llamanb.errors import LlamanbError
 
 NOTE = ("emulated NPU2 layout: modules for llamanb's emulator and for mlir-air; launch and argument "
         "counts are read back from the module text")
@@ -50,19 +50,19 @@ def add_parser(sub, model_arg, positive_int) -> None:
 
 def _config(a):
     if a.preset:
-        from ..config import PRESETS
+        from llamanb.model.config import PRESETS
 
         if a.preset not in PRESETS:
             raise LlamanbError(f"unknown preset {a.preset!r}; known: {', '.join(PRESETS)}")
         return PRESETS[a.preset]
-    from ..io.store import load_model
+    from llamanb.io.store import load_model
 
     return load_model(a.model).config
 
 
 def describe(groups) -> dict:
     """The manifest entry of each group: arguments, launches (herds, tiles), kernels, links."""
-    from .compiler.array import l1_need, omit_pingpong_of
+    from llamanb.npu.compiler.array import l1_need, omit_pingpong_of
 
     out = {}
     for g in groups.values():
@@ -104,7 +104,7 @@ def _replace_dir(tmp: Path, out: Path) -> None:
 
 
 def cmd_emit(a) -> int:
-    from .compiler.groups import layer_groups
+    from llamanb.npu.compiler.groups import layer_groups
 
     cfg = _config(a)
     groups = layer_groups(cfg, a.seq, a.lm_parts)
@@ -130,7 +130,7 @@ def cmd_emit(a) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
     n_k = sum(len(g.members) for g in groups.values())
     print(f"{cfg.name}: {len(groups)} groups ({n_k} kernels) written to {out} ({NOTE.split(':')[0]})")
-    from .compiler.array import NPU2, l1_need, omit_pingpong_of
+    from llamanb.npu.compiler.array import NPU2, l1_need, omit_pingpong_of
 
     for g in groups.values():
         pp, hs = omit_pingpong_of(g.spec), [h for lp in g.plan.launches for h in lp.herds]
@@ -144,9 +144,9 @@ def cmd_emit(a) -> int:
 
 
 def cmd_compile(a) -> int:
-    from .compiler.compile import compile as compile_spec
-    from .compiler.compile import resolve_mode
-    from .compiler.groups import layer_groups
+    from llamanb.npu.compiler.compile import compile as compile_spec
+    from llamanb.npu.compiler.compile import resolve_mode
+    from llamanb.npu.compiler.groups import layer_groups
 
     cfg = _config(a)
     groups = layer_groups(cfg, a.seq, a.lm_parts)
@@ -173,11 +173,11 @@ def cmd_smoke(a, xrt=None, missing=None) -> int:
 
     import numpy as np
 
-    from ..hardware import npu2_missing
-    from ..numerics import to_bf16
-    from .compiler.builders import gemv
-    from .runtime.kernel_cache import KernelCache
-    from .runtime.devices import FROM_DEVICE, TO_DEVICE, XrtDevice, read, write
+    from llamanb.npu.readiness import npu2_missing
+    from llamanb.model.numerics import to_bf16
+    from llamanb.npu.compiler.builders import gemv
+    from llamanb.npu.runtime.kernel_cache import KernelCache
+    from llamanb.npu.runtime.devices import FROM_DEVICE, TO_DEVICE, XrtDevice, read, write
 
     miss = npu2_missing() if missing is None else missing
     if miss:

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from ..errors import LlamanbError
+from llamanb.errors import LlamanbError
 
 
 def add_parser(sub, model_arg, positive_int) -> None:
@@ -33,11 +33,11 @@ def percentile(values, q) -> float:
 
 
 def main(a) -> int:
-    from ..engine import Engine
-    from ..generate import generate
-    from ..io.store import load_model
-    from .runner import BatchRunner
-    from .workload import read_requests
+    from llamanb.engine.engine import Engine
+    from llamanb.engine.generate import generate
+    from llamanb.io.store import load_model
+    from llamanb.serve.runner import BatchRunner
+    from llamanb.serve.workload import read_requests
 
     model = load_model(a.model)
     specs = read_requests(a.file, model.tokenizer, a.max_new_tokens)

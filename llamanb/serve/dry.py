@@ -12,8 +12,8 @@ import dataclasses
 
 import numpy as np
 
-from ..config import SMOLLM2_135M, LlamaConfig
-from ..kv.paged import PagedKVCache
+from llamanb.model.config import SMOLLM2_135M, LlamaConfig
+from llamanb.engine.kv.paged import PagedKVCache
 
 
 class DryEngine:

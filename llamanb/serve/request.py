@@ -11,7 +11,7 @@ A running request's next piece of work is always "feed tokens[cached:...]":
                                           back in, one per step, exactly as it first went in
     cached == len(tokens) - 1             decode: feed the newest token, sample the next one
 
-Sampling is the same code as single-stream generation: the request's own llamanb.sampling.Sampler,
+Sampling is the same code as single-stream generation: the request's own llamanb.engine.sampling.Sampler,
 seeded from its own seed, so a request draws the same tokens whatever else shares its steps.
 """
 from __future__ import annotations
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import LlamanbError
-from ..sampling import Sampler, SamplingParams
+from llamanb.errors import LlamanbError
+from llamanb.engine.sampling import Sampler, SamplingParams
 
 _ids = itertools.count()
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..errors import LlamanbError
-from ..sampling import SamplingParams
-from ..step import Step
-from ..token_ids import token_ids
-from .request import Request
-from .scheduler import BLOCK_Q, Scheduler
+from llamanb.errors import LlamanbError
+from llamanb.engine.sampling import SamplingParams
+from llamanb.engine.step import Step
+from llamanb.model.token_ids import token_ids
+from llamanb.serve.request import Request
+from llamanb.serve.scheduler import BLOCK_Q, Scheduler
 
 
 @dataclass

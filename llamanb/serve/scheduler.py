@@ -24,7 +24,7 @@ instead (request.py), because that prefill is not bit-identical to the decode st
 of them have finished, so a slot whose request ended early idles until the batch's longest member
 is done. The batch's prompts go in over as many steps as the token budget needs.
 
-Memory is the paged KV cache (llamanb.kv.paged): a request takes blocks as its sequence grows and
+Memory is the paged KV cache (llamanb.engine.kv.paged): a request takes blocks as its sequence grows and
 returns all of them when it finishes or is preempted. The scheduler never asks the engine for a
 step the pool cannot hold: every block the step needs is counted before the step is built.
 """
@@ -34,10 +34,10 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from ..attention import BLOCK_Q
-from ..errors import LlamanbError
-from ..kv.paged import PagedKVCache
-from .request import Request, Status
+from llamanb.engine.attention import BLOCK_Q
+from llamanb.errors import LlamanbError
+from llamanb.engine.kv.paged import PagedKVCache
+from llamanb.serve.request import Request, Status
 
 POLICIES = ("continuous", "static")
 

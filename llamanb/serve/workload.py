@@ -17,8 +17,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import LlamanbError
-from ..generate import SamplingParams
+from llamanb.errors import LlamanbError
+from llamanb.engine.generate import SamplingParams
 
 FIELDS = {"name", "prompt", "messages", "raw", "system", "max_new_tokens", "temperature", "top_k",
           "top_p", "seed"}

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends.base import Backend
-from ..kv.base import KVStore
-from ..step import Step
-from ..weights import Weights
-from .interpret import Interpreter, layout
-from .program import dims
+from llamanb.engine.backend import Backend
+from llamanb.engine.kv.base import KVStore
+from llamanb.engine.step import Step
+from llamanb.model.weights import Weights
+from llamanb.tcp.interpret import Interpreter, layout
+from llamanb.tcp.program import dims
 
 
 class _SlotCache:

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import LlamanbError
+from llamanb.errors import LlamanbError
 
 
 def add_parser(sub, model_arg, positive_int) -> None:
@@ -40,25 +40,25 @@ def add_parser(sub, model_arg, positive_int) -> None:
 
 
 def _config(a):
-    from ..config import PRESETS
+    from llamanb.model.config import PRESETS
 
     if a.preset:
         if a.preset not in PRESETS:
             raise LlamanbError(f"unknown preset {a.preset!r}; known: {', '.join(PRESETS)}")
         return PRESETS[a.preset]
     if a.model:
-        from ..io.store import load_model
+        from llamanb.io.store import load_model
 
         return load_model(a.model).config
     return PRESETS["smollm2-135m"]
 
 
 def main(a) -> int:
-    from . import compiler
+    from llamanb.tcp import compiler
 
     if a.tcp_cmd == "store":
-        from .predict import SHAPES
-        from .table import TABLE, build
+        from llamanb.tcp.predict import SHAPES
+        from llamanb.tcp.table import TABLE, build
 
         compiler.require()
         path = build(SHAPES(), Path(a.out) if a.out else TABLE, log=lambda s: print(s, flush=True),

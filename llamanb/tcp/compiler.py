@@ -26,8 +26,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import LlamaConfig
-from ..errors import LlamanbError
+from llamanb.model.config import LlamaConfig
+from llamanb.errors import LlamanbError
 
 CLOCK_HZ = 1.0e9
 CLOCK_SOURCE = ("furiosa-tcc 2026.4.0's embedded npu configs (renegade*.yaml): profiling_frequency_in_mhz: "
@@ -190,7 +190,7 @@ class Kernel:
     source: str            # Furiosa's module where the op's body comes from
 
     def tcl(self) -> str:
-        from .tcl_kernels import tcl_source
+        from llamanb.tcp.tcl_kernels import tcl_source
 
         require()
         return tcl_source(self.function, dict(self.bindings))

@@ -8,7 +8,7 @@ Every number below is an ESTIMATE from specifications, not a measurement: no RNG
     step_time       one prefill or decode step, summed over ops
     workload        B requests of n_in prompt tokens generating n_out tokens: TTFT, tok/s
     PUBLISHED       Furiosa's published throughput: one figure calibrates, the others validate
-    calibrate       the efficiency that reproduces the calibration figure (llamanb.calibration.bisect)
+    calibrate       the efficiency that reproduces the calibration figure (llamanb.platform.calibration.bisect)
     prediction_table  calibration and validation rows with their errors
 
 The model (what it assumes, stated once):
@@ -40,10 +40,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import calibration as cal
-from ..config import LLAMA3_70B, LLAMA31_8B, LlamaConfig
-from ..errors import LlamanbError
-from .program import dims, program
+from llamanb.platform import calibration as cal
+from llamanb.model.config import LLAMA3_70B, LLAMA31_8B, LlamaConfig
+from llamanb.errors import LlamanbError
+from llamanb.tcp.program import dims, program
 
 BYTES = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0}
 BOOK = "furiosa-ai/furiosa-opt, docs/src/"          # Furiosa's TCP programming book, in its repository
@@ -405,7 +405,7 @@ def calibrate(p: dict | None = None, a: Assumptions = ASSUME, spec: Spec = RNGD,
     def rate(eta):
         return estimate(p, dataclasses.replace(base, eta=eta), B, a, spec).tok_s
 
-    # tok/s rises with eta: halve [0.001, 1] until it is 1e-5 wide (llamanb.calibration.bisect)
+    # tok/s rises with eta: halve [0.001, 1] until it is 1e-5 wide (llamanb.platform.calibration.bisect)
     _, hi = cal.bisect(rate, p["tok_s"], 1e-3, 1.0, increasing=True, tol=1e-5,
                        what=f"eta for {p['model']} at {p['tok_s']:,.0f} tok/s")
     return round(hi, 4)
@@ -432,7 +432,7 @@ def prediction_table(a: Assumptions = ASSUME) -> list[dict]:
 
 
 def checks(a: Assumptions = ASSUME) -> list[cal.Check]:
-    """prediction_table as llamanb.calibration.Check rows (output tok/s)."""
+    """prediction_table as llamanb.platform.calibration.Check rows (output tok/s)."""
     src = {p["model"]: p["source"] for p in PUBLISHED}
     return [cal.Check(f"{r['model']}, {r['cards']} card(s), B = {r['B']}", r["published"], r["estimate"],
                       r["role"], "tok/s", src[r["model"]]) for r in prediction_table(a)]

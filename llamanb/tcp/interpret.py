@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import LlamanbError
-from ..ops import rms_norm, silu_mul, softmax_
-from ..rope import rope_for
-from ..rope_tables import half_split_to_interleaved, rotation_table
-from ..token_ids import token_batch
-from ..weights import Weights
-from .ops import Op, shape
-from .program import Program, dims, program
+from llamanb.errors import LlamanbError
+from llamanb.model.ops import rms_norm, silu_mul, softmax_
+from llamanb.model.rope import rope_for
+from llamanb.model.rope_tables import half_split_to_interleaved, rotation_table
+from llamanb.model.token_ids import token_batch
+from llamanb.model.weights import Weights
+from llamanb.tcp.ops import Op, shape
+from llamanb.tcp.program import Program, dims, program
 
 
 @dataclass
@@ -43,7 +43,7 @@ class Layout:
     _rope: dict = field(default_factory=dict)
 
     def w_rope(self, s_max: int) -> np.ndarray:
-        """[s_max, d_k', f, r] rotation table (llamanb.rope_tables), built once per size."""
+        """[s_max, d_k', f, r] rotation table (llamanb.model.rope_tables), built once per size."""
         if s_max not in self._rope:
             self._rope.clear()
             self._rope[s_max] = rotation_table(np.arange(s_max), rope_for(self.config))

@@ -17,7 +17,7 @@ between HBM and the on-chip data memory (DM). This module holds that vocabulary 
     host      sampling, after logits leave the chip        host CPU
 
 An einsum's subscripts and its FLOPs are *derived* from the axis names: 2 FLOPs (a multiply and
-an add) per point of the product of every axis that occurs, the llamanb.flops convention. A view
+an add) per point of the product of every axis that occurs, the llamanb.model.flops convention. A view
 is checked to be a pure reshape (axes only split or merged in order, never transposed).
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..errors import LlamanbError
+from llamanb.errors import LlamanbError
 
 # Named axes -> einsum letters. f and r are the input and output member of a RoPE pair (both 2).
 AXES = {"B": "b", "s_in": "i", "s": "j", "s_max": "t", "h_q": "q", "h_kv": "k", "G": "g",
@@ -40,7 +40,7 @@ Axes = tuple[str, ...]
 
 @dataclass(frozen=True)
 class Op:
-    name: str                     # "q_proj", "attn_scores", ... (llamanb.flops names where they exist)
+    name: str                     # "q_proj", "attn_scores", ... (llamanb.model.flops names where they exist)
     kind: str                     # one of KINDS
     out: str                      # the result's name
     out_axes: Axes

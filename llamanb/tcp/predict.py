@@ -39,9 +39,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from ..calibration import spread
-from .cost import PUBLISHED, RNGD, max_batch
-from .table import load, rows, step_cycles
+from llamanb.platform.calibration import spread
+from llamanb.tcp.cost import PUBLISHED, RNGD, max_batch
+from llamanb.tcp.table import load, rows, step_cycles
 
 CLOCK_HZ = 1.0e9          # llamanb.tcp.compiler.CLOCK_SOURCE
 PCIE_BW = 30e9            # host <-> HBM, dma-engine.md
@@ -155,7 +155,7 @@ def ranges(doc: dict | None = None) -> list[dict]:
     out = []
     for p in PUBLISHED:
         rs = readings(p, doc)
-        sp = spread((r.tok_s for r in rs), p["tok_s"])            # llamanb.calibration.Spread
+        sp = spread((r.tok_s for r in rs), p["tok_s"])            # llamanb.platform.calibration.Spread
         out.append(dict(model=p["model"], cards=p["cards"], n_in=p["n_in"], n_out=p["n_out"], published=p["tok_s"],
                         low=sp.low, high=sp.high, inside=sp.inside, readings=rs))
     return out

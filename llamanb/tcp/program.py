@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import LlamaConfig
-from ..errors import LlamanbError
-from .ops import Op
+from llamanb.model.config import LlamaConfig
+from llamanb.errors import LlamanbError
+from llamanb.tcp.ops import Op
 
 PHASES = ("prefill", "decode", "extend")
 

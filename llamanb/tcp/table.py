@@ -16,8 +16,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..config import LLAMA3_70B, LLAMA31_8B, SMOLLM2_135M, LlamaConfig
-from ..errors import LlamanbError
+from llamanb.model.config import LLAMA3_70B, LLAMA31_8B, SMOLLM2_135M, LlamaConfig
+from llamanb.errors import LlamanbError
 
 TABLE = Path(__file__).resolve().parents[2] / "data" / "tcp" / "cycles.json"
 REGENERATE = "python -m llamanb tcp store"
@@ -46,7 +46,7 @@ def _grid(fp8_shapes) -> list[tuple]:
 def build(fp8_shapes, path: Path = TABLE, log=print, reuse: bool = False) -> Path:
     """Compile the grid (fp8_shapes: llamanb.tcp.predict.SHAPES()) and write the table. reuse=True keeps the cycles of kernels the stored
     table already holds for the same compiler version (same TCL: same answer) and compiles the rest."""
-    from .compiler import CLOCK_HZ, CLOCK_SOURCE, cycle_table, version
+    from llamanb.tcp.compiler import CLOCK_HZ, CLOCK_SOURCE, cycle_table, version
 
     rows, seen, ver = [], {}, version()
     if reuse and Path(path).exists():              # rows the same compiler already evaluated

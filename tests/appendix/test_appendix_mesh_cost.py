@@ -1,4 +1,4 @@
-"""What appendix 14 §3 (and chapter 09 §6's paragraph) says about the Galaxy latency model: the
+"""What appendix A §3 (and chapter 09 §6's paragraph) says about the Galaxy latency model: the
 calibration split, the held-back figures as published, the named misses and their sizes, and the
 sensitivities to the 64K row. A failure here means the text is stale; the model's accounting is
 tested in tests/mesh/test_mesh_cost.py."""
@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from llamanb import calibration as cal
-from llamanb.config import LLAMA3_70B
+from llamanb.platform import calibration as cal
+from llamanb.model.config import LLAMA3_70B
 from llamanb.mesh import cost
 from llamanb.mesh.config import GALAXY
 

@@ -1,4 +1,4 @@
-"""What appendix 14 §1 (and chapter 07 §8's paragraph) says about the NPU2 cost model: the
+"""What appendix A §1 (and chapter 07 §8's paragraph) says about the NPU2 cost model: the
 calibration split, the table's sections and errors, the constants, the misses, and the
 sensitivities it prints. A failure here means the text is stale, not that the engine broke; the
 model's own derivations are tested in tests/npu/test_npu_cost.py."""
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from llamanb import calibration as cal
-from llamanb.config import PRESETS
-from llamanb.npu.perf import cost
+from llamanb.platform import calibration as cal
+from llamanb.model.config import PRESETS
+from llamanb.npu import cost
 
 CFG = PRESETS["llama3.2-1b"]
 L = CFG.n_layers

@@ -1,4 +1,4 @@
-"""What appendix 14 §2 (and chapter 08 §10's paragraph) says about Furiosa's published
+"""What appendix A §2 (and chapter 08 §10's paragraph) says about Furiosa's published
 throughput: both figures above the compiler-cycle range, by the ratios quoted; the retracted
 calibrated roofline's held-back error over the four batch/KV readings, and its sensitivity. A
 failure here means the text is stale; the models are tested in tests/tcp/."""
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from llamanb import calibration as cal
+from llamanb.platform import calibration as cal
 from llamanb.tcp import cost, predict
 from llamanb.tcp.cost import PUBLISHED, Assumptions, estimate, furiosa, prediction_table
 

@@ -19,7 +19,7 @@ def test_bench_json_llamanb_only(smollm, tmp_path):
     # and values of every earlier position -- counted here from a real cache's arrays, over the
     # positions the 4 timed steps attend to after the 128-token prompt (129, 130, 131, 132)
     from llamanb.bench.runners import DECODE_CONTEXT
-    from llamanb.engine import Engine
+    from llamanb.engine.engine import Engine
 
     weight_bytes = smollm.config.n_params() * 4
     cache = Engine(smollm).new_cache(DECODE_CONTEXT + 8)

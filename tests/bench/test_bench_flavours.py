@@ -50,7 +50,7 @@ def test_a_target_this_cpu_lacks_is_refused_in_one_line(kernels, monkeypatch):
     the same on every x86-64 machine."""
     import platform
 
-    from llamanb.backends import cpu_kernels
+    from llamanb.cpu import kernels as cpu_kernels
     from llamanb.errors import LlamanbError
 
     if platform.machine() not in ("x86_64", "AMD64"):
@@ -89,8 +89,8 @@ def test_emulated_avx512_kernels_are_never_timed(tmp_path):
 
 def test_missing_simde_headers_are_named(monkeypatch):
     """Without SIMDe's headers the emulated build says which package brings them, in one line."""
-    from llamanb import cxx_build
-    from llamanb.backends import cpu_kernels
+    from llamanb.platform import cxx_build
+    from llamanb.cpu import kernels as cpu_kernels
     from llamanb.errors import LlamanbError
 
     monkeypatch.setattr(cxx_build, "build", lambda *a, **k: None)

@@ -4,8 +4,8 @@ import numpy as np
 
 from llamanb import Engine
 from llamanb.bench import batching
-from llamanb.check.float64 import forward
-from llamanb.step import Step
+from llamanb.model.reference import forward
+from llamanb.engine.step import Step
 
 
 def test_batching_table_counts_and_ratios(smollm):

@@ -1,4 +1,4 @@
-"""llamanb.check.float64: the float64 yardstick, and both float32 engines measured against it.
+"""llamanb.model.reference: the float64 yardstick, and both float32 engines measured against it.
 
 The yardstick itself is checked against transformers run in float64 (independent model code, same
 weights); then, on the embedded model, the bound between llamanb and transformers is derived from
@@ -14,7 +14,7 @@ from conftest import TINY_VOCAB, make_tiny_checkpoint
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from llamanb.check.float64 import forward, inv_freq64  # noqa: E402
+from llamanb.model.reference import forward, inv_freq64  # noqa: E402
 from llamanb.io.store import load_model  # noqa: E402
 
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -89,7 +89,7 @@ def test_inv_freq64_matches_transformers_llama3_scaling():
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    from llamanb.config import RopeScaling
+    from llamanb.model.config import RopeScaling
 
     cfg = LlamaConfig(hidden_size=64 * 4, num_attention_heads=4, head_dim=64, rope_theta=500000.0,
                       max_position_embeddings=131072,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import EOS_ID, TINY_VOCAB, hf_logits, make_tiny_checkpoint
 
-from llamanb.engine import Engine
+from llamanb.engine.engine import Engine
 from llamanb.io.store import load_model
 
 ATOL = 1e-4

@@ -8,7 +8,7 @@ import pytest
 from conftest import OUTSIDE_REFERENCE, REFERENCE_DIR
 from llamanb.check.verify import default_reference
 from llamanb.errors import LlamanbError
-from llamanb.paths import reference_file
+from llamanb.platform.paths import reference_file
 
 NAMES = ["hf_smollm2_reference.json", "ttnn_blockfloat_vectors.npz"]
 

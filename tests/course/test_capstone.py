@@ -8,8 +8,8 @@ import pytest
 from llamanb import Engine
 from llamanb.check.greedy import GreedyRun
 from llamanb.check.sidebyside import agree, side_by_side
-from llamanb.config import PRESETS
-from llamanb.npu.perf import profile
+from llamanb.model.config import PRESETS
+from llamanb.npu import profile
 from llamanb.npu.runtime.devices import Counters
 
 
@@ -109,8 +109,8 @@ def test_side_by_side_counts_each_backends_activity(smollm):
 
 def test_chat_widget_send_and_reset(smollm_engine):
     pytest.importorskip("ipywidgets")
-    from llamanb.chat import Chat
-    from llamanb.chat_widget import chat_widget
+    from llamanb.engine.chat import Chat
+    from llamanb.course.widgets import chat_widget
 
     box = chat_widget(Chat(smollm_engine, context=256, max_new_tokens=6))
     box.text.value = "Hello!"

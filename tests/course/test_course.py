@@ -18,8 +18,8 @@ from conftest import REPO_ROOT
 jupytext = pytest.importorskip("jupytext")
 nbformat = pytest.importorskip("nbformat")
 
-from llamanb import course  # noqa: E402
-from llamanb.hardware import Target, amd_npu_devices, probe, tenstorrent_devices  # noqa: E402
+from llamanb.course import notebooks as course  # noqa: E402
+from llamanb.platform.hardware import Target, amd_npu_devices, probe, tenstorrent_devices  # noqa: E402
 
 HEADER = """# ---
 # jupyter:
@@ -181,7 +181,7 @@ def test_missing_halves_are_reported(tmp_path):
 
 def test_cli_exit_codes(tmp_path):
     make_pair(tmp_path)
-    run = [sys.executable, "-m", "llamanb.course", "check", str(tmp_path)]
+    run = [sys.executable, "-m", "llamanb.course.notebooks", "check", str(tmp_path)]
     ok = subprocess.run(run, capture_output=True, text=True, cwd=REPO_ROOT)
     assert ok.returncode == 0, ok.stderr
     assert "1 notebook pairs hold the same cells" in ok.stdout
@@ -190,7 +190,7 @@ def test_cli_exit_codes(tmp_path):
     bad = subprocess.run(run, capture_output=True, text=True, cwd=REPO_ROOT)
     assert bad.returncode == 1
     assert "hold different cells" in bad.stderr
-    unknown = subprocess.run([sys.executable, "-m", "llamanb.course", "frobnicate"],
+    unknown = subprocess.run([sys.executable, "-m", "llamanb.course.notebooks", "frobnicate"],
                              capture_output=True, text=True, cwd=REPO_ROOT)
     assert unknown.returncode == 2
     assert unknown.stderr.count("\n") == 1 and "unknown command" in unknown.stderr

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llamanb.exercises import CHAPTERS, chapter
-from llamanb.exercises.check import NOT_ATTEMPTED, Case, Exercise, difference
+from llamanb.course.exercises import CHAPTERS, chapter
+from llamanb.course.exercises.check import NOT_ATTEMPTED, Case, Exercise, difference
 
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = {
@@ -24,7 +24,7 @@ SOLUTIONS = {
     "ch04b": "04b_sampling", "ch05": "05_npu_kernels", "ch06": "06_elf_stitching",
     "ch07": "07_buffer_objects", "ch08": "08_tcp_mapping", "ch09": "09_galaxy_mesh",
     "ch10": "10_continuous_batching", "ch11": "11_cpu_kernels", "ch12": "12_cuda_kernels",
-    "ch13": "13_hardware_chat", "ch14": "14_appendix_cost_models",
+    "ch13": "13_hardware_chat", "chA": "A_cost_models",
 }
 
 
@@ -90,22 +90,22 @@ def _rms_sum(x, g, eps):
 
 
 def _flops_full_attention(c, S):
-    from llamanb import flops
+    from llamanb.model import flops
     return flops.total(flops.prefill_flops(c, S, attention="full"))
 
 
 def _flops_all_rows(c, S):
-    from llamanb import flops
+    from llamanb.model import flops
     return flops.total(flops.prefill_flops(c, S, lm_head_rows="all"))
 
 
 def _decode_context_keys(c, ctx):                  # forgets that the new token attends to itself
-    from llamanb import flops
+    from llamanb.model import flops
     return flops.total(flops.decode_flops(c, ctx)) - 4 * c.n_layers * c.n_heads * c.head_dim
 
 
 def _decode_flops_no_head(c, ctx):
-    from llamanb import flops
+    from llamanb.model import flops
     return flops.total(flops.decode_flops(c, ctx)) - 2 * c.hidden * c.vocab
 
 
@@ -242,7 +242,7 @@ def _decode_no_head(c):
 
 
 def _prefill_alias_ignored(c, S, aliasing):
-    from llamanb.npu.perf import traffic
+    from llamanb.npu import traffic
     d = traffic.prefill_bytes(c, S, aliasing=False)
     return d["to_device"], d["from_device"]
 
@@ -470,9 +470,9 @@ WRONG = [
     ("ch13", "gate", _gate_ignores_length, "ours stops 2 tokens early): expected False at [0], got True"),
     ("ch13", "plan_turn", _turn_never_recomputes, "everything is already cached (recompute the last position)): expected 39 at [0], got 40"),
     ("ch13", "plan_turn", _turn_keeps_whole_cache, "re-tokenizes differently from position 24): expected 24 at [0], got 28"),
-    ("ch14", "fit_two", _fit_two_rate_not_inverted, "NPU2 decode calls, 76 us and 37.8 GB/s): expected 3.78e+10 at [1]"),
-    ("ch14", "fit_two", _fit_two_ignores_bytes, "expected 7.6e-05 at [0]"),
-    ("ch14", "elasticity", _elasticity_raw_derivative, "expected 1.32717 at [0]"),
+    ("chA", "fit_two", _fit_two_rate_not_inverted, "NPU2 decode calls, 76 us and 37.8 GB/s): expected 3.78e+10 at [1]"),
+    ("chA", "fit_two", _fit_two_ignores_bytes, "expected 7.6e-05 at [0]"),
+    ("chA", "elasticity", _elasticity_raw_derivative, "expected 1.32717 at [0]"),
 ]
 
 
@@ -535,13 +535,13 @@ def test_not_a_function():
 # ---- the notebooks: stubs at the end, one checker cell each, solutions substituted by name -------
 def _notebook_cells(stem: str):
     jupytext = pytest.importorskip("jupytext")
-    from llamanb.course import cells
+    from llamanb.course.notebooks import cells
     return cells(jupytext.read(ROOT / "notebooks" / f"{stem}.py", fmt="py:percent"))
 
 
 @pytest.mark.parametrize("ch", CHAPTERS)
 def test_notebook_ends_with_its_exercises(ch):
-    from llamanb.course import stub_functions
+    from llamanb.course.notebooks import stub_functions
     cs = _notebook_cells(SOLUTIONS[ch])
     names = [ex.name for ex in chapter(ch).EXERCISES]
     stubs = [(i, n) for i, (kind, src) in enumerate(cs) if kind == "code" for n in stub_functions(src)]
@@ -554,7 +554,7 @@ def test_notebook_ends_with_its_exercises(ch):
 
 
 def test_solved_cells_substitutes_stubs_by_name():
-    from llamanb.course import solved_cells
+    from llamanb.course.notebooks import solved_cells
     from llamanb.errors import LlamanbError
     cs = [("markdown", "raise NotImplementedError in prose"), ("code", "x = 1"),
           ("code", "def f(a):\n    raise NotImplementedError  # your code here"), ("code", "check(f)")]
@@ -570,7 +570,7 @@ def test_solutions_command_refuses_a_notebook_without_solutions():
     import subprocess
     import sys
     for arg in ("notebooks/00_overview.py", "notebooks/nope.py"):
-        r = subprocess.run([sys.executable, "-m", "llamanb.course", "solutions", arg],
+        r = subprocess.run([sys.executable, "-m", "llamanb.course.notebooks", "solutions", arg],
                            capture_output=True, text=True, cwd=ROOT)
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
         assert "no solutions file" in r.stderr or "not a notebook source" in r.stderr

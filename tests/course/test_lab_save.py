@@ -19,7 +19,7 @@ jupytext = pytest.importorskip("jupytext")
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("jupyter_server", reason="jupyter_server (the notebooks extra) is not installed")
 
-from llamanb import course  # noqa: E402
+from llamanb.course import notebooks as course  # noqa: E402
 
 CONFIG_FILES = ["jupytext.toml", "notebooks/jupytext.toml", "pyproject.toml"]
 NAME = "98_lab_save"

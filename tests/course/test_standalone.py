@@ -23,7 +23,7 @@ def test_nothing_in_the_package_or_notebooks_reads_a_shared_folder():
 
 def test_reference_data_and_its_regeneration_scripts_ship():
     from llamanb.check.verify import default_reference
-    from llamanb.paths import REFERENCE_DIR
+    from llamanb.platform.paths import REFERENCE_DIR
 
     assert REFERENCE_DIR == REPO_ROOT / "data" / "reference"
     assert default_reference().parent == REFERENCE_DIR

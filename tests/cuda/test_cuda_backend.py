@@ -14,9 +14,9 @@ import pytest
 pytest.importorskip("numba_cuda", reason="numba-cuda not installed (pip install 'llamanb[cuda]')")
 
 from llamanb import Engine  # noqa: E402
-from llamanb.config import LlamaConfig  # noqa: E402
+from llamanb.model.config import LlamaConfig  # noqa: E402
 from llamanb.cuda import runtime  # noqa: E402
-from llamanb.step import Step  # noqa: E402
+from llamanb.engine.step import Step  # noqa: E402
 
 from conftest import REPO_ROOT, run_cli  # noqa: E402
 
@@ -48,7 +48,7 @@ def greedy_alone(engine, prompt, n):
 def test_prefill_and_decode_track_numpy_and_float64(engines):
     """The simulated backend's error against the float64 forward is of the numpy engine's size
     (within 3x of it, plus 1e-5 for the logits' scale ~1): measured, not tuned, on this machine."""
-    from llamanb.check.float64 import forward
+    from llamanb.model.reference import forward
 
     model, en, ec = engines
     assert ec.backend.emulated and "simulator" in ec.backend.description
@@ -83,7 +83,7 @@ def test_mixed_step_equals_each_sequence_alone(engines):
 
 
 def test_continuous_batching_tokens_equal_alone(engines):
-    from llamanb.generate import SamplingParams
+    from llamanb.engine.generate import SamplingParams
     from llamanb.serve import BatchRunner
 
     model, en, ec = engines
@@ -106,7 +106,7 @@ def test_projections_through_the_gemm_kernel(engines):
     model = random_model(cfg, seed=4, std=0.2)
     ek, en = Engine(model, "cuda-simulated", gemm="kernel"), Engine(model)
     assert "projections: kernel" in ek.backend.description
-    from llamanb.check.float64 import forward
+    from llamanb.model.reference import forward
 
     ck, cn = ek.new_cache(4), en.new_cache(4)
     lk, ln = ek.prefill([7], ck), en.prefill([7], cn)
@@ -119,7 +119,7 @@ def test_projections_through_the_gemm_kernel(engines):
 def test_verify_backend_cuda_without_gpu_is_one_line(llamanb_cache):
     """On a machine without an NVIDIA GPU: one line naming what is missing, exit 2, before any
     model is loaded."""
-    from llamanb.hardware import cuda_missing
+    from llamanb.cuda.readiness import cuda_missing
 
     if not cuda_missing():
         pytest.skip("numba-cuda and an NVIDIA GPU are present here")

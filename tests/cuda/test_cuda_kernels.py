@@ -65,8 +65,8 @@ def test_rmsnorm_one_warp_per_row(k):
 
 
 def test_rope_rotates_q_and_k_not_v(k):
-    from llamanb.rope import apply_rope, cos_sin, rope_for
-    from llamanb.config import LlamaConfig
+    from llamanb.model.rope import apply_rope, cos_sin, rope_for
+    from llamanb.model.config import LlamaConfig
 
     rng = np.random.default_rng(2)
     R, Nh, Nkv, d = 3, 2, 1, 8

@@ -80,7 +80,7 @@ def test_cache_path_faults(tmp_path, tiny, case):
     assert str(cache) in line and "LLAMANB_CACHE" in line
     assert {"regular file": "it is a regular file", "below a file": "Not a directory",
             "cannot be created": "cannot be created"}[case] in line
-    from llamanb.paths import megabytes
+    from llamanb.platform.paths import megabytes
 
     assert f"needs about {megabytes(_need(model))}" in line
     assert f.read_text() == "not a directory"                # nothing touched

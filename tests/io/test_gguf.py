@@ -12,7 +12,7 @@ from conftest import (TINY_VOCAB, hf_logits, llamacpp_permute_rows, make_tiny_ch
 import gguf
 from gguf import GGMLQuantizationType as Q
 
-from llamanb.engine import Engine
+from llamanb.engine.engine import Engine
 from llamanb.errors import LlamanbError
 from llamanb.io.gguf import permute_qk, unpermute_qk
 from llamanb.io.quants import dequantize

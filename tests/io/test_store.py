@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from conftest import REPO_ROOT, TINY_VOCAB, hf_logits, make_tiny_checkpoint
 
-from llamanb.engine import Engine
+from llamanb.engine.engine import Engine
 from llamanb.errors import LlamanbError
 from llamanb.io.store import load_model, sweep_abandoned
 
@@ -136,8 +136,8 @@ def kernels_already_built(fresh_cache, llamanb_cache):
     (built once for the session, copied in), so an engine here loads it instead of compiling
     them again (15 s and more each time; the build itself and its cache are tested in
     tests/backends/test_cpu_backend.py). Nothing is copied where no C++ compiler is found."""
-    from llamanb import cxx_build
-    from llamanb.backends import cpu_kernels
+    from llamanb.platform import cxx_build
+    from llamanb.cpu import kernels as cpu_kernels
 
     if cxx_build.compiler()[0] is not None:
         try:
@@ -401,7 +401,7 @@ def test_cache_holds_one_copy_of_the_weights(tiny_dir, kernels_already_built):
     """Issue 29 item 4: whatever engines run (numpy, cpu float32, cpu bf16), the entry holds the
     float32 checkpoint and the tokenizer only -- every other layout is derived in memory -- and
     the copies an earlier version cached beside it are removed at the next load (nothing else)."""
-    from llamanb import cxx_build
+    from llamanb.platform import cxx_build
     from llamanb.io.store import entry_bytes
 
     model = load_model(tiny_dir)
@@ -433,7 +433,7 @@ def test_cpu_panels_in_memory_and_mapped_pages_handed_back(tiny_dir, kernels_alr
     """The cpu backend packs its panels in memory (its own anonymous arena, not a cached file);
     the weights they came from give their pages back and still read the same; a second engine
     gives the first one's bits."""
-    from llamanb import cxx_build
+    from llamanb.platform import cxx_build
 
     if cxx_build.compiler()[0] is None:
         pytest.skip("no C++ compiler")
@@ -464,7 +464,7 @@ def test_release_pages_drops_mapped_pages_only(tmp_path):
     """release_pages on a file mapping: resident memory falls by about its size (MADV_DONTNEED)
     and the values read back unchanged; on anonymous memory it does nothing (DONTNEED would
     zero it)."""
-    from llamanb.backends.cpu import release_pages
+    from llamanb.cpu.backend import release_pages
 
     n = 48 << 20
     data = np.arange(n // 4, dtype=np.float32)

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from llamanb.errors import LlamanbError
-from llamanb.kv.paged import PagedKVCache
-from llamanb.step import Step
+from llamanb.engine.kv.paged import PagedKVCache
+from llamanb.engine.step import Step
 
 RNG = np.random.default_rng(11)
 A = [int(t) for t in RNG.integers(3, 49152, 150)]     # crosses two 64-position blocks

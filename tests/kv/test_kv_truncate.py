@@ -4,11 +4,11 @@ them alone), and refuses to lengthen."""
 import numpy as np
 import pytest
 
-from llamanb.config import SMOLLM2_135M
+from llamanb.model.config import SMOLLM2_135M
 from llamanb.errors import LlamanbError
-from llamanb.kv.contiguous import KVCache
-from llamanb.kv.paged import PagedKVCache
-from llamanb.step import Step
+from llamanb.engine.kv.contiguous import KVCache
+from llamanb.engine.kv.paged import PagedKVCache
+from llamanb.engine.step import Step
 
 CFG = SMOLLM2_135M.replace(n_layers=2, n_heads=4, n_kv_heads=2, head_dim=4)
 STORES = {

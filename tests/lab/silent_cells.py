@@ -4,10 +4,10 @@ Runs each notebook top to bottom in a kernel, as nbval and `make notebooks` do, 
 every message a reader would see: stream text, displays, display updates, errors, and widget
 updates. A cell's *silence* is its longest wait with nothing new on screen: from the moment it
 starts to its first output, between two outputs, or from its last output to its end. A wait
-that follows a progress line (llamanb.progress: "llamanb: converting ... ...", shown while a
+that follows a progress line (llamanb.platform.progress: "llamanb: converting ... ...", shown while a
 package step runs) is not silence: the reader is told what is running. A cell silent for more
 than LIMIT_S seconds fails: a long step must say what it does (the package's slow steps do, with
-llamanb.progress) or print as it goes.
+llamanb.platform.progress) or print as it goes.
 
     python tests/lab/silent_cells.py [NN_name ...]      every chapter by default
 
@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 LIMIT_S = 10.0
 SEEN = {"stream", "display_data", "execute_result", "error", "update_display_data", "clear_output"}
-MARK = " ..."                 # llamanb.progress.MARK (not imported: this script reads the kernel)
+MARK = " ..."                 # llamanb.platform.progress.MARK (not imported: this script reads the kernel)
 
 
 def cell_timelines(path: Path, timeout: int = 600) -> tuple[float, list[tuple[int, str, float, float]]]:

@@ -53,7 +53,7 @@ def test_every_widget_has_a_static_twin(path):
     nb = json.loads(path.read_text())
     missing = []
     for i, text in widget_cells(nb):
-        if "Text(value=" in text:              # a text box: the chat (llamanb.chat_widget)
+        if "Text(value=" in text:              # a text box: the chat (llamanb.course.widgets)
             ok = any(has_exchange(c) for c in code_cells_after(nb, i, 3))
             want = "a scripted 'you> / assistant>' exchange in the next 3 code cells"
         else:

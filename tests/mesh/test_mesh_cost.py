@@ -7,13 +7,13 @@ the validation table the appendix prints are pinned in tests/appendix/test_appen
 import numpy as np
 import pytest
 
-from llamanb.config import BYTES_PER_PARAM, LLAMA3_70B
-from llamanb.engine import Engine
+from llamanb.model.config import BYTES_PER_PARAM, LLAMA3_70B
+from llamanb.engine.engine import Engine
 from llamanb.errors import LlamanbError
 from llamanb.mesh import cost
 from llamanb.mesh.config import GALAXY, MeshConfig
-from llamanb.step import Step
-from llamanb.weights import tensor_specs
+from llamanb.engine.step import Step
+from llamanb.model.weights import tensor_specs
 
 
 @pytest.mark.parametrize("topology", ["line", "ring"])

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import hf_logits
 from llamanb.check.verify import compare, greedy_with_top5
-from llamanb.engine import Engine
+from llamanb.engine.engine import Engine
 from llamanb.errors import LlamanbError
 from llamanb.mesh.backend import MeshBackend
 from llamanb.mesh.config import GALAXY, GALAXY_4U, MeshConfig
@@ -22,7 +22,7 @@ MESHES = [(1, 1), (1, 3), (3, 4)]          # (3, 4): heads over 3 devices, hidde
 def f64_logits(model, ids):
     """The last row's logits from the package's float64 forward (tested against transformers in
     float64 in tests/check/test_float64.py)."""
-    from llamanb.check.float64 import forward
+    from llamanb.model.reference import forward
 
     return forward(model.weights, ids, rows=[len(ids) - 1])[0]
 
@@ -69,7 +69,7 @@ def test_tiny_llama_on_the_full_galaxy_mesh(tmp_path, make_tiny):
     within 2 E of float64 (an empirical margin for "only the sum order differs", as in chapter
     09), hence within 2 E + E_hf of transformers (E_hf: transformers' own distance)."""
     import llamanb
-    from llamanb.check.float64 import forward
+    from llamanb.model.reference import forward
 
     hf = make_tiny(tmp_path / "tiny", n_heads=8, n_kv_heads=8, tie=False)
     model = llamanb.load_model(tmp_path / "tiny")
@@ -112,7 +112,7 @@ def test_bfloat8_kv_cache_passes_the_reference_gate(smollm, reference_data):
 
 
 def test_kv_cache_holds_block_floats(smollm, exact):
-    from llamanb.numerics import bfloat8_b
+    from llamanb.model.numerics import bfloat8_b
 
     ids, _ = exact
     eng = Engine(smollm, backend="galaxy-emulated", mesh=MeshConfig((1, 3)), kv_format="bfloat8_b")
@@ -129,7 +129,7 @@ def test_block_float_weights_equal_one_device_with_the_same_weights(smollm, exac
     import dataclasses
 
     from llamanb.mesh.backend import formatted_weights
-    from llamanb.backends.numpy_ref import NumpyBackend
+    from llamanb.engine.numpy_backend import NumpyBackend
 
     ids, _ = exact
     fmts = {"w1": "bfloat4_b", "w3": "bfloat4_b"}
@@ -156,7 +156,7 @@ def test_registered_lazily():
     """The package (and its backend table) imports without the mesh; asking for it loads it."""
     import subprocess
 
-    code = ("import sys, llamanb; from llamanb.backends import make_backend, LAZY; "
+    code = ("import sys, llamanb; from llamanb.engine.registry import make_backend, LAZY; "
             "assert 'llamanb.mesh' not in sys.modules and 'galaxy-emulated' in LAZY; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
@@ -170,8 +170,8 @@ def test_emulated_backend_says_so(smollm):
 def test_a_step_of_several_sequences(smollm, smollm_engine, exact):
     """Two prompts and then two decode rows in one step each, on a 3x4 mesh and on one device;
     padding rows of a caller-padded prompt attend to nothing."""
-    from llamanb.engine import pad_to
-    from llamanb.step import Step
+    from llamanb.engine.engine import pad_to
+    from llamanb.engine.step import Step
 
     ids, _ = exact
     other = [5, 600, 7000, 81, 9]

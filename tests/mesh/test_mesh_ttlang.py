@@ -148,7 +148,7 @@ def test_the_exercise_catches_a_program_that_reads_the_wrong_k_tile():
     (the third case), naming the chip and the value."""
     from pathlib import Path
 
-    from llamanb.exercises import ch09
+    from llamanb.course.exercises import ch09
 
     src = (Path(__file__).parents[2] / "solutions" / "09_galaxy_mesh.py").read_text()
     assert "ttl.copy(x[0:Mt, k:k + 1], xb)" in src

@@ -2,7 +2,7 @@
 
 The fake keeps each mesh tensor as one numpy array per device (llamanb's emulated mesh) and
 implements the ttnn calls the backend makes: mesh mappers and composers, from_torch (rounding to
-bfloat8_b / bfloat4_b with llamanb.numerics, checked bit-exact against ttnn elsewhere), linear,
+bfloat8_b / bfloat4_b with llamanb.model.numerics, checked bit-exact against ttnn elsewhere), linear,
 mul with a SiLU activation, add, slice, concat, permute, the three collectives with their
 keyword-only cluster_axis / num_links / topology, and the attention and norm ops, each written
 here from its documented definition (not from llamanb's layers): the distributed RMSNorm pair,
@@ -23,12 +23,12 @@ import pytest
 from llamanb.errors import LlamanbError
 from llamanb.mesh import ccl
 from llamanb.mesh.bounds import eval_error, gamma, matmul_bound, silu64, swiglu_bound
-from llamanb.engine import Engine
+from llamanb.engine.engine import Engine
 from llamanb.mesh.backend import MeshBackend, TtnnMeshBackend, load_ttnn
 from llamanb.mesh.config import GALAXY, MeshConfig
 from llamanb.mesh.device import EmulatedMesh, MeshTensor
-from llamanb.numerics import blockfloat_padded
-from llamanb.ops import silu_mul
+from llamanb.model.numerics import blockfloat_padded
+from llamanb.model.ops import silu_mul
 from test_mesh_model import PROMPT, f64_logits
 
 
@@ -383,7 +383,7 @@ def _layer0_kv_exact(model, ids):
         QKV    |fl(h W) - h* W| <= (t_h + gamma_H (1 + t_h)) |h*| |W|  =: c1 M
         RoPE   tables off by (2 S + 1) u (float32 frequencies and angle, one rounding of cos/sin);
                k1 c - k2 s adds 3 u of its terms: dk_rot <= dk1 + dk2 + (|k1|+|k2|+dk1+dk2)((2S+1)u + 3u)"""
-    from llamanb.check.float64 import inv_freq64
+    from llamanb.model.reference import inv_freq64
 
     c, lw = model.config, model.weights.layers[0]
     S, d, H, u = len(ids), c.head_dim, c.hidden, 2.0 ** -24

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import llamanb
-from llamanb.engine import Engine
+from llamanb.engine.engine import Engine
 from llamanb.errors import LlamanbError
-from llamanb.npu.perf import traffic
+from llamanb.npu import traffic
 
 PROMPT = [1, 5, 9, 33, 40, 2, 7]          # contains EOS (2): the real length is carried
 

@@ -8,14 +8,13 @@ import re
 import numpy as np
 import pytest
 
-from llamanb.config import LLAMA32_1B, SMOLLM2_135M
+from llamanb.model.config import LLAMA32_1B, SMOLLM2_135M
 from llamanb.errors import LlamanbError
-from llamanb.npu.compiler.builders import add, flash_attn, gemm, gemv, rmsnorm, rope, rope_lut, \
-    silu_and_mul
+from llamanb.npu.compiler.builders import (add, flash_attn, gemm, gemv, rmsnorm, rope, rope_lut, silu_and_mul)
 from llamanb.npu.compiler.emulator import run
 from llamanb.npu.compiler.plan import read_plan
-from llamanb.numerics import to_bf16
-from llamanb.rope import inv_freq
+from llamanb.model.numerics import to_bf16
+from llamanb.model.rope import inv_freq
 
 S = SMOLLM2_135M
 SEQ = 128                         # prefill rows for the embedded model's kernels

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llamanb.config import LLAMA32_1B
+from llamanb.model.config import LLAMA32_1B
 from llamanb.npu.compiler.plan import read_plan
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from llamanb.config import SMOLLM2_135M as S
+from llamanb.model.config import SMOLLM2_135M as S
 from llamanb.errors import LlamanbError
 from llamanb.npu.compiler import compile as C
 from llamanb.npu.compiler.builders import gemv, rmsnorm

@@ -8,10 +8,10 @@ import re
 import numpy as np
 import pytest
 
-from llamanb.config import PRESETS
+from llamanb.model.config import PRESETS
 from llamanb.errors import LlamanbError
-from llamanb.flops import decode_flops, prefill_flops, total
-from llamanb.npu.perf import cost
+from llamanb.model.flops import decode_flops, prefill_flops, total
+from llamanb.npu import cost
 from llamanb.npu.compiler.builders import gemv
 from llamanb.npu.compiler.groups import layer_groups
 

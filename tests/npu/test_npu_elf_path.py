@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import llamanb
-from llamanb.engine import Engine
+from llamanb.engine.engine import Engine
 from llamanb.errors import LlamanbError
 
 import npu_fakes
@@ -123,7 +123,7 @@ def test_the_device_refuses_an_emulated_artifact_and_a_wrong_kernel_name(tmp_pat
 
 
 def test_compile_keeps_the_artifact_and_npu1_is_refused(tmp_path, monkeypatch):
-    from llamanb.config import PRESETS
+    from llamanb.model.config import PRESETS
     from llamanb.npu.compiler import compile as C
     from llamanb.npu.compiler.groups import decode_groups
 
@@ -187,7 +187,7 @@ def test_a_departure_from_the_elf_api_fails(name, tmp_path, monkeypatch):
 
     from llamanb.npu.runtime import devices as runtime
     from llamanb.npu.compiler.builders import gemv
-    from llamanb.numerics import to_bf16
+    from llamanb.model.numerics import to_bf16
 
     spec = gemv(16, 64)
     rng = np.random.default_rng(0)

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 from llamanb.errors import LlamanbError
-from llamanb import cxx_build as hostbuild
+from llamanb.platform import cxx_build as hostbuild
 from llamanb.npu.compiler import extern
 from llamanb.npu.compiler import peano
-from llamanb.numerics import bf16_bits, from_bf16_bits, to_bf16
+from llamanb.model.numerics import bf16_bits, from_bf16_bits, to_bf16
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ for host builds")
 
@@ -124,7 +124,7 @@ def test_silu_and_mul_host_bit_exact_with_model():
 
 def test_silu_and_mul_model_against_float64():
     """g / (1 + e^-g) * u in float64: within one bfloat16 ulp for every bfloat16 gate. Where e^-g
-    overflows float32 (g < -88.72) the kernel, like llamanb.ops.silu_mul, returns -0 for a true
+    overflows float32 (g < -88.72) the kernel, like llamanb.model.ops.silu_mul, returns -0 for a true
     value below 1e-36: those are compared by size, not by ulp."""
     gate = ALL_BF16[np.isfinite(ALL_BF16)]
     up = np.full_like(gate, -2.5)
@@ -151,9 +151,9 @@ def test_exp_f32_accuracy():
 
 
 def test_silu_model_close_to_shared_op():
-    """The model is llamanb.ops.silu_mul's formula with a different float32 exp: they round to
+    """The model is llamanb.model.ops.silu_mul's formula with a different float32 exp: they round to
     the same bfloat16 except rarely, by one ulp."""
-    from llamanb.ops import silu_mul
+    from llamanb.model.ops import silu_mul
 
     gate = ALL_BF16[np.isfinite(ALL_BF16) & (np.abs(ALL_BF16) < 80)]
     up = np.ones_like(gate)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import llamanb
-from llamanb.config import LLAMA32_1B, SMOLLM2_135M
-from llamanb.engine import Engine
+from llamanb.model.config import LLAMA32_1B, SMOLLM2_135M
+from llamanb.engine.engine import Engine
 from llamanb.errors import LlamanbError
 from llamanb.npu.compiler import verify as V
 from llamanb.npu.compiler.builders import add, flash_attn, gemv
@@ -16,8 +16,8 @@ from llamanb.npu.compiler.emulator import run
 from llamanb.npu.compiler.groups import decode_groups
 from llamanb.npu.compiler.plan import read_plan
 from llamanb.npu.compiler.stitch import Member, run_one_by_one, stitch
-from llamanb.numerics import to_bf16
-from llamanb.step import Step
+from llamanb.model.numerics import to_bf16
+from llamanb.engine.step import Step
 
 
 @pytest.mark.parametrize("cfg", [SMOLLM2_135M, LLAMA32_1B], ids=["smollm2", "llama32_1b"])

@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 
 import llamanb
-from llamanb.config import LLAMA32_1B, SMOLLM2_135M
-from llamanb.engine import Engine
+from llamanb.model.config import LLAMA32_1B, SMOLLM2_135M
+from llamanb.engine.engine import Engine
 from llamanb.npu.compiler import verify as V
 from llamanb.npu.compiler.emulator import run
 from llamanb.npu.compiler.groups import DECODE, PREFILL, decode_groups, group_table, layer_groups
 from llamanb.npu.compiler.builders import rope_lut
-from llamanb.numerics import to_bf16
-from llamanb.ops import rms_norm
-from llamanb.step import Step
+from llamanb.model.numerics import to_bf16
+from llamanb.model.ops import rms_norm
+from llamanb.engine.step import Step
 
 
 @pytest.mark.parametrize("cfg", [SMOLLM2_135M, LLAMA32_1B], ids=["smollm2", "llama32_1b"])

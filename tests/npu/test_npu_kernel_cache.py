@@ -12,7 +12,7 @@ from llamanb.errors import LlamanbError
 from llamanb.npu.compiler.builders import gemv, rmsnorm
 from llamanb.npu.runtime.kernel_cache import KernelCache
 from llamanb.npu.runtime.devices import EmulatedDevice
-from llamanb.numerics import to_bf16
+from llamanb.model.numerics import to_bf16
 
 M, K = 16, 32
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from llamanb.config import LLAMA32_1B, SMOLLM2_135M
+from llamanb.model.config import LLAMA32_1B, SMOLLM2_135M
 from llamanb.errors import LlamanbError
 from llamanb.npu.compiler import verify as V
 from llamanb.npu.compiler.builders import add, flash_attn, gemm, gemv, rmsnorm, rope, silu_and_mul

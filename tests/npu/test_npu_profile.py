@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 import llamanb
-from llamanb.engine import Engine
-from llamanb.npu.perf import profile
+from llamanb.engine.engine import Engine
+from llamanb.npu import profile
 from llamanb.npu.runtime.devices import Counters
 
 

@@ -13,7 +13,7 @@ from llamanb.errors import LlamanbError
 from llamanb.npu.runtime import devices as runtime
 from llamanb.npu.compiler.builders import gemv
 from llamanb.npu.runtime.devices import FROM_DEVICE, TO_DEVICE, EmulatedDevice, XrtDevice
-from llamanb.numerics import to_bf16
+from llamanb.model.numerics import to_bf16
 
 
 def test_sync_really_copies_and_counts_bf16_bytes():

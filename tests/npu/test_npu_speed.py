@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 import llamanb
-from llamanb.engine import Engine
+from llamanb.engine.engine import Engine
 from llamanb.npu.compiler import extern
 from llamanb.npu.compiler.builders import gemv
 from llamanb.npu.runtime.kernel_cache import KernelCache
 from llamanb.npu.runtime.devices import TO_DEVICE, EmulatedDevice
-from llamanb.numerics import to_bf16
+from llamanb.model.numerics import to_bf16
 
 M, K = 16, 32
 

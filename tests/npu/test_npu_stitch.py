@@ -8,13 +8,13 @@ import re
 import numpy as np
 import pytest
 
-from llamanb.config import SMOLLM2_135M as S
+from llamanb.model.config import SMOLLM2_135M as S
 from llamanb.errors import LlamanbError
 from llamanb.npu.compiler import verify as V
 from llamanb.npu.compiler.builders import add, gemv, rmsnorm
 from llamanb.npu.compiler.emulator import run
 from llamanb.npu.compiler.plan import read_plan
-from llamanb.npu.compiler.stitch import Member, derive_roles, run_one_by_one, stitch, wrap_bare_herds
+from llamanb.npu.compiler.stitch import (Member, derive_roles, run_one_by_one, stitch, wrap_bare_herds)
 
 needs_mlir = pytest.mark.skipif(not V.available(), reason="MLIR Python bindings not installed")
 

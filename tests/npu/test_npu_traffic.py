@@ -1,8 +1,8 @@
 """The chained-layer case of the traffic model (the rest of the guide's D2), in closed form: from
 the within-layer aliasing case, the x of every layer after the first stops crossing twice (into
 rms_gemms_rope and as o_ffn's residual) and the out of every layer but the last stops coming back."""
-from llamanb.config import PRESETS
-from llamanb.npu.perf import traffic
+from llamanb.model.config import PRESETS
+from llamanb.npu import traffic
 
 
 def test_chained_layers_drop_the_layer_to_layer_activations():

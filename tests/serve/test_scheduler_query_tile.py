@@ -1,16 +1,16 @@
 """The scheduler's chunk rule comes from the backend's attention query tile (Backend.query_tile),
 not from a constant of one backend: chunks must be a multiple of the tile they are given, and the
-backends that run llamanb.attention's blocks report its BLOCK_Q."""
+backends that run llamanb.engine.attention's blocks report its BLOCK_Q."""
 from __future__ import annotations
 
 import pytest
 
-from llamanb.attention import BLOCK_Q
-from llamanb.backends.base import Backend
-from llamanb.backends.numpy_ref import NumpyBackend
-from llamanb.config import SMOLLM2_135M as CFG
+from llamanb.engine.attention import BLOCK_Q
+from llamanb.engine.backend import Backend
+from llamanb.engine.numpy_backend import NumpyBackend
+from llamanb.model.config import SMOLLM2_135M as CFG
 from llamanb.errors import LlamanbError
-from llamanb.kv.paged import PagedKVCache
+from llamanb.engine.kv.paged import PagedKVCache
 from llamanb.npu.backend import NPU2Backend
 from llamanb.serve.scheduler import Scheduler
 
@@ -27,6 +27,6 @@ def test_chunk_is_checked_against_the_given_query_tile():
 
 def test_backends_report_their_query_tile():
     assert Backend.query_tile == 1                     # no blocks unless a backend says so
-    assert NPU2Backend.query_tile == BLOCK_Q           # its host attention is llamanb.attention's
+    assert NPU2Backend.query_tile == BLOCK_Q           # its host attention is llamanb.engine.attention's
     from llamanb import load_model
     assert NumpyBackend(load_model().weights).query_tile == BLOCK_Q

@@ -1,6 +1,6 @@
 """Continuous batching must never change a request's tokens.
 
-The reference for every request is the same request generated alone by llamanb.generate (one
+The reference for every request is the same request generated alone by llamanb.engine.generate (one
 sequence, a contiguous cache, its own random generator). In a batch-invariant engine every row's
 arithmetic is independent of its step-mates, so the tokens -- greedy and sampled with the same
 seed -- must be identical, whatever the slot count, the arrival order, the chunking of long
@@ -11,7 +11,7 @@ import pytest
 
 from llamanb import Engine
 from llamanb.errors import LlamanbError
-from llamanb.generate import SamplingParams, generate
+from llamanb.engine.generate import SamplingParams, generate
 from llamanb.serve import BatchRunner, Status
 
 

@@ -15,10 +15,10 @@ against the paged cache's own state or closed-form block arithmetic, step by ste
 import numpy as np
 import pytest
 
-from llamanb.config import PRESETS
+from llamanb.model.config import PRESETS
 from llamanb.errors import LlamanbError
-from llamanb.generate import SamplingParams, sample
-from llamanb.kv.paged import PagedKVCache
+from llamanb.engine.generate import SamplingParams, sample
+from llamanb.engine.kv.paged import PagedKVCache
 from llamanb.serve.request import Request
 from llamanb.serve.scheduler import Scheduler
 

@@ -2,7 +2,7 @@
 
 The independent references: furiosa-tcc itself (a sample of the stored table is recompiled and
 must give the same cycles), the chapter's einsum program (each kernel's axis sizes give the op's
-FLOPs, which tests/tcp/test_tcp_program.py ties to llamanb.flops' closed forms), and the config's
+FLOPs, which tests/tcp/test_tcp_program.py ties to llamanb.model.flops' closed forms), and the config's
 parameter and KV-cache accounting (the batch readings). Compiler tests skip, saying why, only
 where furiosa-tcc / furiosa-kernels are not installed; `make test` installs both.
 """
@@ -12,9 +12,9 @@ import math
 
 import pytest
 
-from llamanb.config import LLAMA3_70B, LLAMA31_8B, SMOLLM2_135M
+from llamanb.model.config import LLAMA3_70B, LLAMA31_8B, SMOLLM2_135M
 from llamanb.errors import LlamanbError
-from llamanb.hardware import tcp_compiler_missing, tcp_compiler_note
+from llamanb.tcp.readiness import tcp_compiler_missing, tcp_compiler_note
 from llamanb.tcp import compiler, predict, table
 from llamanb.tcp.program import dims, program
 

@@ -1,5 +1,5 @@
 """The RNGD roofline model (llamanb.tcp.cost) against closed forms from the config and the specs:
-parameter and KV-cache bytes (LlamaConfig accounting), FLOPs (llamanb.flops), ridge points, the
+parameter and KV-cache bytes (LlamaConfig accounting), FLOPs (llamanb.model.flops), ridge points, the
 book's engine geometry, the tensor- and pipeline-parallel splits, and the calibration on one
 published figure (the split checked; the table's numbers are pinned in tests/appendix/)."""
 from __future__ import annotations
@@ -8,12 +8,11 @@ import math
 
 import pytest
 
-from llamanb.config import LLAMA3_70B, LLAMA31_8B, SMOLLM2_135M
+from llamanb.model.config import LLAMA3_70B, LLAMA31_8B, SMOLLM2_135M
 from llamanb.errors import LlamanbError
-from llamanb.flops import OPS, decode_flops, prefill_flops, total
+from llamanb.model.flops import OPS, decode_flops, prefill_flops, total
 from llamanb.tcp import cost
-from llamanb.tcp.cost import (ASSUME, CHAPTER, PUBLISHED, RNGD, Assumptions, Mapping, assumed_batch, calibrate,
-                              estimate, max_batch, op_costs, step_time, workload)
+from llamanb.tcp.cost import (ASSUME, CHAPTER, PUBLISHED, RNGD, Assumptions, Mapping, assumed_batch, calibrate, estimate, max_batch, op_costs, step_time, workload)
 
 MODELS = [SMOLLM2_135M, LLAMA31_8B, LLAMA3_70B]
 PROJ = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")

@@ -1,16 +1,17 @@
 """The TCP program (llamanb.tcp): the chapter's op lists as data, executed with numpy.
 
 References: the numpy engine and HF transformers (logits, greedy tokens), float64 matrix products
-and explicit head loops (each einsum's meaning), llamanb.flops' closed forms (FLOP totals)."""
+and explicit head loops (each einsum's meaning), llamanb.model.flops' closed forms (FLOP totals)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from llamanb import Engine, Step, generate
-from llamanb.config import LLAMA3_70B, LLAMA31_8B, SMOLLM2_135M
+from llamanb import Engine, Step
+from llamanb.engine import generate
+from llamanb.model.config import LLAMA3_70B, LLAMA31_8B, SMOLLM2_135M
 from llamanb.errors import LlamanbError
-from llamanb.flops import OPS, decode_flops, prefill_flops
+from llamanb.model.flops import OPS, decode_flops, prefill_flops
 from llamanb.check.greedy import greedy
 from llamanb.tcp.interpret import Interpreter, layout
 from llamanb.tcp.ops import Op, check_view
@@ -73,7 +74,7 @@ def test_chapter_group_order_is_not_a_view():
 @pytest.mark.parametrize("cfg", MODELS, ids=lambda c: c.name)
 @pytest.mark.parametrize("B", [1, 2])
 def test_flops_agree_with_llamanb_flops(cfg, B):
-    """The einsums' FLOPs (derived from their axes) against llamanb.flops' closed forms: prefill
+    """The einsums' FLOPs (derived from their axes) against llamanb.model.flops' closed forms: prefill
     computes the full s_in x s_in score rectangle (then masks), decode one row against s keys."""
     S = 96
     pf = program(cfg, "prefill").flops(dims(cfg, B, S))

@@ -32,8 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
-from ...errors import LlamanbError
-from .plan import HerdPlan, LaunchPlan, read_plan
+from llamanb.errors import LlamanbError
+from llamanb.npu.compiler.plan import HerdPlan, LaunchPlan, read_plan
 
 KIB = 1024
 

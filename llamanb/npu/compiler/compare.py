@@ -40,7 +40,7 @@ def scaled(x, y, what: str = "") -> str:
 
 def run_kernel(spec, *inputs):
     """Run spec on the emulated NPU2 and with its numpy model; (npu outputs, model outputs)."""
-    from .emulator import run
+    from llamanb.npu.compiler.emulator import run
 
     arrays = [np.ascontiguousarray(x, np.float32) for x in inputs]
     arrays += [np.zeros(a.shape, np.float32) for a in spec.args[len(inputs):]]

@@ -45,12 +45,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import LlamanbError
-from ...io.store import cache_root
-from ... import cxx_build as hostbuild
-from .extern import SOURCES
-from .plan import read_plan
-from .textir import read_module
+from llamanb.errors import LlamanbError
+from llamanb.io.store import cache_root
+from llamanb.platform import cxx_build as hostbuild
+from llamanb.npu.compiler.extern import SOURCES
+from llamanb.npu.compiler.plan import read_plan
+from llamanb.npu.compiler.textir import read_module
 
 FORMAT = "llamanb-npu-artifact-v1"
 MODES = ("auto", "emulated", "xrt")
@@ -135,7 +135,7 @@ def _air_available() -> bool:
 def _peano_version(peano_dir) -> str:
     import subprocess
 
-    from .peano import peano_clang
+    from llamanb.npu.compiler.peano import peano_clang
 
     clang = peano_clang(peano_dir)
     out = subprocess.run([str(clang), "--version"], capture_output=True, text=True, timeout=60)
@@ -191,7 +191,7 @@ def _write(path: Path, data: str) -> None:
 
 
 def _verify(text: str) -> str:
-    from . import verify as V
+    from llamanb.npu.compiler import verify as V
 
     if not V.available():
         return "skipped: MLIR Python bindings not installed"
@@ -212,7 +212,7 @@ def _compile_xrt(spec, tmp: Path, lk: list[dict], peano_dir=None) -> dict:
     """Peano objects for the linked kernels, then mlir-air's XRTBackend on the module."""
     import subprocess
 
-    from .peano import PEANO_FLAGS, peano_clang
+    from llamanb.npu.compiler.peano import PEANO_FLAGS, peano_clang
 
     clang = peano_clang(peano_dir)
     objects = {}

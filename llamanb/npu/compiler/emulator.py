@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...errors import LlamanbError
-from .interp_ops import round_results, run_generic, scalar_op
-from .textir import Module, memref_info, read_module
+from llamanb.errors import LlamanbError
+from llamanb.npu.compiler.interp_ops import round_results, run_generic, scalar_op
+from llamanb.npu.compiler.textir import Module, memref_info, read_module
 
 _NOOPS = {"air.herd_terminator", "air.segment_terminator", "air.launch_terminator", "scf.yield",
           "memref.dealloc", "air.wait_all"}
@@ -76,7 +76,7 @@ def extern_impl(symbol: str):
         raise LlamanbError(f"emulator: no C interface known for external kernel @{symbol}; "
                            f"known: {', '.join(C_ABI)}")
     try:
-        from . import extern
+        from llamanb.npu.compiler import extern
     except ImportError:
         raise LlamanbError(f"no implementation of external kernel @{symbol}: "
                            f"llamanb.npu.compiler.extern (host builds and numpy models) is not available")

@@ -10,15 +10,15 @@ The contract (kernels/bf16.h): bfloat16 storage, float32 arithmetic one operatio
 rounding to bfloat16 (nearest, ties to even) per result. Inputs are rounded to bfloat16 on entry,
 as writing them into a bf16 buffer would. The models build on the package's shared math:
 
-  * rope: llamanb.rope.rope_inplace with tables (cos|cos) and (-sin|sin). Every product of two
+  * rope: llamanb.model.rope.rope_inplace with tables (cos|cos) and (-sin|sin). Every product of two
     bfloat16 numbers is exact in float32, so model and C++ round the same single sum: bit-exact.
-  * silu_and_mul: llamanb.ops.silu_mul's formula g / (1 + e^-g) * u, with numpy's float32 exp
+  * silu_and_mul: llamanb.model.ops.silu_mul's formula g / (1 + e^-g) * u, with numpy's float32 exp
     replaced by `exp_f32`, the operation-for-operation twin of kernels/exp_f32.h: bit-exact.
   * matvec: float32 `a @ x` (numpy's BLAS). The C++ sums in 16 lanes and then a tree, BLAS in its
     own blocks; the float32 sums differ in the last bits, so results agree to one bfloat16 ulp.
 
 `model(symbol)` returns the numpy function, `host_kernel(symbol)` the same function running the
-C++ built for this machine (llamanb.cxx_build), or None without a compiler; `kernel(symbol)`
+C++ built for this machine (llamanb.platform.cxx_build), or None without a compiler; `kernel(symbol)`
 picks the host build when there is one and says which it picked.
 """
 from __future__ import annotations
@@ -30,10 +30,10 @@ from typing import Callable
 
 import numpy as np
 
-from ...errors import LlamanbError
-from ...numerics import bf16_bits, from_bf16_bits, to_bf16
-from ...rope import rope_inplace
-from ... import cxx_build as hostbuild
+from llamanb.errors import LlamanbError
+from llamanb.model.numerics import bf16_bits, from_bf16_bits, to_bf16
+from llamanb.model.rope import rope_inplace
+from llamanb.platform import cxx_build as hostbuild
 
 SOURCES = {"rope_halfsplit_bf16": "rope_halfsplit.cc", "silu_and_mul_bf16": "silu_and_mul.cc",
            "matvec_bf16": "mv.cc"}

@@ -43,12 +43,12 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from math import gcd
 
-from ...errors import LlamanbError
-from .builders import add, flash_attn, gemm, gemv, rmsnorm, rope, silu_and_mul
-from .builders.gemv import L1_A_BYTES
-from .plan import Plan, read_plan
-from .spec import KernelSpec
-from .stitch import Member, stitch
+from llamanb.errors import LlamanbError
+from llamanb.npu.compiler.builders import add, flash_attn, gemm, gemv, rmsnorm, rope, silu_and_mul
+from llamanb.npu.compiler.builders.gemv import L1_A_BYTES
+from llamanb.npu.compiler.plan import Plan, read_plan
+from llamanb.npu.compiler.spec import KernelSpec
+from llamanb.npu.compiler.stitch import Member, stitch
 
 # mlir-air's XRTBackend options per group, as upstream compiles its groups (Xilinx/mlir-air,
 # programming_examples/llms): the decode GEMV groups from shared/infra/backend_presets.py (GEMV
@@ -123,7 +123,7 @@ def _herd_for(n: int, want=(8, 1)):
 def _with_options(spec: KernelSpec) -> KernelSpec:
     """The stitched group with its compile options, its L1 checked under them (double buffers
     unless ping-pong is omitted; llamanb.npu.compiler.array)."""
-    from .array import usage
+    from llamanb.npu.compiler.array import usage
 
     spec = replace(spec, backend=dict(COMPILE_OPTIONS[spec.name]))
     usage(spec)

@@ -12,8 +12,8 @@ import re
 
 import numpy as np
 
-from ...errors import LlamanbError
-from ...numerics import to_bf16
+from llamanb.errors import LlamanbError
+from llamanb.model.numerics import to_bf16
 
 _F = np.float32
 _INT = {"arith.addi": lambda a, b: a + b, "arith.subi": lambda a, b: a - b,

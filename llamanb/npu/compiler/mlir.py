@@ -253,7 +253,7 @@ def module_text(func_name: str, arg_types: list[str], body: Body, externs=(), ch
     seen = {}
     for e in externs:
         if e.symbol in seen and seen[e.symbol] != e:
-            from ...errors import LlamanbError
+            from llamanb.errors import LlamanbError
             raise LlamanbError(f"external kernel @{e.symbol} declared twice with different types; "
                                f"give one variant another symbol (as upstream's mv_k8192.o does)")
         if e.symbol not in seen:

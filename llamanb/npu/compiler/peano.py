@@ -19,9 +19,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ...errors import LlamanbError
-from .extern import OBJECTS, SOURCES
-from ...cxx_build import KERNELS_DIR
+from llamanb.errors import LlamanbError
+from llamanb.npu.compiler.extern import OBJECTS, SOURCES
+from llamanb.platform.cxx_build import KERNELS_DIR
 
 PEANO_FLAGS = ("-O2", "-std=c++20", "--target=aie2p-none-unknown-elf", "-DNDEBUG",
                "-Wno-parentheses", "-Wno-attributes", "-Wno-macro-redefined", "-Wno-empty-body")

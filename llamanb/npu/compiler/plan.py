@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from .textir import Op, memref_info, read_module
+from llamanb.npu.compiler.textir import Op, memref_info, read_module
 
 _BYTES = {"bf16": 2, "f32": 4, "i32": 4, "i8": 1}
 _VIEWS = {"memref.collapse_shape", "memref.expand_shape", "memref.subview", "memref.cast"}

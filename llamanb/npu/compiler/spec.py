@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from ...errors import LlamanbError
+from llamanb.errors import LlamanbError
 
 ROLES = ("weight", "input", "intermediate", "output")
 
@@ -111,7 +111,7 @@ class KernelSpec:
 
     def make_arrays(self, rng: np.random.Generator, scale: float = 1.0) -> list[np.ndarray]:
         """Random bf16-valued weights and inputs, zeroed intermediates and outputs (float32)."""
-        from ...numerics import to_bf16
+        from llamanb.model.numerics import to_bf16
 
         out = []
         for a in self.args:

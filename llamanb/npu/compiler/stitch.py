@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...errors import LlamanbError
-from .spec import Arg, KernelSpec
-from .textir import read_module
+from llamanb.errors import LlamanbError
+from llamanb.npu.compiler.spec import Arg, KernelSpec
+from llamanb.npu.compiler.textir import read_module
 
 _SSA = re.compile(r"%([\w.$-]+)")
 _ARG = re.compile(r"arg(\d+)")
@@ -421,7 +421,7 @@ def stitch(name: str, members, roles: dict | None = None, launches=None) -> Kern
 
 def run_one_by_one(group: KernelSpec, members, arrays, run=None) -> list:
     """Reference: each member run alone (its own module) on the group's arrays, in order."""
-    from .emulator import run as emulate
+    from llamanb.npu.compiler.emulator import run as emulate
 
     run = run or emulate
     members = [m if isinstance(m, Member) else Member(*m) for m in members]

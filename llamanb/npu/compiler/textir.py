@@ -17,7 +17,7 @@ import re
 import struct
 from dataclasses import dataclass, field
 
-from ...errors import LlamanbError
+from llamanb.errors import LlamanbError
 
 
 class Sym(str):

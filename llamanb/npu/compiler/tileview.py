@@ -16,7 +16,7 @@ only when a picture is made.
 """
 from __future__ import annotations
 
-from .array import KIB, LaunchUse, cols_rows, usage
+from llamanb.npu.compiler.array import KIB, LaunchUse, cols_rows, usage
 
 COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
 

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import re
 
-from ...errors import LlamanbError
-from .textir import Module, Op, memref_info, read_module
+from llamanb.errors import LlamanbError
+from llamanb.npu.compiler.textir import Module, Op, memref_info, read_module
 
 _HIER = {"air.launch": "air.launch_terminator", "air.segment": "air.segment_terminator",
          "air.herd": "air.herd_terminator"}

@@ -14,7 +14,7 @@ numpy array; it writes into a BO's host mapping, then syncs it:
 The emulated device keeps each BO's host and device contents apart (a sync really copies), runs
 the module text on llamanb.npu.compiler.emulator, and counts: dispatches, bytes synced each way, host
 memcpys into/out of mappings. Each run is also charged the cost model's *estimated* NPU time
-(llamanb.npu.perf.cost), kept apart from the wall time the emulation itself took: the emulator is a
+(llamanb.npu.cost), kept apart from the wall time the emulation itself took: the emulator is a
 numpy interpreter, so its wall time says nothing about the NPU.
 
 Values are bf16 on the device. Host arrays here are float32 holding bf16 values (the emulator's
@@ -33,7 +33,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from ...errors import LlamanbError
+from llamanb.errors import LlamanbError
 
 TO_DEVICE, FROM_DEVICE = "to_device", "from_device"
 _ITEM = {"bf16": 2, "f32": 4, "i32": 4}
@@ -188,7 +188,7 @@ class EmulatedBO:
         """Make the device contents read-only (a static slot, written once) and record them as
         checked bfloat16 values when they are (extern.mark_bf16), so the kernels' models skip
         the per-call check of this buffer. Returns whether they were recorded."""
-        from ..compiler.extern import mark_bf16
+        from llamanb.npu.compiler.extern import mark_bf16
 
         self.device_array.flags.writeable = False
         return self.dtype == "bf16" and mark_bf16(self.device_array)
@@ -235,7 +235,7 @@ class EmulatedDevice:
             raise LlamanbError(f"execute must be 'text' or 'model', got {execute!r}")
         self.execute = execute
         self.counters = Counters()
-        self.cost = cost                      # callable(spec) -> seconds, or None: llamanb.npu.perf.cost
+        self.cost = cost                      # callable(spec) -> seconds, or None: llamanb.npu.cost
         self.externs = externs
         self.last_run = None
 
@@ -250,7 +250,7 @@ class EmulatedDevice:
             raise LlamanbError(f"the emulated NPU2 runs a kernel spec or an artifact holding one, "
                                f"got {type(artifact).__name__}")
         if self.cost is None:
-            from ..perf.cost import kernel_time
+            from llamanb.npu.cost import kernel_time
             est = kernel_time(spec)
         else:
             est = float(self.cost(spec))
@@ -266,7 +266,7 @@ class EmulatedDevice:
             kernel.spec.model(*arrays)
             self.last_run = None
         else:
-            from ..compiler.emulator import run as emulate
+            from llamanb.npu.compiler.emulator import run as emulate
             self.last_run = emulate(kernel.spec, *arrays, externs=self.externs)
         self.counters.dispatch(kernel.name, time.perf_counter() - t0, kernel.estimated_s)
 
@@ -339,7 +339,7 @@ class XrtBO:
         raw = np.frombuffer(self.bo.map(), dtype=np.uint8)[:self.nbytes]
         if _direction(direction) == TO_DEVICE:
             if self.dtype == "bf16":
-                from ...numerics import to_bf16
+                from llamanb.model.numerics import to_bf16
                 bits = (to_bf16(self._host).view(np.uint32) >> 16).astype(np.uint16)
                 raw[...] = bits.reshape(-1).view(np.uint8)
             else:
@@ -420,7 +420,7 @@ class XrtDevice:
         except Exception as e:                 # noqa: BLE001
             raise LlamanbError(f"{name}: XRT could not load kernel {kname!r} from {path}: "
                                f"{_one_line(e)}") from None
-        from ..perf.cost import kernel_time
+        from llamanb.npu.cost import kernel_time
         spec = getattr(artifact, "spec", None)
         n = len(spec.args) if spec is not None else -1
         return XrtKernel(name, kern, ctx, elf, n, kernel_time(spec) if spec is not None else 0.0)

@@ -60,9 +60,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import LlamanbError
-from .devices import FROM_DEVICE, TO_DEVICE, EmulatedDevice, read, write
-from ..compiler.spec import Arg, KernelSpec
+from llamanb.errors import LlamanbError
+from llamanb.npu.runtime.devices import FROM_DEVICE, TO_DEVICE, EmulatedDevice, read, write
+from llamanb.npu.compiler.spec import Arg, KernelSpec
 
 FORMAT = "llamanb-kernel-cache-v1"
 _EMULATOR_SOURCES = ("emulator.py", "interp_ops.py", "textir.py", "plan.py")
@@ -87,7 +87,7 @@ def toolchain_fingerprint(emulated: bool) -> dict:
 
 
 def _cache_dir() -> Path:
-    from ...io.store import cache_root
+    from llamanb.io.store import cache_root
     return Path(cache_root()) / "npu-kernels"
 
 
@@ -196,7 +196,7 @@ class KernelCache:
         """A real build through llamanb.npu.compiler.compile (mlir-air's XRTBackend + Peano, ELF output);
         the ELF is copied in beside this entry's manifest as <name>.elf with the kernel name the
         XRTCompileArtifact carried, as upstream's compile_and_cache does (cache.py:473-489)."""
-        from ..compiler.compile import compile as compile_spec
+        from llamanb.npu.compiler.compile import compile as compile_spec
 
         art = compile_spec(spec, mode="xrt", **{k: v for k, v in _jsonable(backend_kwargs).items()
                                                 if k in ("peano_dir",)})
@@ -228,7 +228,7 @@ class KernelCache:
     def _artifact(self, name, spec):
         if self.device.emulated:
             return spec
-        from .devices import ElfArtifact
+        from llamanb.npu.runtime.devices import ElfArtifact
 
         m = json.loads((self.root / name / "manifest.json").read_text())
         if "elf" not in m or "kernel" not in m:

@@ -12,12 +12,12 @@ The package llamanb.npu imports nothing heavy: MLIR bindings and compilers load 
 Verify a module with llamanb.npu.compiler.verify, read its launch plan with llamanb.npu.compiler.plan, run it on the
 emulated NPU2 with llamanb.npu.compiler.emulator.
 """
-from .add import add
-from .flash_attn import flash_attn
-from .gemm import gemm
-from .gemv import gemv
-from .rmsnorm import rmsnorm
-from .rope import rope, rope_lut
-from .swiglu import silu_and_mul
+from llamanb.npu.compiler.builders.add import add
+from llamanb.npu.compiler.builders.flash_attn import flash_attn
+from llamanb.npu.compiler.builders.gemm import gemm
+from llamanb.npu.compiler.builders.gemv import gemv
+from llamanb.npu.compiler.builders.rmsnorm import rmsnorm
+from llamanb.npu.compiler.builders.rope import rope, rope_lut
+from llamanb.npu.compiler.builders.swiglu import silu_and_mul
 
 __all__ = ["add", "flash_attn", "gemm", "gemv", "rmsnorm", "rope", "rope_lut", "silu_and_mul"]

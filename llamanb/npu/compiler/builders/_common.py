@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import contextlib
 
-from ....errors import LlamanbError
-from ..mlir import Body, memref, quote, seg_sizes
+from llamanb.errors import LlamanbError
+from llamanb.npu.compiler.mlir import Body, memref, quote, seg_sizes
 
 
 def positive(**dims) -> None:
@@ -27,7 +27,7 @@ def fits(spec):
     herds and checked their L1 and L2 buffers: a tile configuration that would not fit is
     rejected here, at build time, as the real compiler would reject it. L1 is counted with
     ping-pong (a second copy of each DMA-fed buffer) unless the spec's compile options omit it."""
-    from ..array import usage
+    from llamanb.npu.compiler.array import usage
 
     usage(spec)
     return spec
@@ -62,7 +62,7 @@ def ddr_type(shape, flat: bool) -> str:
 
 def flatten(b: Body, value: str, ty: str) -> str:
     """memref.collapse_shape of a row-major DDR buffer to 1D (free: a view, no data moves)."""
-    from ..textir import memref_info
+    from llamanb.npu.compiler.textir import memref_info
 
     shape, dtype, space = memref_info(ty)
     if len(shape) == 1:
@@ -154,7 +154,7 @@ def block_loop(b: Body, tid: str, n_tiles: int, chunk: int, total: int):
 
 def generic(b: Body, ins, in_types, outs, out_types, maps, iterators, body):
     """linalg.generic on memrefs; `body(b, in_elems, out_elems)` returns the values to yield."""
-    from ..textir import memref_info
+    from llamanb.npu.compiler.textir import memref_info
 
     elem = [memref_info(t)[1] for t in list(in_types) + list(out_types)]
     props = {"indexing_maps": "[" + ", ".join(f"affine_map<{m}>" for m in maps) + "]",

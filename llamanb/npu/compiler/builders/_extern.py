@@ -4,6 +4,6 @@ from __future__ import annotations
 
 def extern_model(symbol: str):
     """The numpy model of an external C++ kernel (llamanb.npu.compiler.extern), imported on first use."""
-    from .. import extern
+    from llamanb.npu.compiler import extern
 
     return extern.model(symbol)

@@ -12,12 +12,11 @@ variant whose output the next layer's RMSNorm reads as one flat buffer.
 """
 from __future__ import annotations
 
-from ....errors import LlamanbError
-from ....numerics import to_bf16
-from ..mlir import Body, memref, module_text
-from ..spec import Arg, KernelSpec
-from ._common import fits, block_loop, ddr_type, divides, flatten, generic, herd, herd_shape, \
-    pick_tile, positive, tile_id
+from llamanb.errors import LlamanbError
+from llamanb.model.numerics import to_bf16
+from llamanb.npu.compiler.mlir import Body, memref, module_text
+from llamanb.npu.compiler.spec import Arg, KernelSpec
+from llamanb.npu.compiler.builders._common import (fits, block_loop, ddr_type, divides, flatten, generic, herd, herd_shape, pick_tile, positive, tile_id)
 
 L1_CHUNK = 2048          # default elements per L1 chunk: 3 buffers x 4 KB
 

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....errors import LlamanbError
-from ....numerics import to_bf16
-from ....ops import softmax_
-from ..mlir import Body, memref, module_text, quote
-from ..spec import Arg, KernelSpec
-from ._common import fits, divides, generic, herd, launch, pick_tile, positive, segment
+from llamanb.errors import LlamanbError
+from llamanb.model.numerics import to_bf16
+from llamanb.model.ops import softmax_
+from llamanb.npu.compiler.mlir import Body, memref, module_text, quote
+from llamanb.npu.compiler.spec import Arg, KernelSpec
+from llamanb.npu.compiler.builders._common import (fits, divides, generic, herd, launch, pick_tile, positive, segment)
 
 CHANNEL = "fa_cascade"
 F32 = ["f32", "f32"]
@@ -53,7 +53,7 @@ def flash_attn(seq: int, n_heads: int, n_kv_heads: int, head_dim: int, lq: int =
     divides(f"{name}: num_q_tiles * lq over seq", seq, num_q_tiles * lq)
     divides(f"{name}: lk over seq", seq, lk)
     nq, ns, d, group = num_q_tiles, num_cascade_stages, head_dim, n_heads // n_kv_heads
-    from ..array import NPU2
+    from llamanb.npu.compiler.array import NPU2
     if nq * ns * hpu > NPU2.compute_tiles:              # the unrolled segments run side by side
         raise LlamanbError(f"{name}: {hpu} segments x herd {nq}x{ns} need {nq * ns * hpu} compute "
                            f"tiles; {NPU2.name} has {NPU2.compute_tiles}")
@@ -206,7 +206,7 @@ def _kv_step(b, j, kvh, k, v, kl, vl, s, m, l_, mn, al, acc, q0, ql, c):
 
 def _cascade(b, tx, ty, ns, m, l_, acc, mn, al, T_v, T_acc):
     """Stage y > 0 merges stage y-1's (m, l, acc); every stage but the last passes it on."""
-    from ..mlir import seg_sizes
+    from llamanb.npu.compiler.mlir import seg_sizes
 
     ROW, ROWCOL, V = "(d0, d1) -> (d0)", "(d0, d1) -> (d0, d1)", "(d0) -> (d0)"
     chan = lambda kind, idx, buf, t: b.op(  # noqa: E731

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....numerics import to_bf16
-from ..mlir import Body, memref, module_text
-from ..spec import Arg, KernelSpec
-from ._common import fits, divides, generic, herd, herd_shape, launch, pick_tile, positive, segment
+from llamanb.model.numerics import to_bf16
+from llamanb.npu.compiler.mlir import Body, memref, module_text
+from llamanb.npu.compiler.spec import Arg, KernelSpec
+from llamanb.npu.compiler.builders._common import (fits, divides, generic, herd, herd_shape, launch, pick_tile, positive, segment)
 
 TILE = 64         # default cap per tile dimension: L1 40 KB at 64 x 64 x 64
 

@@ -16,11 +16,10 @@ link_with=; the declaration records `llamanb.impl = "matvec_bf16"` so the emulat
 """
 from __future__ import annotations
 
-from ..mlir import Body, Extern, memref, module_text
-from ..spec import Arg, KernelSpec
-from ._common import fits, block_loop, divides, flatten, herd, herd_shape, launch, pick_tile, \
-    positive, segment, tile_id
-from ._extern import extern_model
+from llamanb.npu.compiler.mlir import Body, Extern, memref, module_text
+from llamanb.npu.compiler.spec import Arg, KernelSpec
+from llamanb.npu.compiler.builders._common import (fits, block_loop, divides, flatten, herd, herd_shape, launch, pick_tile, positive, segment, tile_id)
+from llamanb.npu.compiler.builders._extern import extern_model
 
 IMPL, OBJECT = "matvec_bf16", "mv.o"
 # default weight block <= 16 KiB: 4 rows at K=2048, 1 at K=8192 -- the m_input-row L1 blocks of

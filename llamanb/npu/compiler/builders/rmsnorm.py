@@ -14,12 +14,11 @@ add's flat output (see add's 2D -> 1D variant). Decode (rows = 1) runs on a 1x1 
 """
 from __future__ import annotations
 
-from ....numerics import to_bf16
-from ....ops import rms_norm
-from ..mlir import Body, f32_attr, memref, module_text
-from ..spec import Arg, KernelSpec
-from ._common import fits, chunk_loop, ddr_type, divides, flatten, generic, herd, herd_shape, \
-    pick_tile, positive, tile_id
+from llamanb.model.numerics import to_bf16
+from llamanb.model.ops import rms_norm
+from llamanb.npu.compiler.mlir import Body, f32_attr, memref, module_text
+from llamanb.npu.compiler.spec import Arg, KernelSpec
+from llamanb.npu.compiler.builders._common import (fits, chunk_loop, ddr_type, divides, flatten, generic, herd, herd_shape, pick_tile, positive, tile_id)
 
 L1_ROW_BYTES = 16 * 1024     # default: x and y tiles of at most 16 KB each
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....numerics import to_bf16
-from ....rope import cos_sin
-from ..mlir import Body, Extern, memref, module_text
-from ..spec import Arg, KernelSpec
-from ._common import fits, chunk_loop, ddr_type, divides, flatten, herd, herd_shape, launch, \
-    pick_tile, positive, segment, tile_id
-from ._extern import extern_model
+from llamanb.model.numerics import to_bf16
+from llamanb.model.rope import cos_sin
+from llamanb.npu.compiler.mlir import Body, Extern, memref, module_text
+from llamanb.npu.compiler.spec import Arg, KernelSpec
+from llamanb.npu.compiler.builders._common import (fits, chunk_loop, ddr_type, divides, flatten, herd, herd_shape, launch, pick_tile, positive, segment, tile_id)
+from llamanb.npu.compiler.builders._extern import extern_model
 
 SYMBOL, OBJECT = "rope_halfsplit_bf16", "rope.o"
 L1_BYTES = 8 * 1024      # default: each of the three L1 tiles at most 8 KB
@@ -41,7 +40,7 @@ def rope(rows: int, n_heads: int, head_dim: int, herd_xy=(8, 1), tile_rows: int 
     them needs another symbol (as gemv's second K does); the declaration records the C kernel."""
     positive(rows=rows, n_heads=n_heads, head_dim=head_dim)
     if head_dim % 2:
-        from ....errors import LlamanbError
+        from llamanb.errors import LlamanbError
         raise LlamanbError(f"{name}: head_dim must be even for half-split pairs, got {head_dim}")
     hx, hy = herd_shape(herd_xy)
     tiles, width = hx * hy, n_heads * head_dim

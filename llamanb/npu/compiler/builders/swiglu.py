@@ -10,12 +10,11 @@ packed=True (flat only) takes one buffer gu [2n] = gate then up, as the packed g
 """
 from __future__ import annotations
 
-from ....errors import LlamanbError
-from ..mlir import Body, Extern, memref, module_text
-from ..spec import Arg, KernelSpec
-from ._common import fits, chunk_loop, ddr_type, divides, flatten, herd, herd_shape, launch, \
-    pick_tile, positive, segment, tile_id
-from ._extern import extern_model
+from llamanb.errors import LlamanbError
+from llamanb.npu.compiler.mlir import Body, Extern, memref, module_text
+from llamanb.npu.compiler.spec import Arg, KernelSpec
+from llamanb.npu.compiler.builders._common import (fits, chunk_loop, ddr_type, divides, flatten, herd, herd_shape, launch, pick_tile, positive, segment, tile_id)
+from llamanb.npu.compiler.builders._extern import extern_model
 
 SYMBOL, OBJECT = "silu_and_mul_bf16", "silu_and_mul.o"
 L1_CHUNK = 4096          # default elements per chunk: 3 L1 buffers x 8 KB

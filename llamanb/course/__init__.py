@@ -1,0 +1,1 @@
+"""The course machinery: jupytext pairs and executed notebooks (notebooks), widgets, exercises."""

@@ -1,0 +1,5 @@
+import sys
+
+from llamanb.course.notebooks import main
+
+sys.exit(main())

@@ -1,0 +1,179 @@
+"""Tokenizer and chat template, on top of the `tokenizers` library.
+
+Two sources: an HF `tokenizer.json` (+ `tokenizer_config.json` for the chat template), or the
+vocabulary, merges and template stored in a GGUF file, converted once into a `tokenizer.json`.
+
+GGUF conversion follows llama.cpp's pre-tokenizer for each `tokenizer.ggml.pre`. For SmolLM2
+('smollm') llama.cpp splits off every numeral (Unicode class N) on its own before the GPT-2
+regex, as the original HF tokenizer does; transformers' GGUF converter (5.23) skips that step, so
+its ids differ where a numeral follows whitespace (a newline and a tab before "8"; "x ²") or is
+not ASCII. (A bare run of ASCII digits comes out the same: the vocabulary has no token holding two
+digits.) We follow llama.cpp and the original tokenizer; tests/test_tokenizer.py checks both
+against transformers.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from llamanb.errors import LlamanbError
+
+# llama.cpp's pre-tokenizer regexes, by `tokenizer.ggml.pre`.
+_LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_DIGITS_THEN_GPT2 = {"smollm", "starcoder", "refact", "command-r", "codeshell"}
+_GPT2 = {"gpt2", "default", "mpt", "olmo"}
+_LLAMA3 = {"llama-bpe", "llama3", "llama-v3", "smaug-bpe", "dbrx"}
+
+
+def tokenizer_json_from_gguf(meta: dict) -> str:
+    """Build a `tokenizers` Tokenizer from GGUF tokenizer metadata; return its JSON."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+
+    kind = meta.get("tokenizer.ggml.model")
+    if kind != "gpt2":
+        raise LlamanbError(f"GGUF tokenizer type {kind!r} is not supported (byte-level BPE 'gpt2' is)")
+    if not meta.get("tokenizer.ggml.tokens") or not meta.get("tokenizer.ggml.merges"):
+        raise LlamanbError("GGUF tokenizer lacks its token list or BPE merges")
+    tokens = list(meta["tokenizer.ggml.tokens"])
+    merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
+    tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges,
+                               fuse_unk=False))
+    pre = meta.get("tokenizer.ggml.pre", "default")
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if pre in _DIGITS_THEN_GPT2:
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Digits(individual_digits=True), byte_level])
+    elif pre in _GPT2:
+        tok.pre_tokenizer = byte_level
+    elif pre in _LLAMA3:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(_LLAMA3_SPLIT), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    else:
+        raise LlamanbError(f"GGUF pre-tokenizer {pre!r} is not supported")
+    tok.decoder = decoders.ByteLevel()
+    types = list(meta.get("tokenizer.ggml.token_type") or [])
+    control = [AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if ty == 3]
+    user = [AddedToken(t, special=False, normalized=False) for t, ty in zip(tokens, types) if ty == 4]
+    tok.add_special_tokens(control)
+    tok.add_tokens(user)
+    bos = meta.get("tokenizer.ggml.bos_token_id")
+    if meta.get("tokenizer.ggml.add_bos_token") and bos is not None:
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{tokens[bos]} $A", pair=f"{tokens[bos]} $A {tokens[bos]} $B",
+            special_tokens=[(tokens[bos], bos)])
+    return tok.to_str()
+
+
+def tokenizer_config_from_gguf(meta: dict) -> dict:
+    tokens = meta["tokenizer.ggml.tokens"]
+
+    def name(key):
+        i = meta.get(f"tokenizer.ggml.{key}")
+        return tokens[i] if i is not None and 0 <= i < len(tokens) else None
+
+    return {"chat_template": meta.get("tokenizer.chat_template"), "bos_token": name("bos_token_id"),
+            "eos_token": name("eos_token_id")}
+
+
+def as_text(text, what: str = "prompt") -> str:
+    """text as a str the tokenizer can take: valid UTF-8 bytes are decoded; invalid bytes, or a
+    str holding lone surrogates (how Python passes undecodable command-line bytes along), are a
+    LlamanbError that says where the first bad byte is."""
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            return bytes(text).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise LlamanbError(f"{what} is not valid UTF-8: byte 0x{text[e.start]:02x} at byte "
+                               f"offset {e.start}") from None
+    if not isinstance(text, str):
+        raise LlamanbError(f"{what} must be a str (or UTF-8 bytes), got {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        ch = ord(text[e.start])
+        # surrogateescape maps an undecodable byte b to U+DC00 + b
+        what_byte = f"byte 0x{ch - 0xDC00:02x}" if 0xDC80 <= ch <= 0xDCFF else f"U+{ch:04X}"
+        raise LlamanbError(f"{what} is not valid UTF-8: {what_byte} at character {e.start}") from None
+    return text
+
+
+@dataclass
+class ChatTokenizer:
+    """encode / decode / apply_chat_template, and the ids that end a turn."""
+
+    tok: object                                  # tokenizers.Tokenizer
+    chat_template: str | None = None
+    bos_token: str | None = None
+    eos_token: str | None = None
+    stop_ids: tuple[int, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def from_dir(cls, d: Path, stop_ids=()) -> "ChatTokenizer":
+        from tokenizers import Tokenizer
+
+        d = Path(d)
+        try:
+            tok = Tokenizer.from_file(str(d / "tokenizer.json"))
+        except Exception as e:  # tokenizers raises plain Exception subclasses
+            raise LlamanbError(f"{d / 'tokenizer.json'}: cannot read tokenizer ({str(e)[:80]})") from None
+        cfg = {}
+        if (d / "tokenizer_config.json").exists():
+            cfg = json.loads((d / "tokenizer_config.json").read_text())
+        template = cfg.get("chat_template")
+        if isinstance(template, list):            # [{"name": "default", "template": ...}, ...]
+            template = next((t["template"] for t in template if t.get("name") == "default"), None)
+        if template is None and (d / "chat_template.jinja").exists():
+            template = (d / "chat_template.jinja").read_text()
+
+        def token_str(v):
+            return v.get("content") if isinstance(v, dict) else v
+
+        return cls(tok, template, token_str(cfg.get("bos_token")), token_str(cfg.get("eos_token")),
+                   tuple(stop_ids))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tok.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str | bytes, add_special_tokens: bool = True) -> list[int]:
+        return self.tok.encode(as_text(text, "text"), add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return self.tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        if not self.chat_template:
+            raise LlamanbError("this model has no chat template; use plain-text mode (--raw)")
+        from jinja2 import TemplateError
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        def raise_exception(msg):
+            raise LlamanbError(f"chat template: {msg}")
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = raise_exception
+        env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+        try:
+            return env.from_string(self.chat_template).render(
+                messages=messages, add_generation_prompt=add_generation_prompt,
+                bos_token=self.bos_token or "", eos_token=self.eos_token or "")
+        except TemplateError as e:
+            raise LlamanbError(f"chat template failed: {e}") from None
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
+        # The template writes the special tokens itself (HF tokenizes it with add_special_tokens=False).
+        return self.encode(self.render_chat(messages, add_generation_prompt), add_special_tokens=False)
+
+    def encode_prompt(self, text: str | bytes, chat: bool = True,
+                      system: str | bytes | None = None) -> list[int]:
+        text = as_text(text, "prompt")
+        system = None if system is None else as_text(system, "system message")
+        if not chat:
+            return self.encode(text)
+        msgs = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": text}]
+        return self.apply_chat_template(msgs)
