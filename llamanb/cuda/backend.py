@@ -16,7 +16,14 @@ The device caches mirror the engine's KVStore: the backend keeps one pair per st
 (the engine's store stays the record of lengths and slots) and writes each step's new K/V rows
 into the store too (`write_host_cache`), so that any other reader of the store -- a paged store's
 blocks, a test, another backend -- sees them. A slot whose store holds positions this backend
-never wrote (filled by another backend) has them uploaded before its step.
+never wrote (filled by another backend, or freed and refilled since) has them uploaded before its
+step. How the backend tells: per slot and position it keeps a seal, a hash of the store's
+last-layer K row as the store held it right after this backend's step wrote (or uploaded) that
+position. A step continuing a slot at `start` trusts the device copy only if the device holds
+`start` positions and the store's row `start - 1` still bears its seal; the last layer's key
+depends on every earlier token, so a different sequence in the slot shows there (the first layer's
+would not: it depends on the token and position only). A count alone cannot tell: a slot freed
+and refilled by another backend can hold fewer, as many or more positions than before.
 
 Projections: `gemm="kernel"` is the course's tiled `gemm_nt`; `"cublas"` is cuBLAS through CuPy
 (a GPU with CuPy installed); `"host"` is numpy on the host, for the simulator only, where a
@@ -69,7 +76,25 @@ class _Mirror:
         self.kt = [cuda.to_device(np.zeros((s, nkv, d, S), np.float32)) for _ in range(n_layers)]
         self.v = [cuda.to_device(np.zeros((s, nkv, S, d), np.float32)) for _ in range(n_layers)]
         self.valid = np.zeros(s, dtype=np.int64)
+        self.seal = np.zeros((s, S), dtype=np.int64)    # see the module docstring
         self.shape = (s, nkv, d, S)
+
+    def sealed(self, cache: KVStore, slot: int, pos: int) -> bool:
+        return self.seal[slot, pos] == _seal(cache, slot, pos)
+
+    def reseal(self, cache: KVStore, slot: int, lo: int, hi: int) -> None:
+        if hi > lo:
+            rows = cache.keys(cache.n_layers - 1, slot, hi)[:, lo:hi]          # [N_kv, n, d]
+            self.seal[slot, lo:hi] = [_row_hash(rows[:, i]) for i in range(hi - lo)]
+
+
+def _row_hash(row: np.ndarray) -> int:
+    return hash(np.ascontiguousarray(row, dtype=np.float32).tobytes())
+
+
+def _seal(cache: KVStore, slot: int, pos: int) -> int:
+    """The hash of the store's last-layer K row at `pos` of `slot`, as it stands now."""
+    return _row_hash(cache.keys(cache.n_layers - 1, slot, pos + 1)[:, pos])
 
 
 class CudaBackend(Backend):
@@ -160,9 +185,13 @@ class CudaBackend(Backend):
         return m
 
     def _catch_up(self, m: _Mirror, step: Step, cache: KVStore) -> None:
-        """Upload the positions a segment's sequence holds that this backend did not write."""
+        """Upload the positions a segment's sequence holds that this backend did not write (or
+        that were rewritten since it did): all of 0 .. start-1 unless the device holds them and
+        the store's row start-1 bears the seal this backend left on it."""
         for seg in step.segments:
-            if seg.start > m.valid[seg.slot]:
+            trusted = seg.start == 0 or (seg.start <= m.valid[seg.slot]
+                                         and m.sealed(cache, seg.slot, seg.start - 1))
+            if not trusted:
                 for layer in range(self.config.n_layers):
                     kt = m.kt[layer].copy_to_host()
                     v = m.v[layer].copy_to_host()
@@ -170,6 +199,7 @@ class CudaBackend(Backend):
                     v[seg.slot, :, :seg.start] = cache.values(layer, seg.slot, seg.start)
                     m.kt[layer].copy_to_device(kt)
                     m.v[layer].copy_to_device(v)
+                m.reseal(cache, seg.slot, 0, seg.start)
             m.valid[seg.slot] = seg.start
 
     # --- the seam ----------------------------------------------------------------------------
@@ -236,6 +266,7 @@ class CudaBackend(Backend):
                 collect.append(xd.copy_to_host())
         for s in segs:
             m.valid[s.slot] = s.end
+            m.reseal(cache, s.slot, s.start, s.end)
         return xd.copy_to_host()
 
     def head(self, x: np.ndarray) -> np.ndarray:

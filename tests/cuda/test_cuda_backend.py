@@ -82,6 +82,34 @@ def test_mixed_step_equals_each_sequence_alone(engines):
     assert cache.lengths.tolist() == [2, 1, 3]
 
 
+def test_reused_slot_written_by_another_backend_is_uploaded(engines):
+    """A slot the cuda backend filled (6 positions), freed, then refilled by the numpy engine
+    (2 positions) in the same store: the cuda backend's next decode must attend over the numpy
+    engine's keys, not its own stale device copy of the old sequence. Against the float64
+    forward of the new sequence, at the numpy engine's error size (as in the first test)."""
+    from llamanb.check.float64 import forward
+
+    model, en, ec = engines
+    cache = en.new_cache(16)          # laid out for the numpy engine (its key tiles); any store
+    ec.prefill([9, 10, 11, 12, 13, 14], cache)         # serves the cuda backend
+    cache.free(0)
+    en.prefill([70, 71], cache)                        # the same store, another backend
+    got = ec.decode(72, cache)
+    ref = forward(model.weights, [70, 71, 72], rows=[2])[0]
+    cn = en.new_cache(16)
+    en.prefill([70, 71], cn)
+    en_err = np.abs(en.decode(72, cn) - ref).max()
+    assert np.abs(got - ref).max() <= 3 * en_err + 1e-5, (np.abs(got - ref).max(), en_err)
+    # and the slot's own continuation is not re-uploaded by mistake: a truncated sequence the
+    # cuda backend wrote itself continues from its device copy, still right
+    cache2 = ec.new_cache(16)
+    ec.prefill([9, 10, 11, 12], cache2)
+    cache2.truncate(0, 2)
+    got2 = ec.decode(72, cache2)
+    ref2 = forward(model.weights, [9, 10, 72], rows=[2])[0]
+    assert np.abs(got2 - ref2).max() <= 3 * en_err + 1e-5
+
+
 def test_continuous_batching_tokens_equal_alone(engines):
     from llamanb.engine.generate import SamplingParams
     from llamanb.serve import BatchRunner
