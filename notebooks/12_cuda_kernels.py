@@ -142,15 +142,20 @@ print(f"softmax_v, one warp, one key: V as written {sectors(v_offsets)} sectors"
 # `fill_kv` moves the new rows through a shared-memory tile instead: a 16 x 16 block reads a
 # tile of 16 rows x 16 dimensions of the projected K (consecutive threads, consecutive
 # dimensions: coalesced), waits at the barrier, and writes the tile transposed (consecutive
-# threads, consecutive positions: coalesced again). The tile is declared `[T][T + 1]`: the extra
-# column puts a tile column's 16 floats in 16 different shared-memory banks.
+# threads, consecutive positions: coalesced again). The tile is declared `[T][T + 1]`: shared
+# memory has 32 banks, `tile[i][c]` sits in bank `(17 i + c) mod 32`, and a warp of a 16 x 16
+# block (two rows of threads) reads two columns of it at once. With the padding column a bank
+# serves at most two of those 32 floats (a 2-way conflict); without it, `16 i mod 32` is 0 or 16
+# and eight floats queue for each bank (8-way). `kernels.py` derives both.
 #
 # ## 3. One warp per softmax row
 #
-# `softmax_in_place_with_lengths` gives each row of scores one warp. Each lane walks the keys
-# `lane, lane + 32, ...` below the row's length keeping a running maximum `m` and a sum `s`
-# rescaled whenever the maximum grows (`s = s e^{m - m'} + e^{x - m'}`), so the row is read once
-# for both. Then the warp combines its 32 pairs: the maximum `g` of the `m`s, each `s` rescaled by
+# `softmax_in_place_with_lengths` gives each row of scores one warp, and each lane keeps a
+# running maximum `m` and a sum `s` rescaled whenever the maximum grows
+# (`s = s e^{m - m'} + e^{x - m'}`), so the row is read once for both. Upstream's lanes walk
+# `float4` groups of four keys (`self_attention_inference_optimized.cu`, lines 207-220);
+# the port's lanes walk single keys `lane, lane + 32, ...` below the row's length -- that
+# lane-by-lane scheme is the port's own (numba has no `float4`, section 7). Then the warp combines its 32 pairs: the maximum `g` of the `m`s, each `s` rescaled by
 # `e^{m - g}`, the sum of those. The same algorithm in numpy, lane by lane, against the textbook
 # softmax:
 

@@ -164,7 +164,17 @@ extern "C" __global__ void silu_mul(const float* __restrict__ gu, float* __restr
     out[i] = g / (1.0f + __expf(-g)) * gu[(size_t)r * 2 * F + F + f];
 }
 
-// a block per sequence: argmax (lowest id on ties), lengths += 1 or 0 at EOS / max_len, and the
+// Does candidate (v2, i2) win over (v1, i1) as np.argmax picks? A NaN beats every number; the
+// lower id wins among NaNs and among equal values. Every thread starts from (-inf, V): with a
+// plain `x > val` an all -inf or all-NaN row left the index at V and the kernel read emb[V].
+__device__ __forceinline__ bool beats(float v2, int i2, float v1, int i1) {
+    if (v1 != v1) return v2 != v2 && i2 < i1;
+    if (v2 != v2) return true;
+    return v2 > v1 || (v2 == v1 && i2 < i1);
+}
+
+// a block per sequence: argmax as np.argmax picks it (lowest id on ties; a NaN counts as the
+// largest, so an all-NaN or all -inf row gives 0), lengths += 1 or 0 at EOS / max_len, and the
 // next token's embedding row for a live sequence; grid n_seq, block BLOCK
 extern "C" __global__ void argmax_decode(const float* __restrict__ logits, int* __restrict__ lengths,
                                          int* __restrict__ tokens, int V, int eos, int max_len,
@@ -178,7 +188,7 @@ extern "C" __global__ void argmax_decode(const float* __restrict__ logits, int* 
     if (L > 0)
         for (int i = tx; i < V; i += BLOCK) {
             float x = logits[(size_t)b * V + i];
-            if (x > val) { val = x; idx = i; }
+            if (beats(x, i, val, idx)) { val = x; idx = i; }
         }
     best_val[tx] = val;
     best_idx[tx] = idx;
@@ -187,7 +197,7 @@ extern "C" __global__ void argmax_decode(const float* __restrict__ logits, int* 
         if (tx < gap) {
             float v2 = best_val[tx + gap];
             int i2 = best_idx[tx + gap];
-            if (v2 > best_val[tx] || (v2 == best_val[tx] && i2 < best_idx[tx])) {
+            if (beats(v2, i2, best_val[tx], best_idx[tx])) {
                 best_val[tx] = v2;
                 best_idx[tx] = i2;
             }

@@ -152,8 +152,23 @@ def build(tile: int) -> Kernels:
         raise ValueError(f"tile must be a power of two >= 2, got {tile}")
     simulated = SIMULATED
     T = tile
-    TP = T + 1                  # shared tiles padded by a column: a warp reading a tile's
-    B = T * T                   # column hits 32 different banks
+    # Shared tiles are [T][T + 1], padded by a column. Shared memory has 32 banks of 4 bytes;
+    # float tile[i][c] lives in bank (i * TP + c) mod 32, and a warp's accesses to distinct
+    # addresses in one bank serialise (n of them: an n-way conflict; one address read by many
+    # lanes is a broadcast, free). With T = 16 a warp of a (16, 16) block is two rows of it:
+    # lanes 0-15 have ty = y, lanes 16-31 ty = y + 1, tx = 0..15 in both. Reading a tile
+    # COLUMN, tile[tx][c]:
+    #   fill_kv, tile_k[tx][ty]: two columns, c = y and y + 1, 32 addresses. TP = 17: 17 tx
+    #     mod 32 is tx for even tx, tx + 16 for odd tx, 16 distinct banks per column; the second
+    #     column is the first shifted by one bank, so a bank is hit at most twice: worst case
+    #     2-way. TP = 16: 16 tx mod 32 is 0 or 16, each column's 16 addresses fall in 2 banks,
+    #     the two columns in 4: 8-way.
+    #   gemm_nt, w_tile[tx][kk]: one column (kk is the same for the whole warp), both halves
+    #     read the same 16 addresses (broadcast): TP = 17 puts them in 16 banks, no conflict;
+    #     TP = 16 in 2 banks, 8-way.
+    # (tests/cuda/test_cuda_kernels.py enumerates the 32 lanes' addresses and counts.)
+    TP = T + 1
+    B = T * T
     WPB = warps_per_block(T)
     NEG_INF = -math.inf
     warp_sum, warp_max = _warp_reductions(simulated)
@@ -361,12 +376,25 @@ def build(tile: int) -> Kernels:
         g = gu[r, f]
         out[r, f] = g / (float32(1.0) + math.exp(-g)) * gu[r, F + f]
 
+    @cuda.jit(device=True)
+    def beats(v2, i2, v1, i1):
+        """Does candidate (v2, i2) win over (v1, i1) as np.argmax picks? A NaN beats every
+        number, the lower id wins among NaNs and among equal values. With every thread starting
+        from (-inf, V), this is what makes an all -inf row give 0 (the first of equal values)
+        and an all-NaN row give 0 (the first NaN) instead of leaving the index at V."""
+        if v1 != v1:
+            return v2 != v2 and i2 < i1
+        if v2 != v2:
+            return True
+        return v2 > v1 or (v2 == v1 and i2 < i1)
+
     @cuda.jit
     def argmax_decode(logits, lengths, tokens, eos, max_len, emb, x_next):
         """One block per sequence b (upstream's decoder_kernel): tokens[b] = argmax logits[b]
-        (ties: the lowest id), then lengths[b] += 1, or 0 when the token is EOS or the sequence
-        reaches max_len (the row is free); a live row gets its next input, emb[token], in
-        x_next[b]. An empty row (lengths[b] == 0) gets token -1 and stays empty."""
+        as np.argmax picks it (ties: the lowest id; a NaN counts as the largest value, so an
+        all-NaN row gives 0, as does an all -inf one), then lengths[b] += 1, or 0 when the token
+        is EOS or the sequence reaches max_len (the row is free); a live row gets its next input,
+        emb[token], in x_next[b]. An empty row (lengths[b] == 0) gets token -1 and stays empty."""
         best_val = cuda.shared.array(B, float32)
         best_idx = cuda.shared.array(B, int32)
         b = cuda.blockIdx.x
@@ -377,8 +405,9 @@ def build(tile: int) -> Kernels:
         idx = int32(V)
         if L > 0:
             for i in range(tx, V, B):
-                if logits[b, i] > val:
-                    val = logits[b, i]
+                x = logits[b, i]
+                if beats(x, i, val, idx):
+                    val = x
                     idx = i
         best_val[tx] = val
         best_idx[tx] = idx
@@ -388,7 +417,7 @@ def build(tile: int) -> Kernels:
             if tx < gap:
                 v2 = best_val[tx + gap]
                 i2 = best_idx[tx + gap]
-                if v2 > best_val[tx] or (v2 == best_val[tx] and i2 < best_idx[tx]):
+                if beats(v2, i2, best_val[tx], best_idx[tx]):
                     best_val[tx] = v2
                     best_idx[tx] = i2
             cuda.syncthreads()

@@ -195,6 +195,68 @@ def test_argmax_decoder_bookkeeping(k):
     assert not x_next[[0, 2, 3]].any()                 # rows that end get no next input
 
 
+ARGMAX_EDGE_ROWS = ("all NaN", "all -inf", "a NaN among finite values", "-inf and one finite",
+                    "+inf twice")
+
+
+def argmax_edge_logits(V: int) -> np.ndarray:
+    """Rows np.argmax answers without a finite maximum to find: all NaN -> 0 (NaN counts as the
+    largest, the first one wins), all -inf -> 0 (every entry ties), a NaN at 29 among finite
+    values -> 29, -inf everywhere but 17 -> 17, +inf at 30 and 4 -> 4."""
+    rng = np.random.default_rng(7)
+    logits = rng.standard_normal((5, V)).astype(np.float32)
+    logits[0] = np.nan
+    logits[1] = -np.inf
+    logits[2, 29] = np.nan
+    logits[3] = -np.inf
+    logits[3, 17] = 0.5
+    logits[4, [30, 4]] = np.inf
+    return logits
+
+
+def test_argmax_decoder_rows_without_a_finite_maximum(k):
+    """An all-NaN or all -inf row used to leave every thread's index at its start value V, so
+    the kernel returned token V and read emb[V], one row past the table (the simulator raises
+    IndexError there; a GPU reads whatever lies behind it). The kernel now picks as np.argmax
+    does, NaN included: the first NaN if there is one, else the first maximum."""
+    V, H, eos, max_len = 37, 5, 2, 64
+    logits = argmax_edge_logits(V)
+    lengths = np.full(5, 3, np.int32)
+    tokens = np.full(5, -2, np.int32)
+    emb = np.random.default_rng(8).standard_normal((V, H)).astype(np.float32)
+    x_next = np.zeros((5, H), np.float32)
+    k.argmax_decode[5, k.block](logits, lengths, tokens, eos, max_len, emb, x_next)
+    want = [int(np.argmax(row)) for row in logits]
+    assert want == [0, 0, 29, 17, 4]
+    assert tokens.tolist() == want, dict(zip(ARGMAX_EDGE_ROWS, tokens.tolist()))
+    assert lengths.tolist() == [4] * 5
+    assert np.array_equal(x_next, emb[want])
+
+
+def bank_ways(addresses) -> int:
+    """The worst n-way shared-memory bank conflict of one warp's float accesses: distinct
+    addresses per bank (32 banks of 4 bytes; lanes reading one address share a broadcast)."""
+    banks: dict[int, set] = {}
+    for a in addresses:
+        banks.setdefault(a % 32, set()).add(a)
+    return max(len(v) for v in banks.values())
+
+
+@pytest.mark.parametrize("pitch, fill_ways, gemm_ways", [(17, 2, 1), (16, 8, 8)])
+def test_padded_tile_bank_conflicts_as_the_comment_derives(pitch, fill_ways, gemm_ways):
+    """kernels.py's comment on its [16][17] shared tiles, counted lane by lane for every warp of
+    a (16, 16) block (lane t: tx = t % 16, ty = t // 16): fill_kv reads tile_k[tx][ty] (two
+    columns per warp), gemm_nt reads w_tile[tx][kk] (one column, kk the same in all lanes)."""
+    T = 16
+    fill = gemm = 0
+    for warp in range(T * T // 32):
+        lanes = range(32 * warp, 32 * warp + 32)
+        fill = max(fill, bank_ways([(t % T) * pitch + t // T for t in lanes]))
+        for kk in range(T):
+            gemm = max(gemm, bank_ways([(t % T) * pitch + kk for t in lanes]))
+    assert (fill, gemm) == (fill_ways, gemm_ways)
+
+
 def test_simulated_backend_refuses_a_real_size_model(monkeypatch):
     """cuda-simulated would run a 135M model for hours: the check is on the hidden size."""
     from llamanb.cuda import backend
