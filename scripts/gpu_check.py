@@ -482,7 +482,8 @@ def speed(rep, name, model, hf, backend, device, dry, ctx_len, steps, batches, b
         timings_meaningful=not dry)
     for B in batches:
         cb = eng.new_cache(ctx_len + steps + 2, slots=B)
-        eng.step(Step.build([(s, 0, prompt) for s in range(B)]), cb)
+        for s in range(B):            # one prefill per slot: qkt's grid y is rows x heads,
+            eng.prefill(prompt, cb, slot=s)          # at most 65535 (CUDA's gridDim.y limit)
         eng.step(Step.build([(s, ctx_len, [5]) for s in range(B)]), cb)    # warm
         _sync(dry)
         t = time.perf_counter()

@@ -47,6 +47,7 @@ from llamanb.model.weights import Weights
 from llamanb.cuda import launch
 from llamanb.cuda import runtime
 
+GRID_Y_MAX = 65535       # CUDA's gridDim.y limit; qkt and softmax_v put (row, head) on y
 SIM_MAX_HIDDEN = 256     # the simulator runs a step of a 135M model in hours: refuse it
 
 
@@ -214,6 +215,10 @@ class CudaBackend(Backend):
     def _layers(self, x, step: Step, cache: KVStore, collect, layers) -> np.ndarray:
         cuda, k, c = self.cuda, self.k, self.config
         R, H, Nh, Nkv, d, F = x.shape[0], c.hidden, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn
+        if R * Nh > GRID_Y_MAX:
+            raise LlamanbError(f"a step of {R} rows x {Nh} heads exceeds the {GRID_Y_MAX} "
+                               f"(row, head) pairs of qkt's grid y (CUDA's gridDim.y limit): "
+                               f"prefill in chunks of at most {GRID_Y_MAX // Nh} tokens")
         m = self._mirror(cache)
         self._catch_up(m, step, cache)
         real = step.slots >= 0

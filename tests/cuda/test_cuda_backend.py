@@ -172,3 +172,18 @@ def test_cuda_backend_without_gpu_is_one_line():
     line = r.stdout.strip()
     assert r.returncode == 0 and "\n" not in line, r.stderr
     assert "needs an NVIDIA GPU" in line and "cuda-simulated" in line
+
+
+def test_step_past_the_grid_y_limit_is_one_line(engines, monkeypatch):
+    """qkt and softmax_v launch one grid row per (row, head); CUDA allows 65535 (gridDim.y). A
+    longer step is refused in one line naming the chunk that fits (here the limit is lowered
+    to 5: a 3-token prefill with 2 heads is 6 pairs), before anything is written."""
+    from llamanb.cuda import backend
+    from llamanb.errors import LlamanbError
+
+    model, en, ec = engines
+    monkeypatch.setattr(backend, "GRID_Y_MAX", 5)
+    cache = ec.new_cache(8)
+    with pytest.raises(LlamanbError, match="3 rows x 2 heads exceeds.*chunks of at most 2 tokens"):
+        ec.prefill([5, 6, 7], cache)
+    assert cache.lengths.tolist() == [0]
