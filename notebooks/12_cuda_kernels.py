@@ -278,6 +278,21 @@ print("CUDA simulator: tokens", tokens.tolist(), "| lengths", lengths.tolist(),
       "| numpy argmax", [-1] + [int(np.argmax(r)) for r in logits[1:]])
 
 # %% [markdown]
+# Which id is "the largest" when there is no finite maximum? `np.argmax` counts a NaN as larger
+# than every number (the first NaN wins) and picks the first of equal values, so an all-NaN and
+# an all `-inf` row both give 0. A kernel whose threads start from `(-inf, V)` and compare with
+# `x > best` never moves on such a row and returns `V`: one past the vocabulary, and then it reads
+# `emb[V]`. Both forms of `argmax_decode` compare as `np.argmax` does:
+
+# %%
+odd = np.stack([np.full(tiny.vocab, np.nan), np.full(tiny.vocab, -np.inf)]).astype(np.float32)
+odd_tokens, odd_lengths = np.full(2, -2, np.int32), np.full(2, 3, np.int32)
+k4.argmax_decode[launch.argmax_decode(2, kernels.SIM_TILE)](
+    odd, odd_lengths, odd_tokens, 1, 16, model.weights.embed, np.zeros((2, tiny.hidden), np.float32))
+assert odd_tokens.tolist() == [int(np.argmax(r)) for r in odd] == [0, 0]
+print("all-NaN and all -inf rows: tokens", odd_tokens.tolist(), "as np.argmax")
+
+# %% [markdown]
 # Slot 1 advanced to 7 with its token's embedding in `x_next`; slot 2 chose EOS and slot 3 hit
 # the length limit (16): both are 0 now, free for the host to refill. Through the engine, the
 # same loop is `llamanb.serve`'s scheduler driving `Engine.step` on this backend (tested in
@@ -335,14 +350,56 @@ print("\n".join(line for line in lines if "shfl" in line))
 # | decoder writes `emb + wpe` as the next input | writes the embedding row only | RoPE instead of a position table |
 # | one cache, per slot, `n_sequence` positions | a device mirror of the engine's KV store, written back to the store each step | the engine's store (paged or contiguous) stays the record |
 #
-# ## 8. What a GPU run measured
+# ## 8. What a GPU run measured: nothing yet
 #
-# **None yet: the GPU path is untested on hardware.** No GPU was available to the session that
-# wrote this chapter. `scripts/gpu_check.sh` is prepared for one (under 5 minutes on an H100):
-# the CUDA C++ kernels through CuPy beside the numba-cuda ones, random weights drawn on the
-# device at SmolLM2-135M and Llama-3.2-1B shapes, the `cuda` backend against the numpy engine
-# and against transformers on the same GPU, prefill and decode tokens/s beside torch's, and the
-# batching speed-up. Its numbers belong here, with the card's name, once it has run.
+# **No GPU numbers have been recorded yet.** Everything above ran in numba-cuda's simulator or
+# was compiled without a GPU; the `cuda` backend has not run on a GPU. `scripts/gpu_check.sh` is
+# prepared for one, and says how it checks itself:
+#
+# - **agreement** with transformers, teacher-forced (fp32, TF32 off, the same GPU, the same
+#   random weights drawn on the device at SmolLM2-135M and Llama-3.2-1B shapes): a 384-token
+#   prompt, then 32 decode steps, each fed the next token of a fixed sequence; at every step
+#   the largest logit error relative to the largest logit and whether the argmax agrees --
+#   once with cuBLAS projections, once with the course's `gemm_nt`;
+# - a **mixed continuous-batching step** (four prompts of different lengths prefilled in one
+#   step, then eight decode steps of all four together) against each sequence alone;
+# - `gemm_nt` **against cuBLAS** at the models' projection shapes, both held to `gamma_K`;
+#   the C++ kernels against the numba ones (the NaN rows above included);
+# - **speed**: decode at batch 1 beside transformers' eager decode on the same card, and batch
+#   8 and 32 decode throughput beside the card's memory roofline -- the bytes a decode step
+#   must read (the weights once, each sequence's keys and values) over a measured
+#   device-to-device copy bandwidth. No launch-reducing lever (fused launches, graph replay)
+#   is in the backend yet, so none is claimed to help.
+#
+# A reader with an NVIDIA GPU (numba-cuda, CuPy, torch and transformers installed) runs, from
+# the repository root, first the probe -- the versions and one kernel launch, under a minute --
+# then the whole check, under five minutes, each under one timeout:
+#
+#     PYTHON=/path/to/venv/bin/python3 sh scripts/gpu_check.sh --probe
+#     PYTHON=/path/to/venv/bin/python3 OUT=results sh scripts/gpu_check.sh
+#
+# Name the interpreter by its real path (a symlink to a venv's interpreter loses the venv).
+# The results land in `$OUT/gpu_check.json`; `--dry-run` runs the same code here in the
+# simulator (the tests do), its timings labelled meaningless. A run's JSON, stored as
+# `data/gpu_check/gpu_check_<date>.json` with the card named in it, is what the cell below
+# shows; until one is stored it says so.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import llamanb  # noqa: E402
+
+stored = sorted((Path(llamanb.__file__).resolve().parents[1] / "data" / "gpu_check")
+                .glob("gpu_check_*.json"))
+if not stored:
+    print("No GPU run recorded yet (data/gpu_check/ holds no gpu_check_<date>.json).")
+else:
+    run = json.loads(stored[-1].read_text())
+    print(f"{stored[-1].name}: {run[0].get('device')}, torch {run[0].get('torch')}")
+    for r in run[1:]:
+        print(" ", r["check"], "|", {k: v for k, v in r.items() if k != "check"})
 
 # %% [markdown]
 # ## Exercises
