@@ -87,7 +87,7 @@ def test_reused_slot_written_by_another_backend_is_uploaded(engines):
     (2 positions) in the same store: the cuda backend's next decode must attend over the numpy
     engine's keys, not its own stale device copy of the old sequence. Against the float64
     forward of the new sequence, at the numpy engine's error size (as in the first test)."""
-    from llamanb.check.float64 import forward
+    from llamanb.model.reference import forward
 
     model, en, ec = engines
     cache = en.new_cache(16)          # laid out for the numpy engine (its key tiles); any store
