@@ -168,6 +168,11 @@ def launch_probe(rep, dry):
 
 
 # --- CUDA C++ beside numba -----------------------------------------------------------------------
+def _dims(launch_cfg):
+    """(grid, block) from llamanb.cuda.launch as the tuples CuPy's RawKernel call takes."""
+    return tuple(x if isinstance(x, tuple) else (x,) for x in launch_cfg)
+
+
 def cuda_cpp_vs_numba(rep):
     import cupy as cp
 
@@ -183,7 +188,7 @@ def cuda_cpp_vs_numba(rep):
     c_nb = cuda.device_array((M, N), np.float32)
     k.gemm_nt[launch.gemm_nt(M, N, T)](cuda.to_device(a), cuda.to_device(w), c_nb, 0)
     c_cp = cp.zeros((M, N), cp.float32)
-    mod.get_function("gemm_nt")(*launch.gemm_nt(M, N, T), (cp.asarray(a), cp.asarray(w), c_cp,
+    mod.get_function("gemm_nt")(*_dims(launch.gemm_nt(M, N, T)), (cp.asarray(a), cp.asarray(w), c_cp,
                                 np.int32(M), np.int32(N), np.int32(K), np.int32(0)))
     exact, mag = a.astype(np.float64) @ w.astype(np.float64).T, np.abs(a) @ np.abs(w).T
     gam = K * 2.0 ** -24 / (1 - K * 2.0 ** -24)
@@ -197,7 +202,7 @@ def cuda_cpp_vs_numba(rep):
     s_nb = cuda.to_device(s)
     k.softmax_rows[launch.row_warps(rows, T)](s_nb, cuda.to_device(lens), 1)
     s_cp = cp.asarray(s)
-    mod.get_function("softmax_rows")(*launch.row_warps(rows, T), (s_cp, cp.asarray(lens),
+    mod.get_function("softmax_rows")(*_dims(launch.row_warps(rows, T)), (s_cp, cp.asarray(lens),
                                      np.int32(rows), np.int32(1), np.int32(L)))
     a_nb, a_cp = s_nb.copy_to_host(), cp.asnumpy(s_cp)
     diff = max(float(np.abs(a_nb[r, :n] - a_cp[r, :n]).max()) if n else 0.0
@@ -215,7 +220,7 @@ def cuda_cpp_vs_numba(rep):
     k.argmax_decode[launch.argmax_decode(6, T)](cuda.to_device(lg), len_nb, tok_nb, 2, 64,
                                                 cuda.to_device(emb), x_nb)
     tok_cp, x_cp, len_cp = cp.full(6, -2, cp.int32), cp.zeros((6, H), cp.float32), cp.asarray(lens)
-    mod.get_function("argmax_decode")(*launch.argmax_decode(6, T), (
+    mod.get_function("argmax_decode")(*_dims(launch.argmax_decode(6, T)), (
         cp.asarray(lg), len_cp, tok_cp, np.int32(V), np.int32(2), np.int32(64), cp.asarray(emb),
         x_cp, np.int32(H)))
     got_nb, got_cp = tok_nb.copy_to_host().tolist(), cp.asnumpy(tok_cp).tolist()

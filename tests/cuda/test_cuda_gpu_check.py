@@ -133,3 +133,14 @@ def test_sh_full_dry_run(tmp_path):
     sp = having("tokens/s")
     assert len(sp) == 4 and all("DRY RUN: timings meaningless" in x["check"] for x in sp)
     assert all(x["timings_meaningful"] is False for x in sp)
+
+
+def test_launch_configs_become_cupy_tuples():
+    """CuPy's RawKernel takes grid and block as tuples; llamanb.cuda.launch gives ints for 1-D
+    launches. The GPU-only C++ check converts them (it cannot run here, this can)."""
+    from llamanb.cuda import launch
+
+    dims = gpu_check_module()._dims
+    assert dims(launch.gemm_nt(37, 129, 16)) == ((9, 3), (16, 16))
+    assert dims(launch.row_warps(24, 16)) == ((3,), (256,))
+    assert dims(launch.argmax_decode(6, 16)) == ((6,), (256,))
