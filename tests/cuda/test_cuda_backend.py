@@ -82,7 +82,8 @@ def test_mixed_step_equals_each_sequence_alone(engines):
     assert cache.lengths.tolist() == [2, 1, 3]
 
 
-def test_reused_slot_written_by_another_backend_is_uploaded(engines):
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+def test_reused_slot_written_by_another_backend_is_uploaded(engines, paged):
     """A slot the cuda backend filled (6 positions), freed, then refilled by the numpy engine
     (2 positions) in the same store: the cuda backend's next decode must attend over the numpy
     engine's keys, not its own stale device copy of the old sequence. Against the float64
@@ -90,8 +91,9 @@ def test_reused_slot_written_by_another_backend_is_uploaded(engines):
     from llamanb.model.reference import forward
 
     model, en, ec = engines
-    cache = en.new_cache(16)          # laid out for the numpy engine (its key tiles); any store
-    ec.prefill([9, 10, 11, 12, 13, 14], cache)         # serves the cuda backend
+    # laid out for the numpy engine (its key tiles); any store serves the cuda backend
+    cache = en.new_cache(16, block=4, n_blocks=8) if paged else en.new_cache(16)
+    ec.prefill([9, 10, 11, 12, 13, 14], cache)
     cache.free(0)
     en.prefill([70, 71], cache)                        # the same store, another backend
     got = ec.decode(72, cache)
