@@ -9,6 +9,7 @@ import os
 import secrets
 import sys
 
+from llamanb.cpu.dtypes import DTYPES      # the cpu track's one table of precisions
 from llamanb.errors import LlamanbError
 
 DEFAULT_PROMPT = "What are three good reasons to learn how a language model works inside?"
@@ -112,8 +113,6 @@ def _sampling_args(p, chat: bool = False) -> None:
     p.add_argument("--dtype", choices=DTYPES, default="float32", help=DTYPE_HELP)
 
 
-# as llamanb.cpu.backend.CpuBackend.DTYPES (not imported here: the CLI starts without numpy)
-DTYPES = ["float32", "bf16", "q4_1", "q4_0", "q5_0", "q4_k", "q6_k", "q8_0", "auto"]
 DTYPE_HELP = ("bf16 rounds weights and every op's output to bfloat16 (numpy, cpu); q4_1 / q4_0 / "
               "q5_0 / q4_k / q6_k / q8_0 run a GGUF's own quantised blocks (every layer matrix in that "
               "format), auto each matrix as the file stores it (cpu backend)")

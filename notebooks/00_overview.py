@@ -203,7 +203,7 @@ print("special tokens: BOS", cfg.bos_id, repr(tok.decode([cfg.bos_id])),
 # greedily taking the most likely token, until the model ends its turn or the budget runs out.
 
 # %%
-from llamanb.engine import generate
+from llamanb.engine.generate import generate
 
 engine = Engine(model)
 result = generate(engine, ids, max_new_tokens=48)

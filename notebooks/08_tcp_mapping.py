@@ -53,7 +53,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from llamanb import Engine, load_model
-from llamanb.engine import generate
+from llamanb.engine.generate import generate
 from llamanb.model.config import LLAMA3_70B, LLAMA31_8B, SMOLLM2_135M
 
 model = load_model()

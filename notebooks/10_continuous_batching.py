@@ -50,7 +50,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from llamanb import Engine, SamplingParams, load_model
-from llamanb.engine import generate
+from llamanb.engine.generate import generate
 from llamanb.serve import BatchRunner
 from llamanb.serve.dry import DryEngine
 

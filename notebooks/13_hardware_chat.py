@@ -68,10 +68,10 @@ print(f"{cfg.name}: L={cfg.n_layers} H={cfg.hidden} N_h={cfg.n_heads} N_kv={cfg.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from llamanb.platform import hardware
+from llamanb import readiness
 
-rows = hardware.readiness()
-print(hardware.readiness_report(rows))
+rows = readiness.readiness()
+print(readiness.readiness_report(rows))
 
 # %% [markdown]
 # The chapter runs on the real `npu2` backend when it is ready, and on `npu2-emulated` otherwise.

@@ -8,7 +8,7 @@ import pytest
 from conftest import TINY_VOCAB, make_tiny_checkpoint
 
 from llamanb import Engine, LlamanbError, SamplingParams, load_model
-from llamanb.engine import generate
+from llamanb.engine.generate import generate
 
 
 @pytest.fixture(scope="module")

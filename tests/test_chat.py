@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from llamanb import SamplingParams
-from llamanb.engine import generate
+from llamanb.engine.generate import generate
 from llamanb.engine.chat import Chat, ContextFull, common_prefix
 from llamanb.errors import LlamanbError
 

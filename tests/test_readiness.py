@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 import pytest
 
+from llamanb import readiness
+from llamanb.mesh.readiness import ttnn_missing
+from llamanb.npu.readiness import npu2_missing
 from llamanb.platform import hardware
 from llamanb.npu.backend import have_real_npu
 
@@ -14,7 +17,7 @@ def _modules(*present):
 
 
 def _rows(**kw):
-    return {r.name: r for r in hardware.readiness(**kw)}
+    return {r.name: r for r in readiness.readiness(**kw)}
 
 
 def test_nothing_installed_names_each_missing_piece():
@@ -42,16 +45,16 @@ AIR = ("pyxrt", "air", "air.ir", "air.backend.xrt")
     (AIR, ["/dev/accel/accel0"], ("aircc",), False, ("Peano",)),
 ])
 def test_npu2_needs_stacks_compiler_peano_and_the_device(mods, devs, tools, peano, missing):
-    got = hardware.npu2_missing(_modules(*mods), lambda: devs, tool=lambda t: t in tools,
+    got = npu2_missing(_modules(*mods), lambda: devs, tool=lambda t: t in tools,
                                 peano=lambda: peano)
     assert len(got) == len(missing) and all(w in g for w, g in zip(missing, got))
 
 
 def test_ttnn_hint_names_the_python_versions_it_has_wheels_for():
-    got = hardware.ttnn_missing(_modules(), lambda: [], python=(3, 11))
+    got = ttnn_missing(_modules(), lambda: [], python=(3, 11))
     assert "3.10/3.12" in got[0] and "3.11" in got[0]
-    assert "3.10/3.12" not in hardware.ttnn_missing(_modules(), lambda: [], python=(3, 12))[0]
-    assert hardware.ttnn_missing(_modules("ttnn"), lambda: ["/dev/tenstorrent/0"]) == ()
+    assert "3.10/3.12" not in ttnn_missing(_modules(), lambda: [], python=(3, 12))[0]
+    assert ttnn_missing(_modules("ttnn"), lambda: ["/dev/tenstorrent/0"]) == ()
 
 
 def test_npu_device_nodes_come_from_the_amdxdna_driver(tmp_path):

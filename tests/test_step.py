@@ -12,6 +12,7 @@ import pytest
 from llamanb import Engine
 from llamanb.errors import LlamanbError
 from llamanb.engine.numpy_backend import BLOCK_Q
+from llamanb.engine.rows import padded
 from llamanb.engine.step import PAD, Step
 
 RNG = np.random.default_rng(7)
@@ -138,7 +139,7 @@ def test_free_slot_is_reused(smollm_engine):
 
 
 def test_padding_rows_never_touch_the_cache(smollm_engine):
-    step = Step.build([(0, 0, P0)]).padded(24, pad_id=2)
+    step = padded(Step.build([(0, 0, P0)]), 24, pad_id=2)
     assert step.rows == 24 and (step.slots[13:] == PAD).all() and step.real_rows == 13
     cache = smollm_engine.new_cache(64)
     smollm_engine.step(step, cache)

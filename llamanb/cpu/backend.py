@@ -41,6 +41,7 @@ import ctypes
 
 import numpy as np
 
+from llamanb.cpu.dtypes import DTYPES, QUANT_DTYPES
 from llamanb.errors import LlamanbError
 from llamanb.engine.kv.base import KVStore
 from llamanb.engine.kv.contiguous import KVCache
@@ -54,7 +55,6 @@ from llamanb.engine.backend import Backend
 
 
 # a GGUF's own blocks, one format for every layer matrix ("q4_1", ...), or "auto": each as stored
-QUANT_DTYPES = tuple(q.lower() for q in cpu_kernels.QUANT_FORMATS) + ("auto",)
 # How quantised panels meet the activations: "int8" quantises each activation row to 8-bit
 # blocks of 32 and takes integer dot products (the default: about 3x fewer instructions a weight),
 # "float32" decodes each weight to float32 (the float32 engine's bits). $LLAMANB_CPU_ACTIVATIONS
@@ -122,7 +122,7 @@ def check_dtype(backend: str, dtype: str) -> None:
 class CpuBackend(Backend):
     name = "cpu"
 
-    DTYPES = ("float32", "bf16") + QUANT_DTYPES
+    DTYPES = DTYPES
 
     def __init__(self, weights: Weights, dtype: str = "float32", activations: str | None = None,
                  march: str | None = None):

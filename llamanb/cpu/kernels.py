@@ -47,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
+from llamanb.cpu.dtypes import QUANT_FORMATS
 from llamanb.errors import LlamanbError
 from llamanb.platform.progress import stages
 from llamanb.platform import cxx_build
@@ -263,11 +264,6 @@ class Arena:
 FORMATS = {"f32": 0, "bf16": 1, "q4_1": 2, "q8_0": 3, "q4_1_q8": 4, "q8_0_q8": 5, "q4_0": 6,
            "q4_0_q8": 7, "q4_k": 8, "q4_k_q8": 9, "q6_k": 10, "q6_k_q8": 11, "q5_0": 12,
            "q5_0_q8": 13}
-# GGUF block formats the kernels decode in registers: name -> (panel format, GGUF bytes per 32
-# weights, panel block bytes per output column and 32 weights) -- kernels/cpu/quant.h
-QUANT_FORMATS = {"Q4_1": ("q4_1", 20, 20), "Q4_0": ("q4_0", 18, 18), "Q5_0": ("q5_0", 22, 22),
-                 "Q4_K": ("q4_k", 18, 24),
-                 "Q6_K": ("q6_k", 26.25, 40), "Q8_0": ("q8_0", 34, 34)}
 # the byte widths of the fields before a block's quants: 4-bit formats (16 bytes of nibbles;
 # Q5_0's second field is its fifth bits; Q4_K once regrouped by q4_k_blocks: float32 D and M per
 # sub-block of 32), and 8-bit ones (32 int8; Q6_K once regrouped by q6_k_blocks: float32 D per

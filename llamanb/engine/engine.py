@@ -4,9 +4,9 @@
                                  --rows that want logits--> head --> logits [k, V]
 
 `Engine.step` is the one call every path goes through: a prompt's prefill, one token's decode, a
-chunk of a long prompt, or a batch mixing new prompts with decoding sequences (llamanb.engine.step). It
-pads the step to what the backend can run, runs it, and advances each sequence's length in the
-cache. `prefill`, `decode` and `forward` are thin single-sequence wrappers around it.
+chunk of a long prompt, or a batch mixing new prompts with decoding sequences (llamanb.engine.step).
+It reads top to bottom: embed, the layers, the LM head; where the rows sit in the backend's matrix
+products (PAD rows for a BLAS's sake) is one policy it consults, llamanb.engine.rows. `prefill`, `decode` and `forward` are thin single-sequence wrappers around it.
 
 Only the rows whose logits are wanted go through the LM head: the other rows' logits would be
 V x H multiply-adds each, thrown away.
@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from llamanb.engine.registry import Backend, make_backend
-from llamanb.errors import LlamanbError
 from llamanb.engine.kv.base import KVStore
 from llamanb.engine.kv.contiguous import KVCache
+from llamanb.engine.registry import Backend, backend_class, make_backend
+from llamanb.engine.rows import RowPolicy
 from llamanb.engine.step import PAD, Step
+from llamanb.errors import LlamanbError
 from llamanb.model.token_ids import token_ids
 
 
@@ -34,9 +35,7 @@ def _make_backend(name: str, weights, options: dict) -> Backend:
     into a LlamanbError that names the backend."""
     import inspect
 
-    from llamanb.engine.registry import BACKENDS
-
-    cls = BACKENDS.get(name)
+    cls = backend_class(name)               # imports a track's backend on first use
     if cls is not None:
         try:
             inspect.signature(cls).bind(weights, **options)
@@ -74,11 +73,14 @@ class Engine:
             self.backend = _make_backend(backend, model.weights, backend_options)
         else:
             raise LlamanbError(f"backend must be a name or a Backend, got {type(backend).__name__}")
-        b = self.backend
         self.pad_id = int(self.config.eos_ids[0]) if self.config.eos_ids else 0
-        if b.prefill_lengths is not None and any(n % b.row_multiple for n in b.prefill_lengths):
-            raise LlamanbError(f"backend {b.name!r}: compiled lengths {b.prefill_lengths} are not "
-                               f"multiples of its row multiple {b.row_multiple}")
+        self.rows                                           # a backend's lengths checked now
+
+    @property
+    def rows(self) -> RowPolicy:
+        """Where each row of a step sits in the backend's matrix products (llamanb.engine.rows),
+        read from the backend at each step (a compiled backend's lengths may change)."""
+        return RowPolicy.of(self.backend, self.pad_id, self.batch_invariant)
 
     @property
     def query_tile(self) -> int:
@@ -104,28 +106,6 @@ class Engine:
                             block=_count("block", block), **kw)
 
     # --- the one call ----------------------------------------------------------------------------
-    def _rows_for(self, step: Step) -> int:
-        """The row count the backend runs this step at."""
-        b, R = self.backend, step.rows
-        if b.prefill_lengths is not None and R > 1:
-            fits = [n for n in sorted(b.prefill_lengths) if n >= R]
-            if not fits:
-                raise LlamanbError(f"step of {R} rows exceeds backend {b.name!r}'s compiled "
-                                   f"lengths {b.prefill_lengths}")
-            return fits[0]
-        # Decode rows (one row per sequence, each continuing a sequence) run as they are: one is
-        # a GEMV (the fast path), several a small GEMM. A decode row is only float32-close to
-        # the same row in another step anyway (a GEMV rounds differently from a GEMM row), so
-        # padding buys nothing -- and on OpenBLAS's Haswell/Zen kernels (row multiple 48) it
-        # would turn 8 decoding sequences into a 48-row GEMM. Anything else -- a prompt, even of
-        # one token -- is padded, so each prompt row's arithmetic is the same whatever the step's
-        # size (BLAS computes a row differently for other row counts, see llamanb.platform.blas); and a
-        # batch-invariant engine pads every step.
-        decode_only = all(s.n == 1 and s.start > 0 for s in step.segments)
-        if decode_only and not self.batch_invariant:
-            return R
-        return -(-R // b.row_multiple) * b.row_multiple
-
     def step(self, step: Step, cache: KVStore, collect: list | None = None,
              hidden: bool = False) -> np.ndarray:
         """Run one step; returns logits [k, V] for step.logit_rows (or, with hidden=True, the
@@ -134,27 +114,19 @@ class Engine:
         `collect` is a list, the embedding output and each block's output are appended."""
         token_ids(step.ids, self.config.vocab, "step")
         cache.admit(step)                                   # continues each slot; room, all or nothing
-        # each prompt (every sequence, when batch-invariant) starts at a row the BLAS treats alike
-        run = step.aligned(self.backend.row_align, self.pad_id, every=self.batch_invariant)
-        run = run.padded(self._rows_for(run), self.pad_id)
+        rows = self.rows
+        run = rows.layout(step)                             # + PAD rows where the BLAS needs them
         x = self.backend.embed(run.ids)                                   # [R, H]
         if collect is not None:
             collect.append(x)
         x = self.backend.layers(x, run, cache, collect)                   # [R, H]
         cache.advance(step)
+        real = run.slots != PAD
         if collect is not None:
-            real = run.slots != PAD
             collect[:] = [h[real] for h in collect]
         if hidden:
-            return x[run.slots != PAD]
-        rows = x[run.logit_rows]                                          # [k, H]
-        if self.batch_invariant:      # the head's GEMM, too, at a row count that keeps rows exact
-            k = rows.shape[0]
-            rows = np.concatenate([rows, np.zeros((-(-k // self.backend.row_multiple)
-                                                   * self.backend.row_multiple - k, rows.shape[1]),
-                                                  dtype=rows.dtype)])
-            return self.backend.head(rows)[:k]
-        return self.backend.head(rows)                                    # [k, V]
+            return x[real]                                                # [R_real, H]
+        return rows.head(self.backend.head, x[run.logit_rows])            # [k, V]
 
     # --- single-sequence wrappers ------------------------------------------------------------------
     def forward(self, ids, cache: KVStore, collect: list | None = None, slot: int = 0) -> np.ndarray:

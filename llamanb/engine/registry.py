@@ -18,17 +18,21 @@ LAZY = {"cpu": ("llamanb.cpu.backend", "CpuBackend"),
         "cuda": ("llamanb.cuda.backend", "CudaBackend")}
 
 
-def make_backend(name: str, weights, **options) -> Backend:
+def backend_class(name: str) -> type[Backend] | None:
+    """The class registered as `name`, its track imported on first use; None if unknown."""
     if name in LAZY and name not in BACKENDS:
         import importlib
 
         module, cls_name = LAZY[name]
         BACKENDS[name] = getattr(importlib.import_module(module), cls_name)
-    try:
-        cls = BACKENDS[name]
-    except KeyError:
-        raise LlamanbError(f"unknown backend {name!r}; available: {', '.join({**BACKENDS, **LAZY})}") from None
+    return BACKENDS.get(name)
+
+
+def make_backend(name: str, weights, **options) -> Backend:
+    cls = backend_class(name)
+    if cls is None:
+        raise LlamanbError(f"unknown backend {name!r}; available: {', '.join({**BACKENDS, **LAZY})}")
     return cls(weights, **options)
 
 
-__all__ = ["Backend", "NumpyBackend", "BACKENDS", "make_backend"]
+__all__ = ["Backend", "NumpyBackend", "BACKENDS", "LAZY", "backend_class", "make_backend"]

@@ -18,6 +18,9 @@ count -- but are never written to a cache and never attended to; their attention
     prefill of one prompt      Step.build([(slot, 0, prompt_ids)])
     decode of one token        Step.build([(slot, length, [token])])
     mixed                      Step.build([(0, 0, p0), (1, 0, p1), (2, 17, [t])])
+
+Where the rows then sit in the backend's matrix products (padding, alignment) is not the step's
+business: llamanb.engine.rows decides it.
 """
 from __future__ import annotations
 
@@ -93,45 +96,6 @@ class Step:
             row += n
         return cls(np.concatenate(ids), np.concatenate(pos), np.concatenate(slots), tuple(segs),
                    np.array(logit_rows, dtype=np.int64))
-
-    def padded(self, rows: int, pad_id: int) -> "Step":
-        """The same step with PAD rows appended up to `rows` rows (ids pad_id, positions
-        continuing the last row's, so RoPE stays defined)."""
-        extra = rows - self.rows
-        if extra < 0:
-            raise LlamanbError(f"step of {self.rows} rows does not fit {rows}")
-        if extra == 0:
-            return self
-        last = int(self.positions[-1])
-        return Step(np.concatenate([self.ids, np.full(extra, pad_id, dtype=np.int64)]),
-                    np.concatenate([self.positions, np.arange(last + 1, last + 1 + extra)]),
-                    np.concatenate([self.slots, np.full(extra, PAD, dtype=np.int64)]),
-                    self.segments, self.logit_rows)
-
-    def aligned(self, align: int, pad_id: int, every: bool = False) -> "Step":
-        """The same step with PAD rows inserted so that each segment of more than one row (every
-        segment, with every=True) starts at a row that is a multiple of `align`. A BLAS may give a
-        row other bits at another offset in the GEMM (llamanb.platform.blas.row_align)."""
-        if align <= 1 or len(self.segments) == 1:
-            return self
-        order, segs, row = [], [], 0          # order: the old row of each new row, -1 for a gap
-        for seg in self.segments:
-            if every or seg.n > 1:
-                gap = -row % align
-                order += [-1] * gap
-                row += gap
-            order += range(seg.row, seg.row + seg.n)
-            segs.append(Segment(seg.slot, seg.start, row, seg.n))
-            row += seg.n
-        in_segs = {r for seg in self.segments for r in range(seg.row, seg.row + seg.n)}
-        order += [r for r in range(self.rows) if r not in in_segs]     # padding rows it had
-        order = np.array(order, dtype=np.int64)
-        gap = order < 0
-        new_row = np.empty(self.rows, dtype=np.int64)
-        new_row[order[~gap]] = np.flatnonzero(~gap)
-        pick = np.where(gap, 0, order)
-        return Step(np.where(gap, pad_id, self.ids[pick]), np.where(gap, 0, self.positions[pick]),
-                    np.where(gap, PAD, self.slots[pick]), tuple(segs), new_row[self.logit_rows])
 
     def with_pad_rows(self, first_pad: int) -> "Step":
         """Rows from `first_pad` on become padding (for a prompt the caller padded itself and

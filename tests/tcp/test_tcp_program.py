@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from llamanb import Engine, Step
-from llamanb.engine import generate
+from llamanb.engine.generate import generate
 from llamanb.model.config import LLAMA3_70B, LLAMA31_8B, SMOLLM2_135M
 from llamanb.errors import LlamanbError
 from llamanb.model.flops import OPS, decode_flops, prefill_flops
