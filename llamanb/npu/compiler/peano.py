@@ -36,8 +36,15 @@ def peano_clang(peano_dir: str | os.PathLike | None = None) -> Path:
 
     found = peano_clang_path(peano_dir)
     if not found:
-        raise LlamanbError(f"{found.missing}: the AIE2P objects need Peano (PEANO_INSTALL_DIR "
-                           f"or the llvm-aie package); the emulated NPU2 uses host builds instead")
+        if found.how:              # found a Peano directory, but not its clang++
+            why = found.missing
+        else:
+            env = os.environ.get("PEANO_INSTALL_DIR", "")
+            why = (f"Peano: PEANO_INSTALL_DIR={env} is not a directory (ignored, as mlir-air does)"
+                   if env else "Peano: PEANO_INSTALL_DIR is not set") + \
+                " and no llvm-aie package is installed"
+        raise LlamanbError(f"missing {why}; the AIE2P objects need Peano's clang++ (the emulated "
+                           f"NPU2 uses host builds instead)")
     return found.path
 
 
