@@ -7,37 +7,38 @@ from llamanb.platform.hardware import amd_npu_devices, has_module
 
 
 def peano_found() -> bool:
-    """Peano (llvm-aie) where mlir-air's XRTBackend looks: $PEANO_INSTALL_DIR, else the llvm-aie
-    distribution (Xilinx/mlir-air python/air/backend/xrt.py:129-157, 404-427)."""
-    import os
-    from pathlib import Path
+    """Peano where mlir-air's XRTBackend looks (llamanb.npu.locate.find_peano: $PEANO_INSTALL_DIR,
+    else the llvm-aie wheel; Xilinx/mlir-air python/air/backend/xrt.py:129-157, 404-427) -- the same
+    lookup the compile path uses, so `info` and `npu compile` agree."""
+    from llamanb.npu.locate import find_peano
 
-    root = os.environ.get("PEANO_INSTALL_DIR", "")
-    if root:
-        return (Path(root) / "bin" / "clang++").is_file()
-    try:
-        import importlib.metadata as md
-        return Path(str(md.distribution("llvm-aie").locate_file("llvm-aie"))).is_dir()
-    except Exception:          # noqa: BLE001 - not installed
-        return False
+    return bool(find_peano())
+
 
 def npu2_missing(module=has_module, devices=amd_npu_devices, tool=None,
                  peano=peano_found) -> tuple[str, ...]:
     """What a real NPU2 run lacks here: pyxrt, mlir-air (air.ir and air.backend.xrt, as the compile
-    path imports them), the aircc binary, Peano, and the amdxdna device node."""
-    import shutil
+    path imports them), aircc and Peano where mlir-air finds them, and a usable amdxdna device node
+    (llamanb.npu.locate says which: no node, another driver, no /dev node, no permission). `tool`,
+    `peano` and `devices` are stand-ins for tests."""
+    from llamanb.npu import locate
 
-    tool = tool or shutil.which
     missing = []
     if not module("pyxrt"):
         missing.append("python module pyxrt (XRT's bindings: source /opt/xilinx/xrt/setup.sh, "
                        "then make it visible to this venv, see README)")
     if not (module("air") and module("air.ir") and module("air.backend.xrt")):
         missing.append("python modules air.ir and air.backend.xrt (mlir-air)")
-    if not tool("aircc"):
-        missing.append("the aircc compiler on PATH (mlir-air)")
+    if tool is not None:
+        if not tool("aircc"):
+            missing.append("the aircc compiler on PATH (mlir-air)")
+    elif not (aircc := locate.find_aircc()):
+        missing.append(aircc.missing)
     if not peano():
-        missing.append("Peano (PEANO_INSTALL_DIR or the llvm-aie package)")
-    if not devices():
+        missing.append(locate.find_peano().missing if peano is peano_found
+                       else "Peano (PEANO_INSTALL_DIR or the llvm-aie package)")
+    if devices is amd_npu_devices:
+        missing.extend(locate.device_missing())
+    elif not devices():
         missing.append("a /dev/accel/accel* node bound to the amdxdna driver")
     return tuple(missing)

@@ -25,6 +25,7 @@ import enum
 import json
 import os
 import re
+import shutil
 import stat
 import sys
 import types
@@ -48,10 +49,17 @@ def _int(x) -> bool:
 
 # ------------------------------------------------------------------------------------ pyxrt
 
-def make_pyxrt(log: list | None = None, timeout: tuple = (), abort: tuple = ()):
+class BlockedForever(BaseException):
+    """Raised by the fake where the real call would block forever (a wait without a timeout on a
+    run that never completes): a test sees it instead of hanging. A BaseException, so that code
+    catching Exception cannot mistake "never returns" for an error it handled."""
+
+
+def make_pyxrt(log: list | None = None, timeout: tuple = (), abort: tuple = (), hang: tuple = ()):
     """A pyxrt module object. Runs of a kernel whose name ("main:<func>") ends with a name in
     `timeout` end in ERT_CMD_STATE_TIMEOUT (in `abort`: ERT_CMD_STATE_ABORT) without writing
-    anything. `log` records every call as a tuple."""
+    anything; in `hang`, they never end (a wait with a timeout returns ERT_CMD_STATE_TIMEOUT, one
+    without raises BlockedForever). `log` records every call as a tuple."""
     log = log if log is not None else []
     m = types.ModuleType("pyxrt")
 
@@ -221,6 +229,9 @@ def make_pyxrt(log: list | None = None, timeout: tuple = (), abort: tuple = ()):
                 _refuse("run.start", args, kwargs, "()")
             log.append(("start", self.kernel.name))
             func = self.kernel.name.split(":", 1)[1]
+            if func in hang:
+                self._state = ert_cmd_state.ERT_CMD_STATE_SUBMITTED     # and stays there
+                return
             if func in timeout:
                 self._state = ert_cmd_state.ERT_CMD_STATE_TIMEOUT
                 return
@@ -230,16 +241,41 @@ def make_pyxrt(log: list | None = None, timeout: tuple = (), abort: tuple = ()):
             _execute(self.kernel.ctx.elf.meta["module"], self.args)
             self._state = ert_cmd_state.ERT_CMD_STATE_COMPLETED
 
+        def _hung(self) -> bool:
+            return self._state is ert_cmd_state.ERT_CMD_STATE_SUBMITTED
+
         def wait2(self, *args, **kwargs):
-            if args or kwargs:         # the timeout overload returns std::cv_status: not used
-                _refuse("run.wait2", args, kwargs, "()")
+            """wait2() :442-444. The timeout overload, wait2(const std::chrono::milliseconds&)
+            :445-447, is refused for every argument, as the real binding refuses it: pyxrt.cpp
+            includes no <pybind11/chrono.h> (:28-31), so pybind11 has no caster for the argument
+            (pyxrt.pyi's `wait2(self, timeout: int)` notwithstanding)."""
+            if args or kwargs:
+                _refuse("run.wait2", args, kwargs, "(self: pyxrt.run), (self: pyxrt.run, arg0: "
+                        "std::chrono::duration<long, std::ratio<1l, 1000l> >)")
             log.append(("wait2", self.kernel.name))
             if self._state is ert_cmd_state.ERT_CMD_STATE_NEW:
                 raise RuntimeError("run was never started")
+            if self._hung():
+                raise BlockedForever("wait2() without a timeout on a run that never completes")
             if self._state is not ert_cmd_state.ERT_CMD_STATE_COMPLETED:
                 raise RuntimeError(f"Command failed to complete successfully "
                                    f"({self._state.name})")
             return None
+
+        def wait(self, *args, **kwargs):
+            """wait() :436-438 (r.wait(0): block until done) and wait(timeout_ms: unsigned int)
+            :439-441 -> ert_cmd_state: the state the command ended in, not an exception, or
+            ERT_CMD_STATE_TIMEOUT when the time ran out (xrt_kernel.h:280-339). pybind11 refuses
+            a negative or non-integer timeout_ms (TypeError), and one past 2**32 - 1."""
+            if kwargs or len(args) > 1 or (args and not (_int(args[0]) and 0 <= args[0] < 2 ** 32)):
+                _refuse("run.wait", args, kwargs, "(self: pyxrt.run), (self: pyxrt.run, arg0: int)")
+            ms = int(args[0]) if args else 0
+            log.append(("wait", self.kernel.name, ms))
+            if self._hung():
+                if ms == 0:
+                    raise BlockedForever("wait() without a timeout on a run that never completes")
+                return ert_cmd_state.ERT_CMD_STATE_TIMEOUT
+            return self._state
 
         def state(self, *args, **kwargs):
             if args or kwargs:
@@ -304,8 +340,48 @@ XRT_BACKEND_DEFAULTS = dict(             # python/air/backend/xrt.py:224-253, in
     n_warmup_iters=10)
 
 
-def air_modules(log: list | None = None) -> dict:
-    """{module name: module} for sys.modules: air, air.ir, air.backend, air.backend.xrt."""
+MLIR_AIR_VERSION = "0.0.1.2026082205+e972f29"      # the wheel's version form, setup.py:280-292
+
+
+def fake_air_wheel(site_dir: Path, version: str = MLIR_AIR_VERSION, aircc: bool = True) -> Path:
+    """The files the mlir-air wheel installs into a site dir, as far as the set-up checks look:
+    mlir_air/python/air (a namespace package: no __init__.py, python/air/ in the source tree),
+    mlir_air/python/air/_mlir_libs/_air*.so, mlir_air/bin/aircc (the native tool tools.py resolves,
+    :23-36) and the distribution's metadata (project name "mlir-air",
+    utils/mlir_air_wheels/pyproject.toml:2; file names "mlir_air-<version>", as the wheels are
+    named, .github/workflows/buildAIRWheels.yml:69). Returns the air package directory."""
+    air_dir = site_dir / "mlir_air" / "python" / "air"
+    (air_dir / "_mlir_libs").mkdir(parents=True, exist_ok=True)
+    (air_dir / "_mlir_libs" / "_air.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\x7fELF so")
+    if aircc:
+        tool = site_dir / "mlir_air" / "bin" / "aircc"
+        tool.parent.mkdir(parents=True, exist_ok=True)
+        tool.write_text("#!/bin/sh\necho 'fake aircc: the contract fake XRTBackend never runs it' "
+                        ">&2\nexit 1\n")
+        tool.chmod(0o755)
+    set_dist_version(site_dir, version)
+    return air_dir
+
+
+def set_dist_version(site_dir: Path, version: str, name: str = "mlir-air") -> None:
+    """(Re)write <name>-<version>.dist-info/METADATA under site_dir, replacing any other version."""
+    stem = name.replace("-", "_")
+    for old in site_dir.glob(f"{stem}-*.dist-info"):
+        for f in old.iterdir():
+            f.unlink()
+        old.rmdir()
+    d = site_dir / f"{stem}-{version}.dist-info"
+    d.mkdir(parents=True)
+    (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    import importlib
+    importlib.invalidate_caches()
+
+
+def air_modules(log: list | None = None, air_dir: Path | None = None,
+                aircc_error: str | None = None) -> dict:
+    """{module name: module} for sys.modules: air, air.ir, air.backend, air.backend.xrt. `air` is a
+    namespace package as upstream's (no __version__; __path__ = [air_dir]); `aircc_error`: what a
+    failing aircc prints (XRTBackend.compile raises it, xrt.py:569-571)."""
     log = log if log is not None else []
 
     class AirBackendError(Exception):
@@ -347,7 +423,25 @@ def air_modules(log: list | None = None) -> dict:
             target = kw["target_device"] if kw["target_device"] is not None else "npu1"
             if kw["output_format"] == "elf" and "npu1" in target:
                 raise AirBackendError(f"output_format='elf' is not supported for {target} target.")
+            # Peano: PEANO_INSTALL_DIR when it is a directory, else the llvm-aie package (:404-427)
+            peano = os.environ.get("PEANO_INSTALL_DIR", "")
+            if peano and not os.path.isdir(peano):
+                peano = ""
+            if not peano:
+                try:
+                    import importlib.metadata
+                    cand = importlib.metadata.distribution("llvm-aie").locate_file("llvm-aie")
+                    peano = os.path.abspath(cand) if os.path.isdir(cand) else ""
+                except Exception:              # noqa: BLE001
+                    peano = ""
+            # aircc: resolve_tool, the wheel's bin/ first, then PATH (:559-563, tools.py:39-58)
+            bundled = [Path(d).resolve().parents[1] / "bin" / "aircc" for d in air.__path__]
+            if not any(b.is_file() for b in bundled) and not shutil.which("aircc"):
+                raise AirBackendError(f"MLIR-AIR tool 'aircc' was not found at "
+                                      f"{bundled[0] if bundled else '?'} or on PATH")
             text = str(air_module)
+            with open("air.mlir", "w") as f:                       # :554-557
+                f.write(text)
             opts = ["--device", target, "air.mlir"]
             opts += ["--elf-name", f"{output_binary_name}.elf"] if kw["output_format"] == "elf" \
                 else ["-o", f"{output_binary_name}.xclbin", "-i", insts]
@@ -359,6 +453,11 @@ def air_modules(log: list | None = None) -> dict:
             opts += ["--output-format", kw["output_format"]]
             if kw["instance_name"]:
                 opts += ["--xclbin-instance-name", kw["instance_name"]]
+            opts += ["--peano", peano, "--no-xchesscc", "--no-xbridge"] if peano else \
+                ["--xchesscc", "--xbridge"]                                  # :525-537
+            if aircc_error is not None:
+                log.append(("aircc", opts))
+                raise AirBackendError(f"aircc compilation failed:\n{aircc_error}")
             for obj in sorted(set(re.findall(r'link_with = "([^"]+)"', text))):
                 if not (os.path.isfile(obj) or os.path.isfile(os.path.join("air_project", obj))):
                     raise AirBackendError(f"aircc compilation failed:\nld.lld: error: unable to "
@@ -400,9 +499,8 @@ def air_modules(log: list | None = None) -> dict:
         def __str__(self):
             return self.text
 
-    air = types.ModuleType("air")
-    air.__version__ = "contract-fake"
-    air.__path__ = []
+    air = types.ModuleType("air")              # a namespace package: no __file__, no __version__
+    air.__path__ = [str(air_dir)] if air_dir is not None else []
     air_ir = types.ModuleType("air.ir")
     air_ir.Context, air_ir.Module = Context, Module
     backend = types.ModuleType("air.backend")
@@ -425,10 +523,15 @@ def fake_peano(root: Path) -> Path:
     return root
 
 
-def install(monkeypatch, tmp_path: Path, log: list | None = None, **pyxrt_kw):
-    """mlir-air, pyxrt and Peano fakes in place for one test; returns the pyxrt fake."""
+def install(monkeypatch, tmp_path: Path, log: list | None = None, aircc_error: str | None = None,
+            **pyxrt_kw):
+    """mlir-air (its wheel's files in tmp_path/site, on sys.path), pyxrt and Peano fakes in place
+    for one test; returns the pyxrt fake."""
     log = log if log is not None else []
-    for name, mod in air_modules(log).items():
+    site_dir = tmp_path / "site"
+    air_dir = fake_air_wheel(site_dir)
+    monkeypatch.syspath_prepend(str(site_dir))
+    for name, mod in air_modules(log, air_dir, aircc_error).items():
         monkeypatch.setitem(sys.modules, name, mod)
     xrt = make_pyxrt(log, **pyxrt_kw)
     monkeypatch.setitem(sys.modules, "pyxrt", xrt)

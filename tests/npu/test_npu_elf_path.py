@@ -65,12 +65,13 @@ def test_compile_cache_device_tokens_through_the_elf_api(tiny, tmp_path, monkeyp
     L = tiny.config.n_layers
     runs = [x for x in log[n0:] if x[0] == "run"]
     assert len(runs) == (3 * L + 1) + 2 * (2 * L + 1)       # one xrt.run per group call
-    # each run: every slot bound in order, then start, then wait2
+    # each run: every slot bound in order, then start, then a wait with the device's timeout
     first = log.index(runs[0])
     k = runs[0][1]
     n_args = len(b.groups[k.split(":")[1]].spec.args)
     assert [x[0] for x in log[first + 1:first + n_args + 3]] == ["set_arg"] * n_args + \
-        ["start", "wait2"]
+        ["start", "wait"]
+    assert {x[2] for x in log if x[0] == "wait"} == {60000}
     assert [x[1] for x in log[first + 1:first + n_args + 1]] == list(range(n_args))
 
 
@@ -172,7 +173,7 @@ MUTANTS = {       # one departure from the ELF API each, applied to XrtDevice's 
                               "kern = xrt.ext.kernel(ctx, 'MLIR_AIE')"),
     "no sync to the device": ("self.bo.sync(xrt.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE)",
                               "pass"),
-    "state ignored": ("if failure is not None or state != done:", "if False:"),
+    "state ignored": ("if failure is not None or waited != done or state != done:", "if False:"),
 }
 
 

@@ -100,7 +100,7 @@ def test_xrt_path_with_the_contract_fake(tmp_path):
     # float32 accumulation then one bf16 rounding: |err| <= 2^-8 |y| + gamma_64 sum|a||x|
     bound = 2.0 ** -8 * np.abs(want) + 64 * 2.0 ** -24 * (np.abs(A) @ np.abs(x)) * 1.01
     assert np.all(np.abs(bos[2].map() - want) <= bound)
-    assert [e[0] for e in log[-6:]] == ["set_arg"] * 3 + ["start", "wait2", "sync"]
+    assert [e[0] for e in log[-6:]] == ["set_arg"] * 3 + ["start", "wait", "sync"]
     assert dev.counters.dispatches == 1 and dev.counters.bytes_to_device == (16 * 64 + 64) * 2
     with pytest.raises(LlamanbError, match="takes 3 buffers"):
         dev.run(kern, bos[:2])

@@ -12,8 +12,12 @@
         xrt:      <object>.o per linked kernel (Peano), <name>.elf from XRTBackend.compile, and in
                   the manifest the artifact it returned: "elf" and "kernel" ("main:<name>")
 
-key = sha256(format, mode, module text, every kernel source and header, the toolchain's version
-lines). Same key, same directory: a second compile is a cache hit and builds nothing. A directory is
+key = sha256(format, mode, module text, every kernel source and header, the toolchain: for xrt the
+installed mlir-air / mlir_aie / llvm-aie distributions' versions and stamps of aircc, Peano's clang++
+and mlir-air's libraries, llamanb.npu.locate.identity). Same key, same directory: a second compile
+is a cache hit and builds nothing -- unless a file the manifest names is missing or empty, then it
+is rebuilt and says so. A failed xrt compile keeps its work directory as <name>.failed/ beside the
+artifacts, with compile.log (every command and its full output), and its error line names both. A directory is
 assembled under a temporary name beside its final one and renamed into place (os.replace), so an
 interrupted compile leaves nothing that looks finished, and two processes racing both end with one
 complete artifact.
@@ -87,6 +91,8 @@ class Artifact:
 
     def __str__(self) -> str:
         how = "cache hit" if self.cache_hit else f"compiled in {self.seconds:.2f} s"
+        if not self.cache_hit and self.manifest.get("rebuilt"):
+            how += f", rebuilt: {self.manifest['rebuilt']}"
         return (f"{self.name}: {self.mode} artifact {self.path.name} ({how}, "
                 f"{self.manifest['launches']} launch(es), {len(self.manifest['args'])} arguments)")
 
@@ -143,28 +149,33 @@ def _peano_version(peano_dir) -> str:
 
 
 def resolve_mode(mode: str, peano_dir=None) -> tuple[str, str]:
-    """(mode to use, why) -- "auto" is "xrt" when mlir-air and Peano are both here."""
+    """(mode to use, why) -- "auto" is "xrt" when mlir-air, its aircc and Peano are all here, found
+    where `python -m llamanb info` finds them (llamanb.npu.locate)."""
+    from llamanb.npu.locate import find_aircc, find_peano
+
     if mode not in MODES:
         raise LlamanbError(f"compile mode must be one of {', '.join(MODES)}, got {mode!r}")
     if mode != "auto":
         return mode, ""
     if not _air_available():
         return "emulated", "mlir-air (air.ir, air.backend.xrt) is not installed"
-    try:
-        _peano_version(peano_dir)
-    except LlamanbError as e:
-        return "emulated", str(e)
+    for found in (find_aircc(), find_peano(peano_dir)):
+        if not found:
+            return "emulated", "missing " + found.missing
     return "xrt", ""
 
 
 def toolchain(mode: str, peano_dir=None) -> dict:
+    """What builds an artifact, for its key. mode "xrt": the installed distributions' versions and
+    stamps of aircc, Peano's clang++ and mlir-air's libraries (llamanb.npu.locate.identity; `air`
+    is a namespace package without __version__), and Peano's version line."""
     if mode == "emulated":
         cxx, why = hostbuild.compiler()
         ver = hostbuild._VERSIONS.get(cxx, "").splitlines()[:1] if cxx else []
         return {"host_cxx": (ver[0] if ver else "") or why, "host_flags": list(hostbuild.FLAGS)}
-    air = importlib.import_module("air")
-    return {"mlir_air": str(getattr(air, "__version__", "unknown")),
-            "peano": _peano_version(peano_dir)}
+    from llamanb.npu.locate import identity
+
+    return {**identity(peano_dir), "peano": _peano_version(peano_dir)}
 
 
 def backend_kwargs(spec) -> dict:
@@ -208,13 +219,32 @@ def _compile_emulated(spec, tmp: Path) -> dict:
     return {"host_build": "host-kernels.so", "host_build_key": built.key}
 
 
+LOG = "compile.log"
+
+
+def _log(tmp: Path, *lines: str) -> None:
+    """Append to the work directory's compile.log (every command and its full output)."""
+    with open(tmp / LOG, "a") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 def _compile_xrt(spec, tmp: Path, lk: list[dict], peano_dir=None) -> dict:
-    """Peano objects for the linked kernels, then mlir-air's XRTBackend on the module."""
+    """Peano objects for the linked kernels, then mlir-air's XRTBackend on the module.
+
+    Every command and its full output go to tmp/compile.log (a failure keeps the directory, see
+    compile). XRTBackend runs with PEANO_INSTALL_DIR set to the Peano the objects were built with,
+    so aircc links them with the same one (it takes PEANO_INSTALL_DIR first, xrt.py:404-427)."""
     import subprocess
 
     from llamanb.npu.compiler.peano import PEANO_FLAGS, peano_clang
+    from llamanb.npu.locate import find_aircc, find_peano
 
     clang = peano_clang(peano_dir)
+    aircc = find_aircc()
+    if not aircc:                  # XRTBackend would fail in resolve_tool (xrt.py:559-563)
+        raise LlamanbError(f"{spec.name}: missing {aircc.missing}")
+    peano_root = find_peano(peano_dir).path
+    _log(tmp, f"# {spec.name}: Peano {peano_root} ({clang}), aircc {aircc.path} ({aircc.how})")
     objects = {}
     for link in lk:
         obj = link["object"]
@@ -224,9 +254,11 @@ def _compile_xrt(spec, tmp: Path, lk: list[dict], peano_dir=None) -> dict:
         argv = [str(clang), *PEANO_FLAGS, *define, "-c",
                 str(hostbuild.KERNELS_DIR / link["source"]), "-o", str(tmp / obj)]
         run = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+        _log(tmp, "$ " + " ".join(argv), run.stdout, run.stderr, f"# exit {run.returncode}")
         if run.returncode != 0:
             errors = [ln for ln in run.stderr.splitlines() if "error" in ln.lower()][:3]
-            raise LlamanbError(f"Peano failed on {link['source']}: " + " | ".join(errors))
+            raise LlamanbError(f"Peano failed on {link['source']}: "
+                               + (" | ".join(errors) or f"exit {run.returncode}"))
         objects[obj] = link["source"]
     staged = tmp / "air_project"                 # where prepare_air_project puts them
     staged.mkdir()
@@ -235,9 +267,12 @@ def _compile_xrt(spec, tmp: Path, lk: list[dict], peano_dir=None) -> dict:
     air_ir = importlib.import_module("air.ir")
     xrt_backend = importlib.import_module("air.backend.xrt")
     kw = backend_kwargs(spec)
+    _log(tmp, f"# XRTBackend({kw}).compile(module, output_binary_name={spec.name!r})")
     backend = xrt_backend.XRTBackend(**kw)
     before = set(os.listdir(tmp))
     cwd = os.getcwd()
+    env_peano = os.environ.get("PEANO_INSTALL_DIR")
+    os.environ["PEANO_INSTALL_DIR"] = str(peano_root)
     os.chdir(tmp)                  # aircc writes its project and outputs into the working dir
     try:
         with air_ir.Context():
@@ -246,11 +281,18 @@ def _compile_xrt(spec, tmp: Path, lk: list[dict], peano_dir=None) -> dict:
     except LlamanbError:
         raise
     except Exception as e:         # noqa: BLE001 - AirBackendError and whatever aircc raised
-        lines = str(e).strip().splitlines()
+        full = str(e).strip()
+        _log(tmp, f"# XRTBackend.compile raised {type(e).__name__}:", full)
+        lines = [ln for ln in full.splitlines() if ln.strip()]
+        gist = lines[0] + (f" ... {lines[-1]}" if len(lines) > 1 else "") if lines else ""
         raise LlamanbError(f"{spec.name}: mlir-air's XRTBackend.compile failed: "
-                           f"{type(e).__name__}: {lines[-1] if lines else ''}") from None
+                           f"{type(e).__name__}: {gist}") from None
     finally:
         os.chdir(cwd)
+        if env_peano is None:
+            os.environ.pop("PEANO_INSTALL_DIR", None)
+        else:
+            os.environ["PEANO_INSTALL_DIR"] = env_peano
         if hasattr(backend, "unload"):
             backend.unload()
     elf = Path(str(getattr(art, "output_binary", "")))
@@ -263,7 +305,42 @@ def _compile_xrt(spec, tmp: Path, lk: list[dict], peano_dir=None) -> dict:
     if elf.parent != tmp:
         shutil.copyfile(elf, tmp / elf.name)
     return {"objects": objects, "backend_kwargs": kw, "elf": elf.name, "kernel": art.kernel,
+            "peano_dir": str(peano_root), "aircc": str(aircc.path),
             "backend_outputs": sorted(set(os.listdir(tmp)) - before)}
+
+
+def _failed_dir(root: Path, name: str) -> Path:
+    return root / f"{name}.failed"
+
+
+def _keep_failed(root: Path, name: str, tmp: Path) -> Path | None:
+    """Move a failed compile's work directory to root/<name>.failed (the last failure per name is
+    kept: its compile.log, aircc's air_project/, the objects), replacing an older one."""
+    dest = _failed_dir(root, name)
+    try:
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    except OSError:
+        return None
+    return dest
+
+
+def _intact(path: Path, manifest: dict) -> str:
+    """"" when every file an artifact's manifest names is there and not empty, else which is not
+    (a cache hit on an entry whose ELF was deleted would be served forever: `compile it again`
+    must rebuild it)."""
+    names = ["module.mlir", "plan.json"]
+    names += [manifest[k] for k in ("elf", "host_build") if manifest.get(k)]
+    names += list(manifest.get("objects") or {})
+    for n in names:
+        p = path / n
+        try:
+            if p.stat().st_size == 0:
+                return f"{n} is empty"
+        except OSError:
+            return f"{n} is missing"
+    return ""
 
 
 def compile(spec, mode: str = "auto", root: Path | None = None, peano_dir=None) -> Artifact:
@@ -277,11 +354,18 @@ def compile(spec, mode: str = "auto", root: Path | None = None, peano_dir=None) 
     key = fingerprint(spec.text, mode, tools, options=options)
     root = Path(root) if root is not None else artifacts_root()
     final = root / f"{spec.name}-{key[:20]}"
+    damaged = ""
     if (final / "manifest.json").is_file():
-        manifest = json.loads((final / "manifest.json").read_text())
+        try:
+            manifest = json.loads((final / "manifest.json").read_text())
+        except (OSError, ValueError) as e:
+            manifest, damaged = {}, f"manifest.json unreadable ({type(e).__name__})"
         if manifest.get("key") == key:
-            STATS["hits"] += 1
-            return Artifact(final, spec.name, key, mode, True, time.perf_counter() - t0, manifest)
+            damaged = _intact(final, manifest)
+            if not damaged:
+                STATS["hits"] += 1
+                return Artifact(final, spec.name, key, mode, True, time.perf_counter() - t0,
+                                manifest)
     plan = plan_json(spec.text)          # before anything is written: a bad module fails here
     lk = links(spec.text)
     verified = _verify(spec.text)
@@ -309,13 +393,22 @@ def compile(spec, mode: str = "auto", root: Path | None = None, peano_dir=None) 
             "toolchain": tools,
             **extra,
         }
+        if damaged:
+            manifest["rebuilt"] = f"the cached entry was damaged: {damaged}"
         _write(tmp / "manifest.json", json.dumps(manifest, indent=1))
+        if damaged:                      # a damaged entry is replaced, not kept
+            shutil.rmtree(final, ignore_errors=True)
         try:
             os.replace(tmp, final)
         except OSError:
             # another process finished the same key first: keep theirs
             if not (final / "manifest.json").is_file():
                 raise
+    except LlamanbError as e:
+        kept = _keep_failed(root, spec.name, tmp) if (tmp / LOG).is_file() else None
+        if kept is None:
+            raise
+        raise LlamanbError(f"{e} (full log: {kept / LOG}; work directory kept: {kept})") from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

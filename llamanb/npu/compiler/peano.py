@@ -10,7 +10,8 @@ four warnings silenced. Upstream also passes `-I<mlir-aie include>` and
 `-D__AIE_API_AIE_ADF_HPP__`, both for the AIE API headers (aie_api/aie.hpp); our kernels are
 plain C++ over <stdint.h> and include none of them. aiecc links each .o into the tile programs
 through the `link_with` attribute of the kernel's MLIR declaration (llamanb.npu.compiler.extern.OBJECTS).
-Nothing here runs unless PEANO_INSTALL_DIR names a Peano install (the llvm-aie wheel).
+Peano is found as mlir-air's XRTBackend finds it (llamanb.npu.locate.find_peano: PEANO_INSTALL_DIR,
+else the llvm-aie wheel), the same lookup `python -m llamanb info` reports.
 """
 from __future__ import annotations
 
@@ -28,15 +29,23 @@ PEANO_FLAGS = ("-O2", "-std=c++20", "--target=aie2p-none-unknown-elf", "-DNDEBUG
 
 
 def peano_clang(peano_dir: str | os.PathLike | None = None) -> Path:
-    """$PEANO_INSTALL_DIR/bin/clang++, or LlamanbError saying what is missing."""
-    root = peano_dir if peano_dir is not None else os.environ.get("PEANO_INSTALL_DIR", "")
-    if not root:
-        raise LlamanbError("PEANO_INSTALL_DIR is not set: the AIE2P objects need Peano "
-                           "(the llvm-aie compiler); the emulated NPU2 uses host builds instead")
-    clang = Path(root) / "bin" / "clang++"
-    if not clang.is_file():
-        raise LlamanbError(f"Peano's clang++ not found at {clang} (check PEANO_INSTALL_DIR)")
-    return clang
+    """Peano's bin/clang++ (peano_dir, else where mlir-air looks: PEANO_INSTALL_DIR, else the
+    llvm-aie wheel; llamanb.npu.locate.find_peano), or one LlamanbError line saying what is
+    missing."""
+    from llamanb.npu.locate import peano_clang_path
+
+    found = peano_clang_path(peano_dir)
+    if not found:
+        if found.how:              # found a Peano directory, but not its clang++
+            why = found.missing
+        else:
+            env = os.environ.get("PEANO_INSTALL_DIR", "")
+            why = (f"Peano: PEANO_INSTALL_DIR={env} is not a directory (ignored, as mlir-air does)"
+                   if env else "Peano: PEANO_INSTALL_DIR is not set") + \
+                " and no llvm-aie package is installed"
+        raise LlamanbError(f"missing {why}; the AIE2P objects need Peano's clang++ (the emulated "
+                           f"NPU2 uses host builds instead)")
+    return found.path
 
 
 def commands(out_dir: str | os.PathLike, peano_dir: str | os.PathLike | None = None,

@@ -22,8 +22,8 @@ convention); byte counts use the device's bf16 size (Arg.nbytes), not the float3
 
 The real path (XrtDevice) imports pyxrt only when constructed and loads ELF groups the way
 mlir-air's Llama runtime does: xrt.elf -> xrt.hw_context(device, elf) -> xrt.ext.kernel(ctx,
-"main:<func>"), BOs from xrt.ext.bo, one xrt.run per call (set_arg per slot, start, wait2), and the
-run's state checked. Tests drive it with a contract fake of pyxrt written from pyxrt.cpp.
+"main:<func>"), BOs from xrt.ext.bo, one xrt.run per call (set_arg per slot, start, a wait with a
+timeout), and the run's state checked. Tests drive it with a contract fake of pyxrt written from pyxrt.cpp.
 """
 from __future__ import annotations
 
@@ -285,15 +285,22 @@ class EmulatedDevice:
 #   bo     = pyxrt.ext.bo(device, nbytes)              pyxrt.cpp:681-685 cache.py:640
 #   bo.map() (bytes), bo.sync(XCL_BO_SYNC_BO_TO_DEVICE / _FROM_DEVICE)
 #                                                      pyxrt.cpp:533-538 cache.py:682-686, 711
-#   run = pyxrt.run(kernel); run.set_arg(i, bo) for every slot; run.start(); run.wait2()
-#                                                      pyxrt.cpp:426-444 cache.py:694-698
+#   run = pyxrt.run(kernel); run.set_arg(i, bo) for every slot; run.start(); run.wait(timeout_ms)
+#                                                      pyxrt.cpp:426-441 cache.py:694-698
 #
-# wait2() with no timeout returns nothing and throws xrt::run::command_error when the command ends
-# in any state but ERT_CMD_STATE_COMPLETED (Xilinx/XRT src/runtime_src/core/include/xrt/
-# xrt_kernel.h:378-392; pybind11 turns it into a RuntimeError); run.state() (pyxrt.cpp:448) then
-# says which state. Either way this runtime raises one LlamanbError naming the group and the state:
-# a run that timed out or aborted must not come back as wrong tokens (mlir-air#1822, the reason for
-# xrt.py's _check_run_state, lines 204-218).
+# The wait has a timeout of its own. wait2() without one blocks until the command ends (a hung NPU
+# hangs the process); its timeout overload, wait2(std::chrono::milliseconds) (pyxrt.cpp:445-447),
+# cannot be called from Python: pyxrt.cpp does not include <pybind11/chrono.h>, so pybind11 has no
+# converter for the argument (nor for the std::cv_status it returns), whatever pyxrt.pyi says. The
+# overload that works is wait(timeout_ms: unsigned int) -> ert_cmd_state (pyxrt.cpp:439-441), the
+# one mlir-air's Python LLM examples call, wait(60000) (e.g. programming_examples/llms/
+# qwen3_8b_q4nx/qwen3_8b_q4nx_inference.py:367); it returns ERT_CMD_STATE_TIMEOUT when the time
+# runs out and, unlike wait2(), returns -- not throws -- any other state (xrt_kernel.h:280-339).
+# So run() waits at most `timeout_s`, then checks the returned state and run.state()
+# (pyxrt.cpp:448): a run that timed out, hung or aborted is one LlamanbError naming the group, the
+# state and the timeout, never wrong tokens (mlir-air#1822, the reason for xrt.py's
+# _check_run_state, lines 204-218).
+WAIT_S = 60.0          # as mlir-air's examples, wait(60000)
 
 
 @dataclass(frozen=True)
@@ -379,7 +386,11 @@ class XrtDevice:
     emulated = False
     description = "AMD NPU2 through XRT (pyxrt), ELF groups"
 
-    def __init__(self, index: int = 0, xrt=None):
+    def __init__(self, index: int = 0, xrt=None, timeout_s: float = WAIT_S):
+        if not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < 4e6:
+            raise LlamanbError(f"the NPU run timeout must be a positive number of seconds "
+                               f"(under 4e6: XRT takes unsigned milliseconds), got {timeout_s!r}")
+        self.timeout_s = float(timeout_s)
         if xrt is None:
             try:
                 import pyxrt as xrt
@@ -390,7 +401,10 @@ class XrtDevice:
         try:
             self.device = xrt.device(index)
         except Exception as e:                 # noqa: BLE001 - XRT raises RuntimeError subclasses
-            raise LlamanbError(f"XRT could not open NPU device {index}: {_one_line(e)}") from None
+            from llamanb.npu.locate import device_missing
+            why = device_missing()
+            raise LlamanbError(f"XRT could not open NPU device {index}: {_one_line(e)}"
+                               + (f" (missing {why[0]})" if why else "")) from None
         self.counters = Counters()
 
     def alloc(self, shape, name: str = "", dtype: str = "bf16") -> XrtBO:
@@ -426,7 +440,8 @@ class XrtDevice:
         return XrtKernel(name, kern, ctx, elf, n, kernel_time(spec) if spec is not None else 0.0)
 
     def run(self, kernel: XrtKernel, bos: Sequence[XrtBO]) -> None:
-        """One xrt.run of the group: every slot bound in order, start, wait2, and the state checked."""
+        """One xrt.run of the group: every slot bound in order, start, wait(timeout), and the
+        state checked."""
         if kernel.n_args >= 0 and len(bos) != kernel.n_args:
             raise LlamanbError(f"{kernel.name} takes {kernel.n_args} buffers, got {len(bos)}")
         xrt = self.xrt
@@ -439,15 +454,22 @@ class XrtDevice:
         except Exception as e:                 # noqa: BLE001 - XRT's errors are RuntimeErrors
             raise LlamanbError(f"NPU group {kernel.name}: XRT refused the run: "
                                f"{_one_line(e)}") from None
-        failure = None
+        failure, waited = None, None
+        ms = int(round(self.timeout_s * 1000))
         try:
-            run.wait2()
-        except Exception as e:                 # noqa: BLE001 - xrt::run::command_error
+            waited = run.wait(ms)
+        except Exception as e:                 # noqa: BLE001 - XRT's errors are RuntimeErrors
             failure = _one_line(e)
+        es = xrt.ert_cmd_state
         state = run.state()
-        done = xrt.ert_cmd_state.ERT_CMD_STATE_COMPLETED
-        if failure is not None or state != done:
+        done = es.ERT_CMD_STATE_COMPLETED
+        if failure is not None or waited != done or state != done:
+            if waited == es.ERT_CMD_STATE_TIMEOUT:
+                raise LlamanbError(f"NPU group {kernel.name}: no completion within the "
+                                   f"{self.timeout_s:g} s timeout (run.wait({ms}) returned "
+                                   f"ERT_CMD_STATE_TIMEOUT); the NPU may be hung")
             sname = getattr(state, "name", str(state))
             raise LlamanbError(f"NPU group {kernel.name}: the run ended in state {sname}, not "
-                               f"ERT_CMD_STATE_COMPLETED" + (f" ({failure})" if failure else ""))
+                               f"ERT_CMD_STATE_COMPLETED (waited at most {self.timeout_s:g} s)"
+                               + (f" ({failure})" if failure else ""))
         self.counters.dispatch(kernel.name, time.perf_counter() - t0, kernel.estimated_s)

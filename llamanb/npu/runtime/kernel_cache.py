@@ -70,19 +70,17 @@ _EMULATOR_SOURCES = ("emulator.py", "interp_ops.py", "textir.py", "plan.py")
 
 def toolchain_fingerprint(emulated: bool) -> dict:
     """What built an artifact: for the emulated NPU2 the interpreter's own sources and numpy; for a
-    real one, mlir-air's and XRT's versions (looked up lazily)."""
+    real one, also the installed mlir-air, mlir_aie and llvm-aie versions and stamps of aircc, Peano
+    and mlir-air's libraries (llamanb.npu.locate.identity), so an upgrade misses the cache."""
     here = Path(__file__).resolve().parent.parent / "compiler"     # the emulator lives there
     h = hashlib.sha256()
     for name in _EMULATOR_SOURCES:
         h.update((here / name).read_bytes())
     fp = {"emulated": emulated, "emulator": h.hexdigest()[:16], "numpy": np.__version__,
           "python": platform.python_version()}
-    if not emulated:
-        try:
-            from importlib.metadata import version
-            fp["mlir-air"] = version("mlir-air")
-        except Exception:      # noqa: BLE001 -- a missing distribution is a fact, not an error
-            fp["mlir-air"] = "unknown"
+    if not emulated:           # the same identity the compile path keys its artifacts on
+        from llamanb.npu.locate import identity
+        fp.update(identity())
     return fp
 
 
