@@ -146,7 +146,9 @@ def _stale_json_temp(f: Path) -> bool:
 
 def sweep_abandoned(root: Path | None = None) -> list[Path]:
     """Remove what conversions and derived-file writers left when they died (their lock is
-    free); leave a live one's temporaries alone. Returns what was removed."""
+    free, and the directory holds llamanb's marker: a directory of the same name without one is
+    the user's, removed only if empty); leave a live one's temporaries alone. Returns what was
+    removed."""
     root = cache_root() if root is None else Path(root)
     removed = []
     if not locks.AVAILABLE or not root.is_dir():
@@ -163,7 +165,13 @@ def sweep_abandoned(root: Path | None = None) -> list[Path]:
             if not _TEMP_NAME.match(d.name) or d.is_symlink() or not d.is_dir():
                 continue
             with locks.locked(d, blocking=False) as abandoned:
-                if abandoned:
+                if abandoned and cache_files.marked(d) is None:
+                    try:                       # not proven llamanb's: removed only if empty (a
+                        d.rmdir()              # writer killed between mkdtemp and its marker)
+                        removed.append(d)
+                    except OSError:
+                        pass
+                elif abandoned:
                     shutil.rmtree(d, ignore_errors=True)
                     if not d.exists():
                         removed.append(d)
@@ -189,7 +197,9 @@ def _new_temp(parent: Path, name: str) -> tuple[Path, int | None]:
     """A fresh temporary directory for `name` under parent, and the fd that holds its lock."""
     with locks.locked(parent):
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=parent))
-        return tmp, locks.lock_fd(tmp)
+        fd = locks.lock_fd(tmp)
+        cache_files.mark(tmp, "temporary")            # what lets a sweep remove it, once abandoned
+        return tmp, fd
 
 
 def conversion_bytes(cfg: LlamaConfig) -> int:

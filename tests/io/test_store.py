@@ -18,6 +18,7 @@ from conftest import REPO_ROOT, TINY_VOCAB, hf_logits, make_tiny_checkpoint
 from llamanb.engine.engine import Engine
 from llamanb.errors import LlamanbError
 from llamanb.io.store import load_model, sweep_abandoned
+from llamanb.platform.cache_files import mark
 
 
 def _reaches_memmap(a: np.ndarray) -> bool:
@@ -311,6 +312,7 @@ def test_temp_dir_locked_by_a_live_process_is_left_alone(tiny_dir, fresh_cache, 
     dead = fresh_cache / f".{m.cache_dir.name}.wxyz_789"
     for d in (live, dead):
         d.mkdir()
+        mark(d, "temporary")                                          # as a conversion marks it
         (d / "model.safetensors").write_bytes(b"\0" * 4096)
     holder = lock_holder(live)
     assert load_model(tiny_dir).converted is False
@@ -352,6 +354,10 @@ def test_sweep_touches_only_llamanb_temporaries(tiny_dir, fresh_cache, tmp_path)
     for d in keep:
         d.mkdir()
     (fresh_cache / ".x-0123456789abcdef.abcdefgh.txt").write_text("a file")
+    users = fresh_cache / ".x-0123456789abcdef.abcdefgh"          # a temporary's name, no marker:
+    users.mkdir()                                                 # the user's, and not empty
+    (users / "photo.jpg").write_bytes(b"\xff\xd8")
+    keep.append(users)
     link = fresh_cache / f".{m.cache_dir.name}.linkname"
     link.symlink_to(outside, target_is_directory=True)
     assert sweep_abandoned(fresh_cache) == []
