@@ -83,9 +83,21 @@ def source_files(path: Path) -> list[Path]:
     return [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file())
 
 
-def source_digest(path: Path, memo_root: Path | None = None) -> str:
+_PENDING: dict[Path, dict] = {}
+
+
+def save_memo(root: Path) -> None:
+    """Write the digests source_digest(..., save=False) computed under root (a load saves them
+    once it has succeeded, so a run refused part-way leaves nothing in the cache)."""
+    memo = _PENDING.pop(Path(root), None)
+    if memo is not None and Path(root).is_dir():
+        _write_memo(Path(root), memo)
+
+
+def source_digest(path: Path, memo_root: Path | None = None, save: bool = True) -> str:
     """The sha256 hex that keys the conversion of `path` (a GGUF file or an HF directory); the
-    per-file digests are remembered under memo_root (default: the cache root)."""
+    per-file digests are remembered under memo_root (default: the cache root), at once, or with
+    save=False when save_memo(memo_root) is called."""
     from llamanb.platform.paths import cache_root
 
     root = cache_root() if memo_root is None else Path(memo_root)
@@ -101,11 +113,13 @@ def source_digest(path: Path, memo_root: Path | None = None) -> str:
             d, now = file_digest(p, memo)
             hashed |= now
             h.update(b"\0" + p.name.encode() + b"\0" + d.encode())
-    if hashed and root.is_dir():
+    if hashed and save and root.is_dir():
         _write_memo(root, memo)
+    elif hashed:
+        _PENDING[root] = memo
     return h.hexdigest()
 
 
-def entry_key(path: Path, memo_root: Path | None = None) -> str:
+def entry_key(path: Path, memo_root: Path | None = None, save: bool = True) -> str:
     """The 16 hex characters a cache entry of `path` is named with (`<name>-<key>`)."""
-    return source_digest(path, memo_root)[:16]
+    return source_digest(path, memo_root, save)[:16]

@@ -47,7 +47,7 @@ from llamanb.model.config import LlamaConfig
 from llamanb.platform.paths import cache_root  # noqa: F401  (re-exported: llamanb.io.store.cache_root)
 from llamanb.platform.paths import cache_fault, check_room, ensure_cache_root, os_problem
 from llamanb.platform import cache_files
-from llamanb.io.cache_keys import entry_key
+from llamanb.io.cache_keys import entry_key, save_memo
 from llamanb.errors import LlamanbError
 from llamanb.platform import locks
 from llamanb.io.safetensors import SafetensorsFile, write_safetensors
@@ -103,9 +103,9 @@ def open_source(spec: str | os.PathLike | None):
     return GGUFSource(path)
 
 
-def _cache_key(path: Path, memo_root: Path | None = None) -> str:
+def _cache_key(path: Path, memo_root: Path | None = None, save: bool = True) -> str:
     """The entry key of a source: a hash of its bytes (llamanb.io.cache_keys)."""
-    return entry_key(path, memo_root)
+    return entry_key(path, memo_root, save)
 
 
 def _slug(name: str) -> str:
@@ -113,14 +113,15 @@ def _slug(name: str) -> str:
 
 
 def cache_dir_for(path: Path, name: str) -> Path:
-    return cache_root() / f"{_slug(name)}-{_cache_key(path)}"
+    return cache_root() / f"{_slug(name)}-{_cache_key(path, save=False)}"   # load_model saves
 
 
-def finished_entry(root: Path, path: Path, memo_root: Path | None = None) -> Path | None:
+def finished_entry(root: Path, path: Path, memo_root: Path | None = None,
+                   save: bool = True) -> Path | None:
     """The finished conversion of source `path` under cache root `root` (the entry keyed to the
     source's bytes, with its llamanb.json written), or None. The source's digest is remembered
     under memo_root (default: the cache root in use, $LLAMANB_CACHE)."""
-    key = _cache_key(path, memo_root)
+    key = _cache_key(path, memo_root, save)
     return next((d for d in sorted(root.glob(f"*-{key}")) if (d / "llamanb.json").is_file()
                  and not d.name.startswith(".")), None)
 
@@ -198,7 +199,13 @@ def _new_temp(parent: Path, name: str) -> tuple[Path, int | None]:
     with locks.locked(parent):
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=parent))
         fd = locks.lock_fd(tmp)
-        cache_files.mark(tmp, "temporary")            # what lets a sweep remove it, once abandoned
+        try:
+            cache_files.mark(tmp, "temporary")        # what lets a sweep remove it, once abandoned
+        except OSError:                               # a full disk: nothing left behind
+            shutil.rmtree(tmp, ignore_errors=True)
+            if fd is not None:
+                os.close(fd)
+            raise
         return tmp, fd
 
 
@@ -441,14 +448,31 @@ def load_model(spec: str | os.PathLike | None = None) -> Model:
     path = resolve(spec)
     if not path.exists():
         raise LlamanbError(f"model not found: {path}")
+    from llamanb.platform.paths import cache_root
+
+    made_root = not cache_root().is_dir()
     try:                                  # the cache root, once, before any work
         root = ensure_cache_root()
     except LlamanbError:                  # raised again, now with the room the model needs
         root = ensure_cache_root(_need_or_none(path))
+    try:
+        return _load_model(path, root, t0)
+    except BaseException:                 # refused before writing anything: the root this run
+        if made_root:                     # made (holding only its marker) goes again
+            try:
+                if os.listdir(root) == [cache_files.MARKER]:
+                    (root / cache_files.MARKER).unlink()
+                    root.rmdir()
+            except OSError:
+                pass
+        raise
+
+
+def _load_model(path: Path, root: Path, t0: float) -> Model:
     sweep_abandoned()
     # The key hashes the source's bytes: a changed file gets a fresh conversion, a copy of the
     # same bytes (a new clone, a reinstalled package) finds this one.
-    found = finished_entry(root, path)
+    found = finished_entry(root, path, save=False)    # remembered once the load succeeds
     converted = False
     if found is not None:
         try:
@@ -466,6 +490,7 @@ def load_model(spec: str | os.PathLike | None = None) -> Model:
             convert(source, found)
         converted = True
         model = load_cached(found, path)
+    save_memo(root)
     model.load_s = time.perf_counter() - t0
     model.converted = converted
     return model
