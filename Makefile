@@ -146,5 +146,7 @@ bench: $(VENV)/.test-installed
 info: $(VENV)/.run-installed
 	$(PY) -m llamanb info $${MODEL:+--model "$$MODEL"}
 
+# removes only what llamanb wrote (its marked entries), never the other files of $$LLAMANB_CACHE;
+# works before `make run` has made the venv (the cache command needs only the standard library)
 clean-cache:
-	rm -rf "$${LLAMANB_CACHE:-$$HOME/.cache/llamanb}"
+	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) -m llamanb cache prune --all

@@ -194,6 +194,16 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--preset", default=None, help=f"{' | '.join(PRESETS)} (no weights needed)")
     i.add_argument("--seq", type=_positive_int, default=None, help="KV cache length to price")
 
+    k = sub.add_parser("cache", help="list what llamanb keeps in $LLAMANB_CACHE (sizes, "
+                       "sources, last use), verify it, or prune what no run can use")
+    k.add_argument("action", nargs="?", choices=["list", "verify", "prune"], default="list",
+                   help="list (default; sizes and checks), verify (every byte of every entry), "
+                        "prune (remove damaged entries, entries whose source is gone or changed, "
+                        "kernels of sources that no longer exist, a killed run's temporaries)")
+    k.add_argument("--all", action="store_true", dest="all_entries",
+                   help="with prune: remove every entry llamanb wrote (what `make clean-cache` "
+                        "runs); files llamanb did not write are never touched")
+
     from llamanb.serve.cli import add_parser as add_batch_parser
     add_batch_parser(sub, _model_arg, _positive_int)
     from llamanb.npu.cli import add_parser as add_npu_parser
@@ -324,6 +334,12 @@ def cmd_info(a) -> int:
     return 0
 
 
+def cmd_cache(a) -> int:
+    from llamanb.io.cache_inventory import main as cache
+
+    return cache(a.action, a.all_entries)
+
+
 def cmd_batch(a) -> int:
     from llamanb.serve.cli import main as batch
 
@@ -361,7 +377,7 @@ def main(argv=None) -> int:
     try:
         return {"generate": cmd_generate, "chat": cmd_chat, "verify": cmd_verify,
                 "bench": cmd_bench, "info": cmd_info, "batch": cmd_batch, "npu": cmd_npu,
-                "tcp": cmd_tcp}[a.cmd](a)
+                "tcp": cmd_tcp, "cache": cmd_cache}[a.cmd](a)
     except LlamanbError as e:
         print(f"llamanb: error: {e}", file=sys.stderr)
         return 2

@@ -50,7 +50,9 @@ def seed_session_cache(path: Path) -> list[str]:
     from llamanb.io.store import default_model_path, finished_entry
 
     copied = []
-    entry = finished_entry(Path(seed), default_model_path())
+    # the model's digest is remembered in the session's cache (the seed is never written), where
+    # the session's first load finds it
+    entry = finished_entry(Path(seed), default_model_path(), memo_root=path)
     if entry is not None:
         shutil.copytree(entry, path / entry.name)
         copied.append(entry.name)
@@ -58,9 +60,11 @@ def seed_session_cache(path: Path) -> list[str]:
     if cxx is not None:
         key = cxx_build.build_key(cxx, cpu_kernels.KERNELS_DIR, cpu_kernels.flavour_flags("native"))
         lib = Path(seed) / "cpu" / cxx_build.library_name("cpu-kernels", key)
-        if lib.is_file():
+        record = cxx_build.record_path(lib)
+        if lib.is_file() and record.is_file():        # a library is used only with its record
             (path / "cpu").mkdir(exist_ok=True)
             shutil.copy2(lib, path / "cpu" / lib.name)
+            shutil.copy2(record, path / "cpu" / record.name)
             copied.append(f"cpu/{lib.name}")
     return copied
 

@@ -1,5 +1,5 @@
 """make test's seeded session caches (conftest.seed_session_cache): a session copies from the
-warmed cache only the entries keyed to the current model file and kernel sources."""
+warmed cache only the entries keyed to the current model file's bytes and kernel sources."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -30,11 +30,19 @@ def test_seed_copies_only_current_entries(tmp_path, monkeypatch, llamanb_cache):
         k = cxx_build.build_key(cxx, cpu_kernels.KERNELS_DIR, cpu_kernels.flavour_flags("native"))
         want = [f"cpu/cpu-kernels-{k[:24]}.so"]
         (seed / want[0]).write_bytes(b"lib")
+        (seed / (want[0] + ".json")).write_text("{}")           # its record travels with it
     (seed / "cpu" / ("cpu-kernels-" + "0" * 24 + ".so")).write_bytes(b"old sources' build")
     monkeypatch.setenv(SEED_VAR, str(seed))
     assert seed_session_cache(session) == [current.name] + want
-    assert sorted(p.relative_to(session).as_posix() for p in session.rglob("*") if p.is_file()) \
-        == sorted([f"{current.name}/config.json", f"{current.name}/llamanb.json"] + want)
+    copied = sorted(p.relative_to(session).as_posix() for p in session.rglob("*") if p.is_file())
+    assert copied == sorted([f"{current.name}/config.json", f"{current.name}/llamanb.json",
+                             "llamanb-sources.json"] + want + [w + ".json" for w in want])
+    (seed / "seed-only").mkdir()                                 # a library without its record
+    if want:                                                     # is not taken
+        (seed / (want[0] + ".json")).unlink()
+        other = tmp_path / "session2"
+        other.mkdir()
+        assert seed_session_cache(other) == [current.name]
     monkeypatch.delenv(SEED_VAR)
     assert seed_session_cache(tmp_path / "elsewhere") == []      # no seed named: nothing copied
     assert not Path(tmp_path / "elsewhere").exists()

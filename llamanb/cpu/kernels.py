@@ -599,7 +599,7 @@ def _load(kernels_dir: Path, cache: Path, wanted: str) -> Kernels | str:
     tries = ("native", "portable") if wanted == "native" else (wanted,)
     for name in tries:
         built = cxx_build.build(kernels_dir, cache, flavour_flags(name), "cpu-kernels")
-        if built is not None:
+        if built is not None:          # checked against its record before it is loaded
             return Kernels(ctypes.CDLL(str(built.path)), built, name)
     why = cxx_build.reason(kernels_dir, flavour_flags(tries[-1])) or "the build failed"
     if wanted == EMULATED_AVX512 and SIMDE_HEADER in why:
@@ -618,7 +618,9 @@ def built(kernels_dir: Path = KERNELS_DIR) -> bool:
     except LlamanbError:
         return False
     keys = (cxx_build.build_key(cxx, Path(kernels_dir), flavour_flags(f))[:24] for f in tries)
-    return any((cache_dir() / f"cpu-kernels-{key}.so").is_file() for key in keys)
+    # a library that fails its record's check is built again (cxx_build.build): not "built"
+    return any(cxx_build.library_problem(cache_dir() / f"cpu-kernels-{key}.so") is None
+               for key in keys)
 
 
 def load(kernels_dir: Path = KERNELS_DIR, flavour_name: str | None = None) -> Kernels:

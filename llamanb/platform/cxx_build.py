@@ -11,7 +11,15 @@ the cpu backend (llamanb.cpu.kernels) passes its own directory, flags and name.
 
 A build is written to a temporary file in the cache directory and renamed into place, so two
 processes building at once each finish with a complete library and an interrupted build leaves
-nothing that looks finished. No compiler means no host build: `build()` returns None
+nothing that looks finished. Beside each library, `<library>.json` records its size and crc32 (and
+what it was built from: llamanb.io.cache_inventory prunes by it); a cached library is checked
+against it before ctypes loads it (a truncated .so would stop the process with SIGBUS) and a
+damaged one is built again, said in one line on stderr. A link that exits 0 but leaves no shared
+object (an empty file) is a failed build. A builder holds a flock on its temporary file and object
+directory (llamanb.platform.locks); the next build removes those whose lock is free (a killed
+build's).
+
+No compiler means no host build: `build()` returns None
 and `reason()` says why; callers then use the numpy models (llamanb.npu.compiler.extern) and say so.
 
     LLAMANB_CXX   the compiler to use (else $CXX, else g++, c++ or clang++: find_cxx below, which `info` uses too);
@@ -21,12 +29,18 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import os
+import re
+import shutil
 import subprocess
+import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from llamanb.platform import cache_files, locks
 from llamanb.platform.paths import cache_root
 
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
@@ -110,12 +124,70 @@ def library_name(name: str, key: str) -> str:
     return f"{name}-{key[:24]}.so"
 
 
+def record_path(lib: Path) -> Path:
+    """The integrity record beside a cached library."""
+    return Path(str(lib) + ".json")
+
+
+def library_problem(lib: Path) -> str | None:
+    """What is wrong with a cached library (None: it is the file its record describes)."""
+    lib = Path(lib)
+    try:
+        rec = json.loads(record_path(lib).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return "no record of its size and checksum beside it"
+    except (OSError, ValueError) as e:
+        return f"its record is unreadable ({type(e).__name__})"
+    if not isinstance(rec, dict) or rec.get("llamanb_cache") != "kernels":
+        return "its record is not llamanb's"
+    return cache_files.problem(lib, rec.get("file"), whole=True)
+
+
+def _is_shared_object(path: str) -> bool:
+    """Whether the linker's output is a non-empty object file (ELF or Mach-O magic)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return False
+    return head in (b"\x7fELF", b"\xcf\xfa\xed\xfe", b"\xce\xfa\xed\xfe")
+
+
+_TEMP_SO = re.compile(r"^.+\.so\.[a-z0-9_]{8}\.tmp$")            # mkstemp's 8 characters
+_TEMP_OBJS = re.compile(r"^.+\.so\.obj\.[a-z0-9_]{8}$")
+
+
+def sweep_abandoned(cache_dir: Path) -> list[Path]:
+    """Remove a killed build's temporary library and object directory (their lock is free);
+    a live build's are left alone. Returns what was removed."""
+    removed = []
+    if not locks.AVAILABLE or not Path(cache_dir).is_dir():
+        return removed
+    with locks.locked(cache_dir, blocking=False) as held:
+        if not held:
+            return removed
+        for p in sorted(Path(cache_dir).iterdir()):
+            if p.is_symlink() or not (_TEMP_SO.match(p.name) and p.is_file()
+                                      or _TEMP_OBJS.match(p.name) and p.is_dir()):
+                continue
+            with locks.locked(p, blocking=False) as abandoned:
+                if abandoned:
+                    if p.is_dir():
+                        shutil.rmtree(p, ignore_errors=True)
+                    else:
+                        p.unlink(missing_ok=True)
+                    if not p.exists():
+                        removed.append(p)
+    return removed
+
+
 def build(kernels_dir: Path = KERNELS_DIR, cache_dir: Path | None = None,
           flags: tuple[str, ...] = FLAGS, name: str = "host-kernels") -> HostBuild | None:
-    """The host build of kernels_dir's sources, compiled now or found in the cache; None when
-    there is no compiler, no sources, or the compiler rejects them (an old g++ without C++20):
-    `reason` then says which, quoting the compiler's first error lines. Other users of this
-    machinery (the cpu backend) pass their own flags and library name."""
+    """The host build of kernels_dir's sources, compiled now or found in the cache (checked
+    against its record first); None when there is no compiler, no sources, or the compiler
+    rejects them (an old g++ without C++20): `reason` then says which, quoting the compiler's
+    first error lines. Other users of this machinery (the cpu backend) pass their own flags and
+    library name."""
     cxx, _ = compiler()
     kernels_dir = Path(kernels_dir)
     if cxx is None or not kernels_dir.is_dir() or not any(kernels_dir.glob("*.cc")):
@@ -125,24 +197,51 @@ def build(kernels_dir: Path = KERNELS_DIR, cache_dir: Path | None = None,
     lib = cache_dir / library_name(name, key)
     version = _VERSIONS[cxx].splitlines()[0] if _VERSIONS[cxx] else cxx
     if lib.is_file():
-        return HostBuild(lib, key, True, version)
+        bad = library_problem(lib)
+        if bad is None:
+            cache_files.touch_file(record_path(lib))
+            return HostBuild(lib, key, True, version)
+        with locks.locked(cache_dir):                  # re-checked: another build may have
+            bad = library_problem(lib)                 # replaced it meanwhile
+            if bad is not None:
+                print(f"llamanb: the cached kernel library {lib} is damaged ({bad}); building it "
+                      "again", file=sys.stderr, flush=True)
+                lib.unlink(missing_ok=True)
+        if bad is None:
+            return HostBuild(lib, key, True, version)
     if key in _FAILED:
         return None
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=lib.name + ".", suffix=".tmp")
+    cache_files.make_dirs(cache_dir, "kernels", top=cache_root())
+    sweep_abandoned(cache_dir)
+    with locks.locked(cache_dir):                      # made and locked before a sweep sees them
+        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=lib.name + ".", suffix=".tmp")
+        objs = tempfile.mkdtemp(dir=cache_dir, prefix=lib.name + ".obj.")
+        held = [locks.lock_fd(Path(tmp)), locks.lock_fd(Path(objs))]
     os.close(fd)
     cc_files = [p for p in sources(kernels_dir) if p.suffix == ".cc"]
     try:
-        with tempfile.TemporaryDirectory(dir=cache_dir, prefix=lib.name + ".obj.") as objs:
-            out = _compile_and_link(cxx, flags, cc_files, Path(objs), tmp)
+        out = _compile_and_link(cxx, flags, cc_files, Path(objs), tmp)
         if out.returncode != 0:
             errors = [ln for ln in out.stderr.splitlines() if "error" in ln][:2]
             _FAILED[key] = f"{cxx} could not build {kernels_dir}: " + " | ".join(errors)
             return None
-        os.replace(tmp, lib)
+        if not _is_shared_object(tmp):
+            _FAILED[key] = (f"{cxx} exited 0 but wrote no shared library for {kernels_dir} "
+                            f"({os.path.getsize(tmp):,} bytes)")
+            return None
+        rec = {"llamanb_cache": "kernels", "file": cache_files.record(Path(tmp)),
+               "kernels_dir": str(kernels_dir.absolute()), "flags": list(flags), "name": name,
+               "key": key, "compiler": version, "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        with locks.locked(cache_dir):                  # the record and its library, together
+            cache_files.write_json_atomic(record_path(lib), rec)
+            os.replace(tmp, lib)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        shutil.rmtree(objs, ignore_errors=True)
+        for h in held:
+            if h is not None:
+                os.close(h)
     return HostBuild(lib, key, False, version)
 
 

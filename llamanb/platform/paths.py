@@ -36,12 +36,14 @@ def os_problem(e: OSError) -> str:
 
 
 def ensure_cache_root(need_bytes: int | None = None) -> Path:
-    """The cache root, created if absent; a one-line LlamanbError if it is not a directory or
+    """The cache root, created if absent (and then marked as llamanb's: llamanb.platform.cache_files); a one-line LlamanbError if it is not a directory or
     cannot be created (below a regular file, no permission, a read-only filesystem). Whether it is
     writable is left to the first write: a complete, read-only cache still loads."""
+    from llamanb.platform.cache_files import make_dirs
+
     root = cache_root()
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        make_dirs(root, "root")                   # marked as llamanb's only if created here
     except FileExistsError:
         pass                                      # something that is not a directory: said below
     except OSError as e:

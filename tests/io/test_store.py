@@ -18,6 +18,7 @@ from conftest import REPO_ROOT, TINY_VOCAB, hf_logits, make_tiny_checkpoint
 from llamanb.engine.engine import Engine
 from llamanb.errors import LlamanbError
 from llamanb.io.store import load_model, sweep_abandoned
+from llamanb.platform.cache_files import mark
 
 
 def _reaches_memmap(a: np.ndarray) -> bool:
@@ -40,20 +41,31 @@ def tiny_dir(tmp_path):
     return d
 
 
+# the cache's own bookkeeping beside its entries: the root's ownership marker and the memo of
+# source digests (llamanb.platform.cache_files, llamanb.io.cache_keys)
+BOOKKEEPING = {".llamanb-cache", "llamanb-sources.json"}
+
+
+def _entries(cache) -> list[str]:
+    return sorted(set(os.listdir(cache)) - BOOKKEEPING)
+
+
 def test_convert_once_then_map(tiny_dir, fresh_cache):
     first = load_model(tiny_dir)
     assert first.converted is True
     assert first.cache_dir.parent == fresh_cache
-    entries = os.listdir(fresh_cache)
+    entries = _entries(fresh_cache)
     assert entries == [first.cache_dir.name]
+    assert sorted(os.listdir(fresh_cache)) == sorted(entries + list(BOOKKEEPING))
     files = set(os.listdir(first.cache_dir))
-    assert {"config.json", "model.safetensors", "tokenizer.json", "llamanb.json"} <= files
-    assert not any(n.startswith(".") or ".tmp" in n for n in files)
+    assert {"config.json", "model.safetensors", "tokenizer.json", "llamanb.json",
+            ".llamanb-cache"} <= files
+    assert not any(n.startswith(".") and n != ".llamanb-cache" or ".tmp" in n for n in files)
 
     second = load_model(tiny_dir)
     assert second.converted is False
     assert second.cache_dir == first.cache_dir
-    assert os.listdir(fresh_cache) == entries                     # nothing new written
+    assert _entries(fresh_cache) == entries                       # nothing new written
     w = second.weights
     arrays = [w.embed, w.lm_head, w.final_norm] + [getattr(lw, f) for lw in w.layers
                                                    for f in ("attn_norm", "wqkv", "wo", "ffn_norm",
@@ -201,12 +213,17 @@ def test_source_change_triggers_reconversion(tiny_dir, fresh_cache):
     assert m2.config.rms_eps == pytest.approx(1e-6)
 
 
-def test_corrupt_cached_weights_give_user_error(tiny_dir, fresh_cache):
+def test_corrupt_cached_weights_are_converted_again(tiny_dir, fresh_cache, capfd):
     m = load_model(tiny_dir)
     st = m.cache_dir / "model.safetensors"
-    st.write_bytes(st.read_bytes()[:1000])                         # truncated
-    with pytest.raises(LlamanbError):
-        load_model(tiny_dir)
+    whole = st.read_bytes()
+    st.write_bytes(whole[:1000])                                    # truncated
+    m2 = load_model(tiny_dir)
+    assert m2.converted is True and m2.cache_dir == m.cache_dir and st.read_bytes() == whole
+    err = capfd.readouterr().err.strip().splitlines()
+    assert [ln for ln in err if ln.startswith("llamanb:")] == [
+        f"llamanb: the cache entry {m.cache_dir} is damaged (model.safetensors is 1,000 bytes, "
+        f"{len(whole):,} when written); converting the model again"]
 
 
 # ---- temporaries of killed conversions are swept; live ones are not ------------------------------------
@@ -220,7 +237,8 @@ sys.stdin.read()
 
 
 def _temps(cache) -> list[str]:
-    return sorted(n for n in os.listdir(cache) if n.startswith(".")) if os.path.isdir(cache) else []
+    return sorted(n for n in os.listdir(cache) if n.startswith(".") and n not in BOOKKEEPING) \
+        if os.path.isdir(cache) else []
 
 
 def _tree_bytes(d) -> int:
@@ -284,7 +302,7 @@ def test_sigkilled_conversion_is_swept_by_the_next_load(tiny_dir, fresh_cache, s
     assert _tree_bytes(fresh_cache / tmp) > 8 << 20
     m = load_model(tiny_dir)                                          # a later run, another model
     assert _temps(fresh_cache) == []
-    assert sorted(os.listdir(fresh_cache)) == [m.cache_dir.name]
+    assert _entries(fresh_cache) == [m.cache_dir.name]
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="flock is POSIX")
@@ -294,6 +312,7 @@ def test_temp_dir_locked_by_a_live_process_is_left_alone(tiny_dir, fresh_cache, 
     dead = fresh_cache / f".{m.cache_dir.name}.wxyz_789"
     for d in (live, dead):
         d.mkdir()
+        mark(d, "temporary")                                          # as a conversion marks it
         (d / "model.safetensors").write_bytes(b"\0" * 4096)
     holder = lock_holder(live)
     assert load_model(tiny_dir).converted is False
@@ -335,6 +354,10 @@ def test_sweep_touches_only_llamanb_temporaries(tiny_dir, fresh_cache, tmp_path)
     for d in keep:
         d.mkdir()
     (fresh_cache / ".x-0123456789abcdef.abcdefgh.txt").write_text("a file")
+    users = fresh_cache / ".x-0123456789abcdef.abcdefgh"          # a temporary's name, no marker:
+    users.mkdir()                                                 # the user's, and not empty
+    (users / "photo.jpg").write_bytes(b"\xff\xd8")
+    keep.append(users)
     link = fresh_cache / f".{m.cache_dir.name}.linkname"
     link.symlink_to(outside, target_is_directory=True)
     assert sweep_abandoned(fresh_cache) == []
@@ -364,14 +387,16 @@ def test_half_written_derived_file_is_swept(tiny_dir, fresh_cache, lock_holder):
 
 
 @pytest.mark.parametrize("damage", ["truncate", "not_an_object", "no_name"])
-def test_damaged_entry_metadata_gives_user_error(tiny_dir, fresh_cache, damage):
+def test_damaged_entry_metadata_is_converted_again(tiny_dir, fresh_cache, damage, capfd):
     m = load_model(tiny_dir)
     meta = m.cache_dir / "llamanb.json"
     text = meta.read_text()
     meta.write_text({"truncate": text[: len(text) // 2], "not_an_object": "[1, 2]",
                      "no_name": json.dumps({k: v for k, v in json.loads(text).items() if k != "name"})}[damage])
-    with pytest.raises(LlamanbError, match="damaged cache entry"):
-        load_model(tiny_dir)
+    m2 = load_model(tiny_dir)
+    assert m2.converted is True and json.loads(meta.read_text())["name"] == m.config.name
+    err = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("llamanb:")]
+    assert len(err) == 1 and "is damaged (llamanb.json" in err[0], err
 
 
 def test_safetensors_bf16_bits_round_trip(tmp_path):
