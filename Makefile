@@ -125,11 +125,10 @@ lab: notebook-env $(LAB_OVERRIDES)
 	  --ServerApp.root_dir=notebooks
 
 # The course as a reader meets it in JupyterLab, in Debian's chromium (no browser download) driven
-# by playwright's Python API: every widget used, closed and reopened, every figure's width in the
-# column, no error in any cell; then every chapter run in a kernel, failing on a cell silent for
+# by playwright's Python API: every widget used, closed and reopened, every figure's smallest label as
+# drawn, no error in any cell; then every chapter run in a kernel, failing on a cell silent for
 # more than 10 s. Not part of `make test` (it needs apt and about 15 minutes).
 # Every chapter by default, with the README's table of run times; LAB_ARGS=NN_name ...: only those.
-# Every chapter (01b, 03b, 04b and the appendix too) in JupyterLab, then the silent-cell check.
 test-lab: notebook-env $(LAB_OVERRIDES)
 	$(PIP) install -e '.[labtest]'
 	@command -v chromium >/dev/null || { \

@@ -353,7 +353,7 @@ head_bound = 2 * (1 + gamma(cfg.hidden + 3) / gamma(cfg.hidden)) * matmul_bound(
 err_rows = np.abs(logits_one[0] - logits_all[n - 1])
 err_ours = np.abs(ours_one[0] - logits_one[0])
 assert (err_rows <= head_bound).all() and (err_ours <= head_bound).all()
-print(f"one row vs row n-1 of all rows, and ours vs llamanb: within the derived bound at every one of "
+print(f"one row vs row n-1 of all rows, and ours vs llamanb: within the derived bound\nat every one of "
       f"{cfg.vocab} logits (logits up to {np.abs(logits_one).max():.0f})")
 print("next token, one row:", int(np.argmax(logits_one[0])), "  all rows:", int(np.argmax(logits_all[n - 1])))
 
