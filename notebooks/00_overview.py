@@ -268,7 +268,7 @@ del reader
 
 # %%
 from llamanb.check.hf_reference import greedy_with_top5, load_hf
-from llamanb.progress import stages
+from llamanb.platform.progress import stages
 
 with stages(prefix="transformers") as say:               # a line while it runs, gone after
     say("importing torch and transformers, loading the converted checkpoint")

@@ -288,7 +288,7 @@ import io
 from IPython.display import Image, display
 from ipywidgets import IntSlider, Output, VBox
 
-from llamanb.chat_widget import kernel_notice
+from llamanb.course.widgets import kernel_notice
 
 
 def step_png(step: int) -> bytes:

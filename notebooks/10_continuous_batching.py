@@ -208,7 +208,7 @@ import io
 from IPython.display import Image, display
 from ipywidgets import IntSlider, Output, VBox
 
-from llamanb.chat_widget import kernel_notice
+from llamanb.course.widgets import kernel_notice
 
 runner_c, reqs_c, tables_c = runs["continuous"]
 N_BLOCKS = runner_c.cache.k_pool.shape[0]
@@ -511,7 +511,7 @@ print(f"position 0 missing:   logits off by more than 10, next token "
 # %%
 # NBVAL_IGNORE_OUTPUT
 from llamanb.bench.batching import batched, one_at_a_time
-from llamanb.progress import stages
+from llamanb.platform.progress import stages
 from llamanb.serve.workload import mixed_workload
 
 work = mixed_workload(tok.encode("The old lighthouse stood at the end of a narrow spit of rock, "

@@ -313,7 +313,7 @@ print(profile.spec_table(profile.spec_rows(PRESETS["llama3.2-1b"], 2048, 1024)))
 
 # %%
 from llamanb.check import sidebyside
-from llamanb.progress import stages
+from llamanb.platform.progress import stages
 from llamanb.mesh.config import MeshConfig
 
 question = tok.encode_prompt("What is the tallest mountain on Earth?")

@@ -10,7 +10,7 @@ cells, then:
   * each slider moved with the keyboard, each dropdown set to its next option, and the chat's
     text box + Send button used: the widget's area must change in response (a NEW figure, not an
     output merely cleared), and still hold no error afterwards;
-  * while the kernel lives, no widget shows the kernel-gone notice (llamanb.chat_widget.kernel_notice);
+  * while the kernel lives, no widget shows the kernel-gone notice (llamanb.course.widgets.kernel_notice);
   * close and reopen: the notebook is saved, its kernel shut down, and the notebook opened again
     in a fresh page: every widget must render from the state saved in the notebook (the course's
     Lab setting `saveState`, scripts/jupyterlab_overrides.json, installed by `make lab` and
@@ -221,7 +221,7 @@ COLUMNS_JS = """() => {
 }"""
 
 
-# The notice each widget carries (llamanb.chat_widget.kernel_notice): [shown, its text].
+# The notice each widget carries (llamanb.course.widgets.kernel_notice): [shown, its text].
 NOTICE_JS = """root => [...root.querySelectorAll('.llamanb-kernel-gone')]
   .map(e => [getComputedStyle(e).display !== 'none' && e.offsetHeight > 0, e.textContent])"""
 
