@@ -321,7 +321,7 @@ REOPENED_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output .jup
       .filter(e => getComputedStyle(e).display !== 'none' && e.offsetHeight > 0);
     return [w.querySelectorAll('img').length > 0,
             !!w.querySelector('input[type=text]') && [...w.querySelectorAll('button')].some(b => b.textContent.includes('Send')),
-            n.length > 0, n.length ? n[0].textContent : ''];
+            n.length > 0, n.length ? (n[0].querySelector('span') || n[0]).textContent : ''];
   })"""
 
 
