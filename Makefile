@@ -22,8 +22,8 @@ help:
 	@echo "make bench   llamanb vs transformers fp32/bf16 on this machine (JSON=file to save;"
 	@echo "             BACKEND=cpu: the compiled kernels too, beside llama.cpp if PEER_PYTHON has it)"
 	@echo "make test-portability  numerics tests + notebooks again on a second BLAS/torch kernel family"
-	@echo "make test-lab   the course in a real JupyterLab in Debian's chromium: widgets, reopen, figure widths;"
-	@echo "             then no cell silent > 10 s (LAB_ARGS=--all: every chapter, and a table of run times)"
+	@echo "make test-lab   every chapter in a real JupyterLab in Debian's chromium: widgets, reopen, label sizes,"
+	@echo "             a table of run times; then no cell silent > 10 s (LAB_ARGS=NN_name ...: those chapters only)"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -125,16 +125,16 @@ lab: notebook-env $(LAB_OVERRIDES)
 	  --ServerApp.root_dir=notebooks
 
 # The course as a reader meets it in JupyterLab, in Debian's chromium (no browser download) driven
-# by playwright's Python API: every widget used, closed and reopened, every figure's width in the
-# column, no error in any cell; then every chapter run in a kernel, failing on a cell silent for
+# by playwright's Python API: every widget used, closed and reopened, every figure's smallest label as
+# drawn, no error in any cell; then every chapter run in a kernel, failing on a cell silent for
 # more than 10 s. Not part of `make test` (it needs apt and about 15 minutes).
-# LAB_ARGS=--all runs every chapter in Lab and prints the README's table of run times.
+# Every chapter by default, with the README's table of run times; LAB_ARGS=NN_name ...: only those.
 test-lab: notebook-env $(LAB_OVERRIDES)
 	$(PIP) install -e '.[labtest]'
 	@command -v chromium >/dev/null || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
-	$(PY) tests/lab/check_widgets.py $(LAB_ARGS)
+	$(PY) tests/lab/check_widgets.py $(or $(LAB_ARGS),--all)
 	$(PY) tests/lab/silent_cells.py
 
 verify: $(VENV)/.run-installed

@@ -78,9 +78,9 @@ for num, name, what, where in CHAPTERS:
 # calls, so generation, verification and benchmarks run unchanged on each of them.
 
 # %%
-fig, ax = plt.subplots(figsize=(10, 2.6))
+fig, ax = plt.subplots(figsize=(9.4, 2.9))               # narrower than Lab's column: drawn 1:1
 ax.set_xlim(0, 10)
-ax.set_ylim(0, 2.6)
+ax.set_ylim(0, 2.9)                                         # room above the decode arc (was clipped)
 ax.axis("off")
 stages = ["prompt\n(text)", "tokenizer\nids [S]", "embed\n[S, H]", "L blocks\n[S, H]",
           "norm + head\n[V]", "sample\nnext id"]
@@ -149,13 +149,16 @@ print(f"Python {info['python']}, numpy {info['numpy']}, BLAS {info['openblas']}"
 # Nothing is downloaded.
 
 # %%
+import textwrap
+
 from llamanb import Engine, load_model
 from llamanb.model.info import describe
 
 model = load_model()
 cfg = model.config
 print("source:", model.source.name)
-print(describe(cfg, seq=8192))
+for line in describe(cfg, seq=8192).splitlines():            # wrapped to Lab's 120 columns
+    print(textwrap.fill(line, 120, subsequent_indent=" " * (4 + len(line) - len(line.lstrip()))))
 
 # %% [markdown]
 # The symbols (`L`, `H`, `N_h`, `N_kv`, `G`, `d_h`, `D_ff`, `V`) are the subject of notebook 01.
@@ -188,7 +191,7 @@ question = "What is the capital of France? Answer in one sentence."
 rendered = tok.render_chat([{"role": "user", "content": question}])
 ids = tok.encode_prompt(question)
 print(rendered)
-print(len(ids), "tokens:", ids)
+print(textwrap.fill(f"{len(ids)} tokens: {ids}", 120, subsequent_indent="  "))
 
 # %%
 assert tok.encode(rendered, add_special_tokens=False) == ids
@@ -265,9 +268,13 @@ del reader
 
 # %%
 from llamanb.check.hf_reference import greedy_with_top5, load_hf
+from llamanb.platform.progress import stages
 
-hf = load_hf(model, via="converted")
-hf_ids, hf_top5 = greedy_with_top5(hf, ids, steps=len(result.ids), stop_ids=cfg.eos_ids)
+with stages(prefix="transformers") as say:               # a line while it runs, gone after
+    say("importing torch and transformers, loading the converted checkpoint")
+    hf = load_hf(model, via="converted")
+    say(f"decoding {len(result.ids)} tokens greedily, keeping each step's top 5")
+    hf_ids, hf_top5 = greedy_with_top5(hf, ids, steps=len(result.ids), stop_ids=cfg.eos_ids)
 print("llamanb:     ", result.ids)
 print("transformers:", hf_ids)
 assert hf_ids == result.ids

@@ -353,7 +353,7 @@ head_bound = 2 * (1 + gamma(cfg.hidden + 3) / gamma(cfg.hidden)) * matmul_bound(
 err_rows = np.abs(logits_one[0] - logits_all[n - 1])
 err_ours = np.abs(ours_one[0] - logits_one[0])
 assert (err_rows <= head_bound).all() and (err_ours <= head_bound).all()
-print(f"one row vs row n-1 of all rows, and ours vs llamanb: within the derived bound at every one of "
+print(f"one row vs row n-1 of all rows, and ours vs llamanb: within the derived bound\nat every one of "
       f"{cfg.vocab} logits (logits up to {np.abs(logits_one).max():.0f})")
 print("next token, one row:", int(np.argmax(logits_one[0])), "  all rows:", int(np.argmax(logits_all[n - 1])))
 
@@ -407,10 +407,11 @@ print(f"LM head, all 64 rows: {t_all:.2f} ms   one row: {t_one:.2f} ms   ratio {
 head_bytes = engine.backend.lm_head_t.nbytes                  # [H, V] float32, read by every call
 row_flops = 2 * cfg.hidden * cfg.vocab                         # per row
 sweep = [1, 2, 4, 8, 16, 32, 64]
-t_rows = [median_ms(lambda r=r: engine.backend.head(x_final[:r])) for r in sweep]
 print(f"{'rows':>4} {'ms':>7} {'GFLOP/s':>8} {'matrix read, GB/s':>18}")
-for r, t in zip(sweep, t_rows):
-    print(f"{r:>4} {t:7.2f} {r * row_flops / t / 1e6:8.1f} {head_bytes / t / 1e6:18.1f}")
+t_rows = []
+for r in sweep:                                                # each row printed as it is measured
+    t_rows.append(t := median_ms(lambda r=r: engine.backend.head(x_final[:r])))
+    print(f"{r:>4} {t:7.2f} {r * row_flops / t / 1e6:8.1f} {head_bytes / t / 1e6:18.1f}", flush=True)
 a_sq = np.ones((1024, 1024), dtype=np.float32)
 gemm_rate = 2 * 1024**3 / median_ms(lambda: a_sq @ a_sq) / 1e6            # GFLOP/s
 bandwidth = head_bytes / t_rows[0] / 1e6                                    # GB/s, one row

@@ -116,7 +116,7 @@ ids = tok.encode_prompt(prompt)              # [S] token ids
 S = len(ids)
 logits = engine.prefill(ids, cache)          # [V] logits for the first answer token
 print("S =", S, "prompt tokens | cache.length =", cache.length)
-print(repr(tok.decode(ids)))
+print("\n".join(repr(line) for line in tok.decode(ids).splitlines(keepends=True)))  # a line each
 
 # %% [markdown]
 # What is in one row? For layer 0 we can recompute it by hand: embed the tokens, RMS-normalise them
@@ -149,7 +149,7 @@ print("layer-0 rows [0, S) of the cache equal RoPE(RMSNorm(embed) @ W_k^T) and R
 k_dev = np.abs(cache.k[0, :, :S] - k0_rot.transpose(1, 0, 2)).max()
 v_dev = np.abs(cache.v[0, :, :S] - v0.transpose(1, 0, 2)).max()
 print(f"layer-0 rows [0, S) vs RoPE(RMSNorm(embed) @ W_k^T): max |difference| <= {roundup(k_dev):.0e} "
-      f"(|k| up to {np.abs(k0_rot).max():.0f});  vs RMSNorm(embed) @ W_v^T: <= {roundup(v_dev):.0e}")
+      f"(|k| up to {np.abs(k0_rot).max():.0f});\n  vs RMSNorm(embed) @ W_v^T: <= {roundup(v_dev):.0e}")
 
 # %% [markdown]
 # Now decode 16 tokens greedily with `Engine.decode`. Each call feeds the token chosen from the
@@ -288,6 +288,8 @@ import io
 from IPython.display import Image, display
 from ipywidgets import IntSlider, Output, VBox
 
+from llamanb.course.widgets import kernel_notice
+
 
 def step_png(step: int) -> bytes:
     fig, ax = plt.subplots(figsize=(7, 3.6))
@@ -312,7 +314,7 @@ def show_step(step: int) -> None:
 
 
 slider.observe(lambda change: show_step(change["new"]), names="value")
-display(VBox([slider, view]))
+display(VBox([kernel_notice(), slider, view]))   # the notice shows only once the kernel is gone
 show_step(slider.value)
 
 # %% [markdown]
@@ -320,11 +322,11 @@ show_step(slider.value)
 # writes one column, in all 30 layers (and all 3 KV heads of each) at once.
 
 # %%
-fig, axes = plt.subplots(1, 4, figsize=(12, 3.6))
-for i, (ax, step) in enumerate(zip(axes, [0, 4, 8, 16])):
-    im = draw_occupancy(ax, step, labels=(i == 0))
-fig.subplots_adjust(bottom=0.25, right=0.9, wspace=0.25)
-fig.colorbar(im, cax=fig.add_axes([0.92, 0.25, 0.012, 0.63]), label="mean ‖k‖ over KV heads")
+fig, axes = plt.subplots(2, 2, figsize=(9, 6.4))        # 2 x 2: Lab's column draws it full size
+for i, (ax, step) in enumerate(zip(axes.flat, [0, 4, 8, 16])):
+    im = draw_occupancy(ax, step, labels=(i % 2 == 0))
+fig.subplots_adjust(bottom=0.14, right=0.88, wspace=0.12, hspace=0.4)
+fig.colorbar(im, cax=fig.add_axes([0.91, 0.14, 0.015, 0.74]), label="mean ‖k‖ over KV heads")
 fig.legend(handles=OCC_LEGEND, loc="lower center", ncol=2, fontsize=8)
 plt.show()
 

@@ -140,7 +140,7 @@ print(add_spec.table())
 # is the herd, its chunk loop and the DMA that brings a chunk of `a` into L1:
 
 # %%
-def excerpt(text, *needles, width=150):
+def excerpt(text, *needles, width=120):               # 120: Lab's output column
     """The lines of `text` containing any needle, shortened to `width` characters."""
     for line in text.splitlines():
         if any(nd in line for nd in needles):
@@ -486,7 +486,7 @@ from llamanb.npu.compiler import tileview
 tileview.widget(kernels)
 
 # %%
-fig = tileview.overview(kernels, ncols=4)
+fig = tileview.overview(kernels, ncols=3)            # 3 across: Lab draws it full size
 plt.show()
 
 # %% [markdown]

@@ -126,7 +126,7 @@ plt.show()
 # `air.launch → air.segment → air.herd` nest and calls the C++ kernel `@matvec_bf16` from `mv.o`.
 
 # %%
-def excerpt(text, *keys, width=118):
+def excerpt(text, *keys, width=116):                 # + " ...": Lab's 120 columns
     """The lines of text containing any of keys, cut to width."""
     for line in text.splitlines():
         if any(k in line for k in keys):

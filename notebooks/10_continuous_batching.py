@@ -192,10 +192,10 @@ plt.show()
 # %%
 runner_c = runs["continuous"][0]
 for h in runner_c.history[:4] + runner_c.history[10:13]:
-    rows = ", ".join(f"slot {s}: {n} {kind} x{m}" for s, n, kind, m in h.rows)
-    print(f"step {h.index:2d} | {rows} | blocks {h.blocks_used:2d}"
-          + (f" | admitted {h.admitted}" if h.admitted else "")
-          + (f" | finished {h.finished}" if h.finished else ""))
+    rows = ", ".join(f"{s}: {n} {kind} x{m}" for s, n, kind, m in h.rows)
+    print(f"step {h.index:2d} | slot {rows} | blocks {h.blocks_used:2d}"
+          + (f" | admitted {', '.join(h.admitted)}" if h.admitted else "")
+          + (f" | finished {', '.join(h.finished)}" if h.finished else ""))
 
 # %% [markdown]
 # Step through the continuous run with the slider (live notebook): left, each slot's request and
@@ -207,6 +207,8 @@ import io
 
 from IPython.display import Image, display
 from ipywidgets import IntSlider, Output, VBox
+
+from llamanb.course.widgets import kernel_notice
 
 runner_c, reqs_c, tables_c = runs["continuous"]
 N_BLOCKS = runner_c.cache.k_pool.shape[0]
@@ -265,7 +267,7 @@ def show(step: int) -> None:
 
 
 slider.observe(lambda change: show(change["new"]), names="value")
-display(VBox([slider, view]))
+display(VBox([kernel_notice(), slider, view]))   # the notice shows only once the kernel is gone
 show(slider.value)
 
 # %%
@@ -328,7 +330,7 @@ print(f"average over the run: pool {np.mean(held):.0f}, sequences {np.mean(token
       f"-> the pool wastes {1 - np.mean(tokens) / np.mean(held):.1%} to block rounding")
 print(f"in bytes: pool peak {max(held) * per_position / 1e6:.1f} MB vs contiguous "
       f"{contiguous * per_position / 1e6:.1f} MB")
-print(f"share of the memory holding tokens, on average: paged {np.mean(tokens) / np.mean(held):.0%}, "
+print(f"share of the memory holding tokens, on average: paged {np.mean(tokens) / np.mean(held):.0%},\n  "
       f"contiguous sized to the longest request {np.mean(tokens) / contiguous:.0%}, "
       f"sized to the context {np.mean(tokens) / (SLOTS * cfg.max_seq):.1%}")
 
@@ -374,7 +376,7 @@ for r, a, (ids, _, p) in zip(reqs_bi, alone, specs):
     assert r.output == a
     same = sum(x == y for x, y in zip(r.output, a))
     print(f"{r.name}: {len(ids)} prompt tokens, T={p.temperature}, preempted {r.preemptions}x, "
-          f"{same} of {len(a)} tokens as alone | {tok.decode(r.output)!r}")
+          f"{same} of {len(a)} tokens as alone\n  {tok.decode(r.output)!r}")
 n_replay = sum(kind == "replay" for h in runner_bi.history for _, _, kind, _ in h.rows)
 assert sum(r.preemptions for r in reqs_bi) >= 1 and n_replay >= 1
 print(f"{len(runner_bi.history)} steps, {sum(r.preemptions for r in reqs_bi)} preemption(s), "
@@ -404,7 +406,7 @@ top2 = np.sort(prefilled)[-2:]
 half_gap = float(top2[1] - top2[0]) / 2                   # the bound that keeps the argmax
 assert diff > 0, "decode rows and one prefill agreed bit for bit"
 assert diff < half_gap and np.argmax(decoded) == np.argmax(prefilled)
-print(f"{len(ids0)} positions: decode rows and one prefill differ (not bit for bit), by less "
+print(f"{len(ids0)} positions: decode rows and one prefill differ (not bit for bit),\nby less "
       f"than half the top-two logit gap, so they pick the same token")
 
 # %%
@@ -509,6 +511,7 @@ print(f"position 0 missing:   logits off by more than 10, next token "
 # %%
 # NBVAL_IGNORE_OUTPUT
 from llamanb.bench.batching import batched, one_at_a_time
+from llamanb.platform.progress import stages
 from llamanb.serve.workload import mixed_workload
 
 work = mixed_workload(tok.encode("The old lighthouse stood at the end of a narrow spit of rock, "
@@ -519,9 +522,11 @@ MODES = {"one at a time": lambda: one_at_a_time(engine, work)[0],
          "continuous, 4 slots": lambda: batched(engine, work, 4, "continuous")[0]}
 ROUNDS = 3
 samples = {m: [] for m in MODES}
-for rnd in range(ROUNDS):                         # rotated order: no mode always runs first
-    for m in list(MODES)[rnd:] + list(MODES)[:rnd]:
-        samples[m].append(MODES[m]())
+with stages(prefix="benchmark") as say:           # a line per run while it runs, gone after
+    for rnd in range(ROUNDS):                     # rotated order: no mode always runs first
+        for m in list(MODES)[rnd:] + list(MODES)[:rnd]:
+            say(f"round {rnd + 1} of {ROUNDS}: {m}, {len(work)} requests")
+            samples[m].append(MODES[m]())
 one = samples["one at a time"]
 ratios = {m: [r["tok_s"] / o["tok_s"] for r, o in zip(samples[m], one)] for m in list(MODES)[1:]}
 counted = {m: sum(k for _, k in work) / samples[m][0]["steps"] for m in ratios}  # tokens per pass

@@ -313,6 +313,7 @@ print(profile.spec_table(profile.spec_rows(PRESETS["llama3.2-1b"], 2048, 1024)))
 
 # %%
 from llamanb.check import sidebyside
+from llamanb.platform.progress import stages
 from llamanb.mesh.config import MeshConfig
 
 question = tok.encode_prompt("What is the tallest mountain on Earth?")
@@ -323,7 +324,13 @@ if ready.get("cpu"):                        # this CPU, the course's C++ kernels
 for r in rows:                              # real hardware, where this machine has it
     if r.ready and r.runs_on == "device" and r.name not in engines:
         engines[r.name] = Engine(model, r.name)
-runs = sidebyside.side_by_side(engines, question, steps=16, stop_ids=cfg.eos_ids)
+with stages(prefix="side by side") as say:    # a line per backend while it runs, gone after
+    runs = []
+    for i, (name, eng) in enumerate(engines.items(), 1):
+        say(f"{name} ({i} of {len(engines)}): 16 greedy tokens")
+        runs += sidebyside.side_by_side({name: eng}, question, steps=16, stop_ids=cfg.eos_ids)
+    for r in runs[1:]:                          # each checked against the first, numpy
+        r.passes, r.agreement = sidebyside.agree(r.run, runs[0].run)
 IDENTICAL = ("tcp", "galaxy-emulated")      # float32, token-identical to numpy (chapters 08, 09)
 for r in runs:
     if r.name in IDENTICAL:

@@ -206,7 +206,7 @@ ax.set_xticks(range(len(sens)), list(sens), rotation=30, ha="right", fontsize=8)
 ax.set_yticks(range(len(outs)), [label[o] for o in outs], fontsize=7)
 for i, j in np.ndindex(grid.shape):
     if abs(grid[i, j]) >= 0.05:
-        ax.text(j, i, f"{grid[i, j]:.1f}", ha="center", va="center", fontsize=6)
+        ax.text(j, i, f"{grid[i, j]:.1f}", ha="center", va="center", fontsize=7)
 fig.colorbar(im, ax=ax, label="% change per 1 % of the calibration figure")
 ax.set_title("NPU2: each prediction's elasticity to each calibration figure (estimated)", fontsize=9)
 fig.tight_layout()

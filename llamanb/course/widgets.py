@@ -4,9 +4,37 @@ token while llamanb.engine.chat.Chat streams the answer.
     box = chat_widget(Chat(engine))      # display(box) in a notebook
     box.send("Hello")                    # what the Send button does (also for tests)
 
+A widget outlives its kernel: Lab saves each widget's state in the notebook and, on reopening,
+draws it again from that state with no kernel object behind it, so a slider still moves and a
+button still clicks while nothing answers. `kernel_notice()` is a line that says so, shown only
+then: ipywidgets' front end marks every view whose model has no live comm with the class
+`jupyter-widgets-disconnected` (@jupyter-widgets/base, widget.ts: `_comm_live_update`), a model
+restored from the notebook's saved state has none (base-manager, manager-base.ts: `set_state`
+creates a comm only for a model the kernel still holds), and a kernel restart or shutdown sets
+every model's `comm_live` to false (`disconnect`). The notice's own stylesheet hides it unless its
+view carries that class. The check is the browser's, so it holds with no kernel at all.
+
 ipywidgets is imported here only, so the package imports without it.
 """
 from __future__ import annotations
+
+KERNEL_GONE = ("This widget's kernel is gone, so it no longer responds: run the cells above "
+               "(Run > Run All Cells) to bring it back.")
+NOTICE_CLASS = "llamanb-kernel-gone"
+# Hidden while the view's model is live; shown (one red line) once the front end marks it
+# disconnected. ipywidgets' HTML view sets its value as innerHTML, so the <style> applies.
+NOTICE_HTML = (f"<style>.{NOTICE_CLASS}:not(.jupyter-widgets-disconnected){{display:none !important}}"
+               f".{NOTICE_CLASS}::before{{content:none !important}}</style>"
+               f"<span style='color:#b00020'>&#9888; {KERNEL_GONE}</span>")
+
+
+def kernel_notice():
+    """An HTML widget that shows KERNEL_GONE only where its kernel is gone (see above)."""
+    from ipywidgets import HTML
+
+    notice = HTML(value=NOTICE_HTML)
+    notice.add_class(NOTICE_CLASS)
+    return notice
 
 
 def chat_widget(chat):
@@ -44,7 +72,7 @@ def chat_widget(chat):
 
     send.on_click(on_send)
     reset.on_click(on_reset)
-    box = VBox([HBox([text, send, reset]), out, status])
+    box = VBox([kernel_notice(), HBox([text, send, reset]), out, status])
     box.send, box.reset, box.out, box.status = (lambda m: on_send(message=m)), on_reset, out, status
     box.text, box.send_button, box.reset_button = text, send, reset
     return box

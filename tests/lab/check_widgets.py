@@ -10,12 +10,20 @@ cells, then:
   * each slider moved with the keyboard, each dropdown set to its next option, and the chat's
     text box + Send button used: the widget's area must change in response (a NEW figure, not an
     output merely cleared), and still hold no error afterwards;
+  * while the kernel lives, no widget shows the kernel-gone notice (llamanb.course.widgets.kernel_notice);
   * close and reopen: the notebook is saved, its kernel shut down, and the notebook opened again
     in a fresh page: every widget must render from the state saved in the notebook (the course's
     Lab setting `saveState`, scripts/jupyterlab_overrides.json, installed by `make lab` and
-    `make test-lab`), a figure widget with its figure, and none may say "Error displaying widget";
-  * every figure is measured as Lab lays it out: its drawn width over its natural width. A figure
-    shown below MIN_SCALE of its size (a wide figure squeezed into the column) fails.
+    `make test-lab`), as many as ran live (a widget that vanished fails), a figure widget with
+    its figure, the chat with its text box and Send button; none may say "Error displaying
+    widget", and each must say, in one visible line, that its kernel is gone;
+  * every figure is measured as Lab lays it out: the smallest text drawn into it (its size in
+    pixels at the image's natural size, written into the PNG by figure_text_hook.py, which the
+    test's kernels load) times its drawn width over its natural width must be at least
+    MIN_TEXT_PX;
+  * Lab's text column: how many monospace characters an output line holds before Lab wraps it
+    (mid-word: word-break: break-all) must be at least tests/lab/test_output_width.py's LIMIT,
+    which holds every printed line of the committed notebooks to that width.
 
     python tests/lab/check_widgets.py [NN_name ...]    the widget chapters (default) or those named
     python tests/lab/check_widgets.py --all            every chapter; ends with a markdown table of
@@ -38,14 +46,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 OVERRIDES = REPO / "scripts" / "jupyterlab_overrides.json"
-# Lab scales an image down to the column (max-width: 100%). Below 0.8 a figure's 7-8 pt labels
-# (9.7-11 px at the inline backend's 100 dpi) fall under about 8 px on screen.
-MIN_SCALE = 0.8
+# Lab scales an image down to the column (max-width: 100%): the smallest label of every figure, as
+# drawn on screen, in CSS pixels.
+MIN_TEXT_PX = 9.0
+HOOK = Path(__file__).resolve().parent / "figure_text_hook.py"
 VIEWPORT = {"width": 1400, "height": 1000}     # a laptop screen; Lab's file browser stays open
 
 
 def chapters() -> list[str]:
-    return sorted(p.stem for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    """Every chapter: NN_name, NNx_name (01b, 03b, 04b) and the lettered appendices (A_name)."""
+    import re
+
+    return sorted(p.stem for p in (REPO / "notebooks").glob("*.ipynb")
+                  if re.match(r"([0-9][0-9][a-z]?|[A-Z])_", p.name))
 
 
 def widget_chapters() -> list[str]:
@@ -70,8 +83,11 @@ def free_port() -> int:
 
 def start_lab(root: Path, port: int, home: Path) -> subprocess.Popen:
     """JupyterLab on `root`, with user settings and workspaces in `home` (never the user's own)."""
+    startup = home / "ipython" / "profile_default" / "startup"
+    startup.mkdir(parents=True, exist_ok=True)
+    shutil.copy(HOOK, startup / "00-figure-text.py")
     env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
-               JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"))
+               JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"), IPYTHONDIR=str(home / "ipython"))
     cmd = [sys.executable, "-m", "jupyter", "lab", "--allow-root", "--no-browser",
            f"--port={port}", "--ip=127.0.0.1", f"--ServerApp.token={TOKEN}",
            f"--ServerApp.root_dir={root}", "--ServerApp.disable_check_xsrf=True",
@@ -148,33 +164,75 @@ def collect_errors(page, stops: int = 40) -> list[str]:
 
 IMAGES_JS = "root => [...root.querySelectorAll('img')].map(i => i.src)"
 
-# Every figure Lab has laid out: [which cell, natural width, drawn width].
+# Every figure Lab has laid out: [which cell, natural width, drawn width, the smallest text at
+# natural size in px (the PNG's text chunk from figure_text_hook.py; null if it has none)].
 SCALE_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output img')]
   .filter(i => i.naturalWidth > 0 && i.clientWidth > 0)
-  .map(i => [(i.closest('.jp-Cell') && i.closest('.jp-Cell').querySelector('.jp-InputArea-prompt')
-              || {}).textContent || '?', i.naturalWidth, i.clientWidth, i.src.slice(-24)])"""
+  .map(i => {
+    let px = null;
+    const m = /^data:image\\/png;base64,(.*)$/.exec(i.src);
+    if (m) {
+      const head = atob(m[1].slice(0, 8000).replace(/[^A-Za-z0-9+/]/g, '').slice(0, 8000 - 8000 % 4));
+      const t = /llamanb-min-text-px\\0([0-9.]+)/.exec(head);
+      if (t) px = parseFloat(t[1]);
+    }
+    return [(i.closest('.jp-Cell') && i.closest('.jp-Cell').querySelector('.jp-InputArea-prompt')
+             || {}).textContent || '?', i.naturalWidth, i.clientWidth, i.src.slice(-24), px];
+  })"""
 
 
-def figure_scales(page, stops: int = 40) -> dict[str, tuple[str, int, int]]:
+def figure_scales(page, stops: int = 40) -> dict[str, tuple[str, int, int, float | None]]:
     """Each figure of the notebook (by the tail of its data URL): its prompt, natural and drawn
-    width, read at `stops` scroll positions as collect_errors does."""
-    seen: dict[str, tuple[str, int, int]] = {}
+    width and smallest text at natural size, read at `stops` scroll positions as
+    collect_errors does."""
+    seen: dict[str, tuple[str, int, int, float | None]] = {}
     for i in range(stops + 1):
         if not page.evaluate(SCROLL_JS, i / stops) and i:
             break
         time.sleep(0.1)
-        for prompt, natural, drawn, key in page.evaluate(SCALE_JS):
-            seen[key] = (prompt.strip(), natural, drawn)
+        for prompt, natural, drawn, key, px in page.evaluate(SCALE_JS):
+            seen[key] = (prompt.strip(), natural, drawn, px)
     return seen
+
+
+def figure_problems(page) -> list[str]:
+    """Figures whose smallest text is drawn under MIN_TEXT_PX (or that carry no measure)."""
+    problems = []
+    for key, (prompt, natural, drawn, px) in figure_scales(page).items():
+        if px is None:
+            problems.append(f"figure {prompt} carries no text size (was it drawn by matplotlib?)")
+        elif px * drawn / natural < MIN_TEXT_PX:
+            problems.append(f"figure {prompt}: smallest text {px * drawn / natural:.1f} px as drawn "
+                            f"({px:.1f} px at {natural} px wide, drawn {drawn} px)")
+    return problems
+
+
+# How many characters of Lab's monospace output fit on one line of the output column.
+COLUMNS_JS = """() => {
+  const pre = document.querySelector('.jp-OutputArea-output pre');
+  if (!pre) return null;
+  const probe = document.createElement('span');
+  probe.textContent = 'x'.repeat(200);
+  probe.style.whiteSpace = 'pre';
+  pre.appendChild(probe);
+  const ch = probe.getBoundingClientRect().width / 200;
+  probe.remove();
+  return Math.floor(pre.clientWidth / ch);
+}"""
+
+
+# The notice each widget carries (llamanb.course.widgets.kernel_notice): [shown, its text].
+NOTICE_JS = """root => [...root.querySelectorAll('.llamanb-kernel-gone')]
+  .map(e => [getComputedStyle(e).display !== 'none' && e.offsetHeight > 0, e.textContent])"""
 
 
 def run_all_and_wait(page, port: int, timeout_s: float) -> float:
     """Run All Cells; return the seconds until the kernel is idle with no cell queued (the
     prompts of cells scrolled out of the DOM are not seen, so the kernel's state decides)."""
     page.keyboard.press("Escape")
-    page.click("text=Run", timeout=30_000)                        # the menu bar's Run menu
+    page.click(".lm-MenuBar-itemLabel:text-is('Run')", timeout=30_000)   # the menu bar's Run menu
     t0 = time.time()
-    page.click("text=Run All Cells", timeout=30_000)
+    page.click(".lm-Menu-itemLabel:text-is('Run All Cells')", timeout=30_000)
     idle_since = None
     while time.time() - t0 < timeout_s:
         time.sleep(0.5)
@@ -253,27 +311,58 @@ RENDERED_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output .jup
   .map(w => w.querySelectorAll('img').length > 0)"""
 
 
-def reopen_problems(browser, port: int, name: str, figure_widgets: int, timeout_s: float = 90) -> list[str]:
+# Per widget root: [has a figure, has a text box and a Send button (the chat), the kernel-gone
+# notice shown, the notice's text].
+REOPENED_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output .jupyter-widgets.widget-vbox, ' +
+                                             '.jp-OutputArea-output > .jupyter-widgets')]
+  .filter(w => !w.parentElement.closest('.jupyter-widgets.widget-vbox'))
+  .map(w => {
+    const n = [...w.querySelectorAll('.llamanb-kernel-gone')]
+      .filter(e => getComputedStyle(e).display !== 'none' && e.offsetHeight > 0);
+    return [w.querySelectorAll('img').length > 0,
+            !!w.querySelector('input[type=text]') && [...w.querySelectorAll('button')].some(b => b.textContent.includes('Send')),
+            n.length > 0, n.length ? (n[0].querySelector('span') || n[0]).textContent : ''];
+  })"""
+
+
+def reopen_problems(browser, port: int, name: str, live: dict[str, int], timeout_s: float = 90) -> list[str]:
     """Open the saved notebook again with no kernel behind its widgets: each must render from
-    the saved state, the figure widgets with their figure. Lab renders a cell's outputs when it
-    comes near the view, so the notebook is scrolled through until every one has shown."""
+    the saved state (as many as ran live: `live` counts widgets, figure widgets and chats), the
+    figure widgets with their figure, the chat with its text box and Send button, and each must
+    show the kernel-gone notice. Lab renders a cell's outputs when it comes near the view, so
+    the notebook is scrolled through until every one has shown; a widget is counted by its
+    place in the page's order at the scroll position where the most were rendered."""
     page = open_notebook(browser, port, name)
-    widgets = with_figure = 0
+    best: list = []
     deadline = time.time() + timeout_s
-    while time.time() < deadline and with_figure < figure_widgets:
+    while time.time() < deadline:
         for i in range(21):
             page.evaluate(SCROLL_JS, i / 20)
             time.sleep(0.3)
-            shown = page.evaluate(RENDERED_JS)
-            widgets, with_figure = max(widgets, len(shown)), max(with_figure, sum(shown))
+            shown = page.evaluate(REOPENED_JS)
+            if (len(shown), sum(s[0] for s in shown)) > (len(best), sum(s[0] for s in best)):
+                best = shown
+        if len(best) >= live["widgets"] and sum(s[0] for s in best) >= live["figures"]:
+            break
+    widgets, with_figure = len(best), sum(s[0] for s in best)
+    chats, told = sum(s[1] for s in best), sum(s[2] for s in best)
     problems = []
+    if widgets < live["widgets"]:
+        problems.append(f"after reopening: {widgets} of the {live['widgets']} widgets rendered")
+    if chats < live["chats"]:
+        problems.append(f"after reopening: {chats} of {live['chats']} chat widgets show a text box and Send")
+    if told < widgets:
+        problems.append(f"after reopening: {widgets - told} of {widgets} widgets do not say their kernel is gone")
+    if best and best[0][3]:
+        print(f"  notice shown: {best[0][3].strip()!r}")
     page.screenshot(path=str(SHOTS / f"{name}-reopened.png"), full_page=False)
     errors = collect_errors(page)
     if errors:
         problems.append("after reopening: " + "; ".join(errors[:3]))
-    if with_figure < figure_widgets:
-        problems.append(f"after reopening: {with_figure} of {figure_widgets} figure widgets show a figure")
-    print(f"  reopened with the kernel shut down: {widgets} widgets, {with_figure} with their figure")
+    if with_figure < live["figures"]:
+        problems.append(f"after reopening: {with_figure} of {live['figures']} figure widgets show a figure")
+    print(f"  reopened with the kernel shut down: {widgets} widgets, {with_figure} with their figure, "
+          f"{chats} chat(s), {told} saying their kernel is gone")
     page.close()
     return problems
 
@@ -308,9 +397,15 @@ def check_notebook(browser, port: int, name: str, work: Path, widgets: bool) -> 
     print(f"  ran in {seconds:.0f} s", flush=True)
     time.sleep(2)
     problems += collect_errors(page)
-    for key, (prompt, natural, drawn) in figure_scales(page).items():
-        if drawn < MIN_SCALE * natural:
-            problems.append(f"figure {prompt} drawn at {drawn}/{natural} px ({drawn / natural:.0%})")
+    problems += figure_problems(page)
+    columns = page.evaluate(COLUMNS_JS)
+    if columns is not None:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from test_output_width import LIMIT
+        print(f"  Lab's output column holds {columns} characters a line")
+        if columns < LIMIT:
+            problems.append(f"Lab's output column holds {columns} characters, under the {LIMIT} "
+                            f"tests/lab/test_output_width.py holds printed lines to")
     if not widgets:
         page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=False)
         page.close()
@@ -321,14 +416,17 @@ def check_notebook(browser, port: int, name: str, work: Path, widgets: bool) -> 
         problems.append("no widget rendered")
     if page.evaluate("() => document.body.textContent.includes('Loading widget...')"):
         problems.append("a widget is still 'Loading widget...'")
-    figure_widgets = 0
+    live = {"widgets": len(roots), "figures": 0, "chats": 0}
     for i, root in enumerate(roots):
+        if any(shown for shown, _ in root.evaluate(NOTICE_JS)):
+            problems.append(f"widget {i} says its kernel is gone while the kernel runs")
         root.scroll_into_view_if_needed()
         before = root.inner_html()
         images_before = set(root.evaluate(IMAGES_JS))
-        figure_widgets += bool(images_before)
+        live["figures"] += bool(images_before)
         root.screenshot(path=str(SHOTS / f"{name}-w{i}-before.png"))
         done = poke(page, root)
+        live["chats"] += "chat send" in done
 
         def responded() -> bool:
             """A figure widget responds with a NEW figure (an output merely cleared is not a
@@ -354,7 +452,7 @@ def check_notebook(browser, port: int, name: str, work: Path, widgets: bool) -> 
         problems.append("saving did not write the widget state (is saveState on?)")
     page.close()
     shutdown_kernels(port)
-    problems += reopen_problems(browser, port, name, figure_widgets)
+    problems += reopen_problems(browser, port, name, live)
     shutdown_kernels(port)
     return problems, seconds
 

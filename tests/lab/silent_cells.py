@@ -65,7 +65,10 @@ def cell_timelines(path: Path, timeout: int = 600) -> tuple[float, list[tuple[in
 
 
 def main(argv: list[str]) -> int:
-    names = argv or sorted(p.stem for p in (REPO / "notebooks").glob("[0-9][0-9]_*.py"))
+    import re
+
+    names = argv or sorted(p.stem for p in (REPO / "notebooks").glob("*.py")   # 01b, A_ too
+                           if re.match(r"([0-9][0-9][a-z]?|[A-Z])_", p.name))
     silent = 0
     for name in names:
         total, rows = cell_timelines(REPO / "notebooks" / f"{name}.py")

@@ -13,12 +13,14 @@ live widgets in JupyterLab.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from conftest import REPO_ROOT
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
-NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted(p for p in (REPO_ROOT / "notebooks").glob("*.ipynb")     # 01b, A_ too
+                   if re.match(r"([0-9][0-9][a-z]?|[A-Z])_", p.name))
 
 
 def widget_cells(nb) -> list[tuple[int, str]]:
