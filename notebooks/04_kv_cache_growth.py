@@ -15,14 +15,14 @@
 # %% [markdown]
 # # 04 · The KV cache: how it grows and what it costs
 #
-# **What you will build.** A decoder writes, for every layer and every position it has seen, one
-# key vector and one value vector per KV head. Keeping them (the *KV cache*) turns each new token
-# into one pass of a single row through the model instead of a pass over the whole text. In this
-# notebook you will look inside `llamanb`'s cache while the embedded SmolLM2-135M-Instruct answers a
-# chat prompt: which rows the prefill fills, how each decode step appends one row, and what the
-# cached keys look like per layer and position (slider + static pictures). You will derive the
-# memory formula for three real models, and prove that decoding with the cache gives the logits of
-# recomputing from scratch, against our own full pass and HF transformers. Sampling is 04b.
+# **What you will build.** A KV cache, and the proof that it is exact. A decoder writes, for every
+# layer and every position it has seen, one key vector and one value vector per KV head. Keeping
+# them turns each new token into one pass of a single row through the model instead of a pass over
+# the whole text -- that is *why* every fast decoder has one. You will look inside `llamanb`'s
+# cache while the embedded SmolLM2-135M-Instruct answers a chat prompt (which rows the prefill
+# fills, how each decode step appends one row, what the cached keys look like), prove that decoding
+# with the cache gives the logits of recomputing from scratch (against our own full pass and HF
+# transformers), and derive what the cache costs in memory for three real models. Sampling is 04b.
 
 # %% [markdown]
 # ## 0. Setup
@@ -68,13 +68,11 @@ print(f"L = {L} layers, N_h = {N_h} query heads, N_kv = {N_kv} KV heads, d_h = {
 # * axis 3, the `d_h = 64` numbers of one key (or value) vector.
 #
 # Position sits next to the last axis on purpose: in decode, head `j` of layer `l` needs the keys
-# `k[l, j, :T]`, a single contiguous `[T, d_h]` block, so one small matrix product (its
-# `N_h / N_kv = 3` query heads against `T` keys) gives that KV head's scores. `length` counts the
-# filled rows. The storage (`capacity`) is rounded up to the multiple of positions the backend
-# asks for (`engine.backend.kv_position_multiple`: 256 for the numpy backend, whose prefill
-# attention reads keys in tiles of 256 and masks the ones past the end); only `max_seq` positions
-# may ever be written. (A cache can hold several sequences, one per *slot*; `cache.k` and
-# `cache.v` are slot 0's arrays. Chapter 10 fills the other slots.)
+# `k[l, j, :T]`, one contiguous `[T, d_h]` block, so one small matrix product gives that KV head's
+# scores. `length` counts the filled rows; `capacity` rounds `max_seq` up to the multiple of
+# positions the backend asks for (`kv_position_multiple`: the numpy backend's prefill attention
+# reads keys in tiles of that many and masks the tail). `cache.k` and `cache.v` are slot 0's
+# arrays (chapter 10 fills more slots, one sequence each).
 
 # %%
 cache = engine.new_cache(64)                 # room for 64 positions
@@ -88,8 +86,8 @@ assert cache.length == 0 and not cache.k.any() and not cache.v.any()
 assert cache.k[7, 2, :40].flags["C_CONTIGUOUS"]      # one head's keys: one contiguous block
 
 # %% [markdown]
-# The capacity is storage, not permission: a cache asked for 8 positions is 256 rows long, yet once
-# 8 are in use the engine refuses a ninth token.
+# Capacity is storage, not permission: a cache asked for 8 positions is 256 rows long, yet with
+# 8 in use the engine refuses a ninth token.
 
 # %%
 small = engine.new_cache(8)
@@ -154,13 +152,10 @@ print(f"layer-0 rows [0, S) vs RoPE(RMSNorm(embed) @ W_k^T): max |difference| <=
 # %% [markdown]
 # Now decode 16 tokens greedily with `Engine.decode`. Each call feeds the token chosen from the
 # previous logits at position `length`, writes one row per layer and KV head, and advances `length`
-# by one. After every step we check the cache by its *content*, not by its counter: every K and V
-# row below `length` holds a non-zero vector and every row from `length` on is still all zeros.
-# We keep a snapshot of which rows are filled (first 64 positions) for the pictures below.
-#
-# Greedy decoding takes the arg-max; we also assert a clear gap between the best and second-best
-# logit at every step, so the chosen tokens (and the text printed here) do not depend on the CPU's
-# rounding.
+# by one. After every step we check the cache by its *content*, not its counter: every row below
+# `length` holds a non-zero vector, every row from `length` on is still zero. We keep snapshots for
+# the pictures below, and assert a clear gap between the best and second-best logit at every step,
+# so the chosen tokens do not depend on the CPU's rounding.
 
 # %%
 N_STEPS, SHOW = 16, 64
@@ -212,7 +207,8 @@ print("\ntext so far:", repr(tok.decode(generated)))
 # Note the off-by-one that every decoder lives with: after step `t` the text has `t + 1` new tokens,
 # but the cache holds only `t` of them. The newest token is written when it is fed back in.
 #
-# An aside on "rows ≥ length are zero". Prefill may run more rows than the prompt has: the numpy
+# > **Going deeper: padding rows.** "Rows ≥ length are zero" holds even though prefill may run
+# more rows than the prompt has: the numpy
 # backend pads every prefill to a multiple of `row_multiple` rows (8 or 48, depending on the BLAS
 # kernels; notebook 03b explains why). Those extra rows are *padding rows* of the engine's step:
 # they go through every projection (the row count is what matters to BLAS) but belong to no
@@ -352,17 +348,18 @@ print(f"layers where position 0's key is under half the median length: {short_fi
 # the cache should therefore give the same logits as a decoder without a cache, which at step `t`
 # runs all `S + t` tokens through the model again and reads the last position.
 #
-# One full forward pass over all 52 tokens does that for every step at once: by the same causal
+# One full forward pass over all `T = S + 16` tokens does that for every step at once: by the same causal
 # mask, its row `S - 1 + t` sees exactly tokens `0 .. S - 1 + t`, so it *is* the no-cache
 # prediction after step `t`. We run that pass into a fresh cache (this is `engine.logits_all`,
 # keeping its cache so we can compare keys too) and compare its 17 rows with the 17 logits the
-# cached decode produced (after the prefill and after each decode step).
+# cached decode produced (after the prefill and after each decode step). The last line counts the
+# work each decoder does, in token positions run through the model.
 
 # %%
 full = ids + fed                              # [S + 16] the tokens now in the cache
-T = len(full)                                 # 52 positions
+T = len(full)                                 # S + 16 positions
 redo = engine.new_cache(64)
-hidden = engine.forward(full, redo)           # [T, H] all 52 rows in one pass
+hidden = engine.forward(full, redo)           # [T, H] all T rows in one pass
 recomputed = engine.backend.head(hidden)[S - 1:]   # [17, V] row S-1+t: the no-cache step t
 dec = np.stack(step_logits)                   # [17, V] prefill + 16 decode steps, with the cache
 err = np.abs(dec - recomputed).max(axis=1)    # [17]
@@ -378,15 +375,12 @@ print("token positions a decoder runs through the model: with the cache", T,
 print(f"max |decode - recompute| over 17 steps: <= {roundup(float(err.max())):.0e} (asserted < 1e-3)")
 
 # %% [markdown]
-# The two agree to about 1e-4 but (on the machine that built this notebook, see the numbers below)
-# **not bit for bit**. The difference is rounding, not math. Where the step-by-step path multiplies
-# a single row by a weight matrix (every projection in a decode step, and the LM head even after the
-# prefill) it is a matrix-vector product (GEMV); the full pass multiplies 52 rows at once (GEMM);
-# and BLAS sums the products of each dot product in a different order in the two kernels. The
-# cached keys themselves show it: rows written by decode differ from the full pass's rows in the
-# last bits, and the difference is carried through the layers. What holds on every machine is the
-# tolerance, and that is what we assert: the step-by-step keys and values agree with the full pass
-# to far better than 1e-3.
+# The two agree closely but, in general, **not bit for bit**: rounding, not math. A decode step
+# multiplies a single row by each weight matrix (a matrix-vector product, GEMV); the full pass
+# multiplies all `T` rows at once (GEMM); BLAS sums each dot product in a different order in the
+# two kernels. Rows written by decode differ from the full pass's in the last bits, and the
+# difference is carried through the layers. What holds on every machine is the tolerance, and
+# that is what we assert, for the keys and values too:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -397,8 +391,9 @@ print(f"cached K and V vs a full recompute: max |difference| <= {roundup(float(k
       f"(asserted < 1e-3)")
 
 # %% [markdown]
-# The differences on the machine that built this notebook (they depend on the CPU and its BLAS, so
-# they are not compared when the notebook is re-run):
+# > **Going deeper: how far apart, on this machine.** The differences on the machine that built
+# this notebook (they depend on the CPU and its BLAS, so they are not compared when the notebook is
+# re-run):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -407,15 +402,12 @@ print(np.array2string(err, precision=1, max_line_width=100))
 print("max |K_decode - K_full| in rows [S, T):", np.abs(cache.k[:, :, S:T] - redo.k[:, :, S:T]).max())
 
 # %% [markdown]
-# An independent check with HF transformers. Its `DynamicCache` keeps one key tensor and one value
+# Now an independent check with HF transformers. Its `DynamicCache` keeps one key tensor and one value
 # tensor per layer, laid out `[B, N_kv, T, d_h]`: the same order as ours for one layer, with a batch
 # axis in front and without spare capacity (it grows by concatenation). Its keys are also stored
-# after RoPE. We run the 52 tokens through it once and compare its cache with ours, and its logits
-# with our decode logits.
-#
-# transformers reads llamanb's converted cache directory (`load_hf(model, via="converted")`, an HF
-# checkpoint that `tests/io/test_gguf.py` proves equal, tensor by tensor, to what transformers' own
-# GGUF loader produces); all the arithmetic, RoPE and caching below is transformers' own code.
+# after RoPE. We run the `T` tokens through it once and compare its cache with ours, and its logits
+# with our decode logits. (transformers reads llamanb's converted checkpoint, `load_hf(model,
+# via="converted")`; all the arithmetic, RoPE and caching below is transformers' own code.)
 
 # %%
 import torch
@@ -489,8 +481,8 @@ for c, seq, batch in cases:
           f" {per_tok / 1024:13.1f} KiB {mib(row['bf16']):>8s} {mib(row['fp32']):>8s}")
 
 # %% [markdown]
-# Llama-3.2-1B, 2048 tokens, bf16: 64 MiB for K and V, 256 MiB without GQA (the MLIR-AIR guide's
-# "~32 MB" is the K half alone: `docs/corrections.md`).
+# One row in detail: Llama-3.2-1B at 2048 tokens in bf16, K alone, K and V, and what the cache
+# would be without grouped-query attention (one KV head per query head).
 
 # %%
 k_half = LLAMA32_1B.n_layers * LLAMA32_1B.n_kv_heads * 2048 * LLAMA32_1B.head_dim * 2
@@ -502,10 +494,14 @@ print(f"Llama-3.2-1B, 2048 tokens, bf16: K alone {k_half:,} B = {mib(k_half)};"
       f" K + V {int(both):,} B = {mib(both)}; without GQA {mib(no_gqa)}")
 
 # %% [markdown]
+# > **Going deeper.** The MLIR-AIR Llama-3.2-1B guide's "~32 MB" KV cache at 2048 tokens is the
+# K half alone, the first number above (`docs/corrections.md`, chapter 04).
+
+# %% [markdown]
 # Is that a lot? Compare with the weights, which are read once per decode step whatever the batch.
 # The cache grows with every token of every sequence in the batch; the point where it outweighs the
-# weights is `weight_bytes / kv_bytes_per_token` tokens in flight. For Llama 3 70B with 32
-# sequences of 8192 tokens, the cache (80 GiB) is well past half the size of the weights.
+# weights is `weight_bytes / kv_bytes_per_token` tokens in flight: printed below, and the star
+# marks Llama 3 70B with 32 sequences of 8192 tokens (the last row of the table above).
 
 # %%
 tokens = np.logspace(2, 6.3, 200)                                   # seq * batch
@@ -528,10 +524,10 @@ plt.show()
 
 # %% [markdown]
 # Our own cache for the story above: `engine.new_cache(64)` allocated `capacity = 256` positions of
-# float32, and its size is the formula with `seq = capacity`, not 64 and not the 52 rows in use.
+# float32, and its size is the formula with `seq = capacity`, not 64 and not the `T` rows in use.
 # (The arrays come from `np.zeros`, which the operating system maps lazily: untouched pages cost no
 # physical memory until they are written.) HF's `DynamicCache` grows to exactly the tokens seen, so
-# its size is the formula with `seq = T = 52`: an independent count of the same thing.
+# its size is the formula with `seq = T`: an independent count of the same thing.
 
 # %%
 ours = cache.k.nbytes + cache.v.nbytes
@@ -550,11 +546,12 @@ print(f"HF DynamicCache: 2 * {L} * {N_kv} * {d_h} * {T} * 4 B = {hf_bytes:,} B")
 #   `[0, S)`, each `Engine.decode` writes row `length` in every layer and KV head and advances
 #   `length`: checked row by row on the real model, layer 0's rows recomputed by hand.
 # * Size: `2 · L · N_kv · d_h · seq · batch · bytes_per_element` (`LlamaConfig.kv_bytes`,
-#   `kv_bytes_per_token`). Llama-3.2-1B at 2048 tokens needs 64 MiB in bf16 (the MLIR-AIR guide's
-#   32 MB is the K half); Llama 3 70B at 8192 tokens × 32 sequences needs 80 GiB.
+#   `kv_bytes_per_token`); section 5's table gives it for three models, from megabytes for the
+#   embedded model to tens of gigabytes for Llama 3 70B serving a batch.
 # * Decoding with the cache equals recomputing from scratch within 1e-3 in the logits, with the same
-#   greedy tokens, for 52 token positions of work instead of 748 (not bit for bit: one-row and
-#   many-row products round differently); the cache matches transformers' `DynamicCache`.
+#   greedy tokens, for a small fraction of the token positions of work (section 4 counts both; not
+#   bit for bit: one-row and many-row products round differently); the cache matches
+#   transformers' `DynamicCache`.
 #
 # **Next — 04b · Sampling:** the logits this cache helps to compute, turned into a token (greedy,
 # temperature, top-k, top-p), against transformers' logits warpers.

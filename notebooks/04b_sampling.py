@@ -15,8 +15,9 @@
 # %% [markdown]
 # # 04b · Sampling: from logits to a token
 #
-# **What you will build.** Notebook 04 ended with a cache that turns each new token into a one-row
-# pass and a vector of `V` logits. A *sampler* turns those logits into the next token. Here you take
+# **What you will build.** A sampler: the last step of every decode, which turns the model's `V`
+# logits into the next token (notebook 04 ended with those logits). Greedy decoding repeats itself;
+# sampling is how a chat model varies its answers, and its settings decide how far. Here you take
 # the logits of a real prompt on the embedded SmolLM2-135M-Instruct, derive in numpy every transform
 # a sampler applies to them (greedy, temperature, top-k, top-p), check the distributions against
 # `llamanb.engine.sampling.next_token_probs` and against transformers' own logits warpers, and draw seeded
@@ -150,23 +151,27 @@ for name, (temp, k, p) in SETTINGS.items():
     np.testing.assert_allclose(mine, theirs, rtol=1e-9, atol=1e-15)
     probs[name] = theirs
     print(f"{name:28s} surviving tokens: {int((theirs > 0).sum()):6d}   top-1 p = {fmt(theirs.max())}")
+for name, (temp, k, p) in SETTINGS.items():                  # what each filter leaves, asserted
+    kept = int((probs[name] > 0).sum())
+    if temp == 0:
+        assert kept == 1
+    elif k is None and p == 1:
+        assert kept == V                                         # temperature alone filters nothing
+    elif k is not None:
+        assert kept <= k and (p < 1 or kept == k)
 
 # %% [markdown]
 # ## 3. Against transformers' logits warpers
 #
 # Our numpy transforms and `llamanb.engine.sampling.next_token_probs` agree (same survivors, probabilities
-# equal to 1e-9). Temperature alone filters nothing: all 49,152 tokens keep some probability, it only
-# moves mass between them. Top-k keeps exactly `k`; top-p keeps as many as the shape of the
-# distribution needs.
+# equal to 1e-9). Temperature alone filters nothing: all `V` tokens keep some probability (asserted
+# above), it only moves mass between them. Top-k keeps exactly `k`; top-p keeps as many as the
+# shape of the distribution needs.
 #
 # Now the independent reference: transformers' logits warpers, `TemperatureLogitsWarper`,
-# `TopKLogitsWarper` and `TopPLogitsWarper` (importable from `transformers`; in 5.23 they live in
-# `transformers/generation/logits_process.py`). Transformers' `generate` applies them in the order
-# temperature, top-k, top-p, each to the previous one's output, as we do. Two details: they take
-# `min_tokens_to_keep` (1 unless beam search), which never binds here; and HF's top-p removes a
-# token when the mass of it and every *less* likely token is at most `1 - p`, which is our "mass
-# before it is below `p`" seen from the other end. Greedy in HF is not a warper but `argmax` of the
-# scores.
+# `TopKLogitsWarper` and `TopPLogitsWarper`. Transformers' `generate` applies them in the order
+# temperature, top-k, top-p, each to the previous one's output, as we do; greedy in HF is not a
+# warper but `argmax` of the scores.
 
 # %%
 from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
@@ -187,6 +192,13 @@ for name, (temp, k, p) in SETTINGS.items():
     np.testing.assert_allclose(hf_p, probs[name], rtol=1e-5, atol=1e-9)
 print("transformers' warpers give the same survivors and probabilities (rtol 1e-5) for all",
       len(SETTINGS), "settings")
+
+# %% [markdown]
+# > **Going deeper: HF's top-p from the other end.** The warpers live in
+# `transformers/generation/logits_process.py`. They take `min_tokens_to_keep` (1 unless beam
+# search), which never binds here. HF's top-p removes a token when the mass of it and every *less*
+# likely token is at most `1 - p`: our "mass before it is below `p`" seen from the other end, which
+# is why the survivors above are the same set.
 
 # %% [markdown]
 # ## 4. Drawing
@@ -249,8 +261,7 @@ plt.show()
 #
 # **Next — 05 · NPU kernels:** the block's matrix products as MLIR-AIR kernels for AMD's NPU2,
 # compiled one kernel at a time. Decode there is the one-row (GEMV) path of notebook 04; in the
-# published Llama-3.2-1B example the attention over the cache stays on the CPU (about 5 ms per
-# token, host work included).
+# published Llama-3.2-1B example the attention over the cache stays on the CPU.
 
 # %% [markdown]
 # ## Exercises

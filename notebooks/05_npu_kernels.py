@@ -15,28 +15,23 @@
 # %% [markdown]
 # # 05 · Seven NPU kernels: from a Python builder to MLIR-AIR to a run on the (emulated) NPU2
 #
-# **What you will build.** The MLIR-AIR implementation of Llama-3.2-1B for AMD's NPU2
-# (Xilinx/mlir-air, `programming_examples/llama32_1b`, now `programming_examples/llms/llama32_1b`)
-# runs a transformer layer with seven kernels: RMSNorm, GEMM, GEMV, RoPE, SwiGLU (`silu_and_mul`),
-# FlashAttention and an elementwise add. Each is a small Python *builder* that writes an MLIR module:
-# a function over DDR buffers, and inside it `air.launch` → `air.segment` → `air.herd`, the herd
-# being a rectangle of compute tiles that all run the same body on their own slice of the data.
+# **What you will build.** One transformer layer as seven NPU kernels -- RMSNorm, GEMM, GEMV,
+# RoPE, SwiGLU (`silu_and_mul`), FlashAttention and an elementwise add -- run on an emulated AMD
+# NPU2. An NPU has no cache and no scheduler to hide behind: every kernel says which tiles run it
+# and which bytes move where, so writing one is the clearest way to see what a layer asks of
+# hardware. Each kernel is a small Python *builder* that writes an MLIR module: a function over
+# DDR buffers, and inside it `air.launch` → `air.segment` → `air.herd`, the herd being a rectangle
+# of compute tiles that all run the same body on their own slice of the data. The seven are the
+# ones the MLIR-AIR Llama-3.2-1B guide (Xilinx/mlir-air, `programming_examples/llms/llama32_1b`)
+# uses.
 #
-# You will build each of the seven for the embedded model (SmolLM2-135M, a smaller Llama of the
-# same structure), read its argument table and MLIR, and run it on an **emulated NPU2**, an
-# interpreter that executes the module text op by op (DMAs, loops, L1 buffers, calls into the C++
-# kernels): layer 0 of the real model, every step compared with its numpy model and the numpy
-# engine's op. You will derive how a herd splits work, the table RoPE reads, and the rule that
-# lets FlashAttention's tiles merge partial softmaxes.
-#
-# No NPU is needed: every number below that comes from "the NPU" is **emulated** and says so.
-#
-# **Words used from here on.** *XRT* is AMD's runtime library through which a host program talks to
-# the NPU (allocates buffers, loads a kernel, starts it). An *ELF* is the compiled file XRT loads:
-# the instructions for the cores and the NPU's command stream. *aircc* is mlir-air's compiler
-# driver: it lowers the AIR dialect below to mlir-aie's AIE dialect and hands that to *aiecc*,
-# which places, routes and packages it; *Peano* is the LLVM-based C++ compiler for AIE cores
-# (AMD's llvm-aie) that builds the hand-written kernels into `.o` files and the per-core code.
+# You will build each for the embedded model (SmolLM2-135M, a smaller Llama of the same
+# structure), read its argument table and MLIR, and run it on the **emulated NPU2**, an interpreter
+# that executes the module text op by op (DMAs, loops, L1 buffers, calls into the C++ kernels):
+# layer 0 of the real model, every step compared with its numpy model and the numpy engine's op.
+# Along the way you derive how a herd splits work, the table RoPE reads, and the rule that lets
+# FlashAttention's tiles merge partial softmaxes. No NPU is needed: every number below that comes
+# from "the NPU" is **emulated** and says so.
 
 # %% [markdown]
 # ## 0. Setup
@@ -66,19 +61,14 @@ print(f"H = {H}, N_h = {Nh}, N_kv = {Nkv}, d_h = {d}, D_ff = {F}, V = {V}")
 # %% [markdown]
 # ## 1. The NPU2 array and its memory hierarchy
 #
-# The NPU in a Ryzen AI "Strix" laptop (XDNA 2, AIE2P cores) is a grid of 8 columns. Each column
+# The NPU in a Ryzen AI "Strix" laptop (XDNA 2, AIE2P cores) is a grid of columns. Each column
 # has, from the bottom: one **shim tile** (the interface to DDR, the laptop's main memory: *L3*),
-# one **mem tile** (512 KB of SRAM: *L2*) and four **compute tiles**, each a VLIW vector core with
-# 64 KB of its own data memory (*L1*). There is no cache: the data a core works on is moved into
-# its L1 by a DMA engine, from L2 or straight from DDR, by an `air.dma_memcpy_nd` in the MLIR --
-# or streamed in from the neighbouring core over a *cascade* (an `npu_cascade` channel; this
-# course's FlashAttention hands its partial softmax state down one that way, §3.6).
-#
-# In MLIR a buffer is a `memref` whose *memory space* says where it lives; AIR numbers them by
-# level: no space (0) is DDR (L3), `1` a mem tile (L2), `2` a compute tile's L1. A `memref<...,
-# 2 : i32>` in the text below is therefore a per-tile buffer.
-#
-# The emulated array model (`llamanb.npu.compiler.array`) holds these numbers once:
+# one **mem tile** (SRAM: *L2*) and several **compute tiles**, each a VLIW vector core with a
+# small data memory of its own (*L1*). There is no cache: a DMA engine moves the data a core works
+# on into its L1, from L2 or straight from DDR (an `air.dma_memcpy_nd` in the MLIR), or a
+# neighbouring core streams it in over a *cascade* (FlashAttention does, §3.4). In MLIR a buffer's
+# `memref` *memory space* says where it lives: none is DDR, `1` a mem tile, `2` a compute tile's
+# L1. The emulated array model (`llamanb.npu.compiler.array`) holds the sizes once:
 
 # %%
 from llamanb.npu.compiler.array import NPU2
@@ -93,8 +83,9 @@ print(f"L1 per compute tile: {NPU2.l1_bytes // 1024} KiB ({NPU2.stack_bytes // 1
 # A kernel is written top-down in that hierarchy:
 #
 # * `air.launch` — one step of the NPU's command stream, possibly iterated over a grid of blocks.
-#   It is *not* a host dispatch: the host starts a whole ELF with one `xrt.run`, and notebook 06
-#   puts several launches into one ELF, which then run back to back without the host;
+#   It is *not* a host dispatch: the host starts a whole compiled kernel file (an *ELF*) with one
+#   `xrt.run` (XRT is AMD's runtime library for the NPU), and notebook 06 puts several launches into
+#   one ELF, which then run back to back without the host;
 # * `air.segment` — the slice of the array the launch uses: its mem tiles (L2 buffers live here);
 # * `air.herd` — `[columns, rows]` compute tiles running one body; inside it, `%tx, %ty` say which
 #   tile this is, L1 buffers are per tile, and loops, DMAs and arithmetic do the work.
@@ -103,11 +94,9 @@ print(f"L1 per compute tile: {NPU2.l1_bytes // 1024} KiB ({NPU2.stack_bytes // 1
 #
 # The residual connections `x + attn_out` and `x + ffn_out` are an elementwise add. Its herd is
 # `[8, 1]`: eight tiles in a row. Each owns one contiguous block of `n / 8` elements and streams it
-# in *chunks* of `c`: in iteration `i` tile `t` works at element offset `t·(n/8) + i·c`. That is
-# upstream's split (`llms/shared/builders/o_ffn_multi.py` in Xilinx/mlir-air: offset = `iv + tx ·
-# chunk_size`), whose body then adds 16-lane bf16 vectors; ours adds with a `linalg.generic`, which
-# aircc would lower to scalar loops (§3.1). Before reading the MLIR, let us convince ourselves in
-# numpy that the split covers every element exactly once.
+# in *chunks* of `c`: in iteration `i` tile `t` works at element offset `t·(n/8) + i·c`. Before
+# reading the MLIR, let us convince ourselves in numpy that the split covers every element exactly
+# once.
 
 # %%
 S = 64                                        # prefill rows for this notebook
@@ -118,8 +107,8 @@ for t in range(T):
         off = t * (n // T) + i * c
         assert (owner[off:off + c] == -1).all()   # nobody wrote here before
         owner[off:off + c] = t
-print("every element owned once:", bool((owner >= 0).all()),
-      "| elements per tile:", np.bincount(owner).tolist())
+assert (owner >= 0).all()                     # every element owned, and (above) only once
+print("elements per tile:", np.bincount(owner).tolist())
 
 # %% [markdown]
 # The builder `llamanb.npu.compiler.builders.add` writes exactly that loop. It returns a `KernelSpec`: the
@@ -151,19 +140,17 @@ def excerpt(text, *needles, width=120):               # 120: Lab's output column
 excerpt(add_spec.text, '"air.herd"', '"scf.for"', "%a_l1, ", '"arith.addf"', "llamanb.op")
 
 # %% [markdown]
-# Upstream MLIR (the `mlir` Python package from PyPI, the parser mlir-air is built on) parses the
+# MLIR's own parser (the `mlir` Python package from PyPI, the one mlir-air is built on) parses the
 # module. Its AIR ops are unregistered there, so no AIR verifier runs: `verify` checks the AIR
 # rules itself (herds are 2D, hierarchy ops isolated from above and terminated, DMAs with matching
 # offsets, sizes and strides; `llamanb.npu.compiler.verify`). That is all: no module in this
-# course is compiled by aircc, placed, routed or run on a device, and a real compiler pass may
-# still reject one (notebook 06 §10).
+# course is compiled by mlir-air's compiler, placed, routed or run on a device, and a real
+# compiler pass may still reject one (notebook 06, the sidebar after §9).
 
 # %%
 from llamanb.npu.compiler.verify import verify
 
-verify(add_spec.text)
-print("add: parsed by upstream MLIR (generic form; AIR ops unregistered, no AIR verifier ran), "
-      "AIR structure checked by llamanb.npu.compiler.verify")
+verify(add_spec.text)          # raises on any broken rule; returns nothing when the module is sound
 
 # %%
 from llamanb.npu.compiler.emulator import run  # executes the text: each tile, each DMA's offsets
@@ -174,13 +161,18 @@ out_npu, out_model = np.zeros_like(a), np.zeros_like(a)
 report = run(add_spec, a, b, out_npu)
 add_spec.model(a, b, out_model)
 print(report)
-print("emulated NPU == numpy model:", np.array_equal(out_npu, out_model),
-      "| == to_bf16(a + b):", np.array_equal(out_npu, to_bf16(a + b)))
+assert np.array_equal(out_npu, out_model)           # the emulated NPU2 == the kernel's numpy model
+assert np.array_equal(out_npu, to_bf16(a + b))      # == plain numpy, rounded to bf16
+
+# %% [markdown]
+# > **Going deeper: the guide's add.** The split is the guide's (`llms/shared/builders/o_ffn_multi.py`
+# in Xilinx/mlir-air: offset = `iv + tx · chunk_size`); its body adds 16-lane bf16 vectors, ours a
+# `linalg.generic`, which the real compiler would lower to scalar loops (§3.1's sidebar).
 
 # %% [markdown]
 # ## 3. Layer 0 of the real model, kernel by kernel
 #
-# From here on the inputs are real: the embeddings of 64 tokens of text, and layer 0's weights,
+# From here on the inputs are real: the embeddings of `S` tokens of text, and layer 0's weights,
 # rounded to bf16. Each step runs one kernel on the emulated NPU2 and compares it with (a) the
 # kernel's numpy model and (b) the numpy engine's own op on the same inputs. We measure differences
 # in bf16 *ulps* (units in the last place: one ulp is the gap between neighbouring bf16 numbers),
@@ -206,12 +198,9 @@ print("tokens:", ids.size, "| x0:", x0.shape)
 # ### 3.1 RMSNorm (codegen, herd [8, 1])
 #
 # No C++: the herd body is two `linalg.generic` ops on L1 tiles, a reduction `ss[r] += x[r,c]²`
-# and an elementwise `y = x · rsqrt(ss/H + ε) · w`. aircc lowers linalg with
-# `convert-linalg-to-loops` (Xilinx/mlir-air `tools/aircc/aircc.cpp`), so on the NPU these would
-# be scalar loops: nothing vectorises them. Upstream writes its vector code itself (vector
-# dialect ops or a transform script, or a C++ kernel); this course keeps linalg because its
-# emulator reads it, and says so. Like upstream's, this builder emits a *bare* herd, with no launch around it; it
-# reads `x` as one flat `[S·H]` buffer, the layout the previous layer's residual add leaves.
+# and an elementwise `y = x · rsqrt(ss/H + ε) · w`. The builder emits a *bare* herd, with no
+# launch around it; it reads `x` as one flat `[S·H]` buffer, the layout the previous layer's
+# residual add leaves.
 
 # %%
 from llamanb.npu.compiler.builders import rmsnorm
@@ -224,6 +213,12 @@ verify(norm.text)
 h_engine = to_bf16(rms_norm(x0, W["attn_norm"], cfg.rms_eps))
 print(f"vs model: {within(ulps(h_npu, h_model), 1, 'rmsnorm vs model')} | vs engine's rms_norm: "
       f"{within(ulps(h_npu, h_engine), 1, 'rmsnorm vs engine')}")
+
+# %% [markdown]
+# > **Going deeper: linalg is not vector code.** mlir-air's compiler driver, *aircc*, lowers linalg
+# with `convert-linalg-to-loops` (Xilinx/mlir-air `tools/aircc/aircc.cpp`), so on the NPU these
+# would be scalar loops. The guide writes its vector code itself (vector dialect ops, a transform
+# script, or a C++ kernel); this course keeps linalg because its emulator reads it.
 
 # %% [markdown]
 # ### 3.2 GEMM (codegen, herd [8, 4]: all 32 tiles)
@@ -267,7 +262,8 @@ print(f"k vs engine: {scaled(k_npu, to_bf16(h_npu @ wk.T), 'gemm k vs engine')} 
 # ### 3.3 RoPE (external C++ kernel, herd [8, 1])
 #
 # RoPE is the first kernel that calls hand-written C++: `rope_halfsplit_bf16`, compiled into
-# `rope.o` (`kernels/rope_halfsplit.cc`). The module declares it `func.func private` with
+# `rope.o` (`kernels/rope_halfsplit.cc`; on a real machine by *Peano*, AMD's LLVM-based C++ compiler
+# for the NPU's cores). The module declares it `func.func private` with
 # `link_with = "rope.o"`, and the herd body calls it on L1 tiles. The rotation table is an *input*
 # (a LUT), not computed on the NPU: for each position `p` and each pair `i < d/2` it holds
 # `cos(p·θ_i)` in the first half and `sin(p·θ_i)` in the second, repeated for every head so that
@@ -280,7 +276,8 @@ freqs = rope_for(cfg)                                          # [d/2] inverse f
 cos, sin = cos_sin(np.arange(S), freqs)                        # [S, d/2]
 lut_mine = to_bf16(np.tile(np.concatenate([cos, sin], axis=-1), (1, Nh)))   # [S, N_h d]
 lut_q, lut_k = rope_lut(np.arange(S), Nh, freqs), rope_lut(np.arange(S), Nkv, freqs)
-print("derived table == rope_lut:", np.array_equal(lut_mine, lut_q), "| shape", lut_q.shape)
+assert np.array_equal(lut_mine, lut_q)             # the derived table is the builder's
+print("rope table:", lut_q.shape)
 
 # %%
 rq, rk = rope(S, Nh, d), rope(S, Nkv, d)
@@ -296,20 +293,19 @@ print(f"vs model*: {within(ulps(qr_npu, qr_model), 0, 'rope vs model*')} | vs en
 
 # %% [markdown]
 # Which C++ ran? The emulator calls the real C++ source built with the host's g++ when there is
-# one (`llamanb.npu.compiler.extern`), else the kernel's numpy model; its report says which (not
-# checked: it depends on the machine). **`vs model*` is independent only where g++ ran**; the
-# comparison with the engine's op is independent either way. (The symbol names are the course's
-# own; upstream's differ: `docs/corrections.md`, "NPU2 (chapters 05–07)".)
+# one (`llamanb.npu.compiler.extern`), else the kernel's numpy model; its report says which.
+# **`vs model*` is independent only where g++ ran**; the comparison with the engine's op is
+# independent either way. (The C++ symbol names are the course's own: `docs/corrections.md`.)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 print(run(rq, q_npu, lut_q, np.zeros_like(q_npu)))
 
 # %% [markdown]
-# ### 3.4 FlashAttention (codegen here; MLIR + C++ upstream; a cascade of Q tiles)
+# ### 3.4 FlashAttention (a cascade of Q tiles)
 #
-# Causal attention with grouped KV heads (query head `h` reads KV head `h // 3`). Upstream's design
-# puts a herd of `[num_q_tiles, num_cascade_stages]` tiles on each head: tile `(x, y)` holds Q tile
+# Causal attention with grouped KV heads (query head `h` reads KV head `h // 3`). The design puts a
+# herd of `[num_q_tiles, num_cascade_stages]` tiles on each head: tile `(x, y)` holds Q tile
 # `x` and streams the KV tiles `y, y + stages, ...`, keeping a running softmax; then the stages hand
 # their partial results down a cascade channel and the last one writes the output. That only works
 # because partial softmaxes merge exactly. Derive the rule: split the keys in two, keep for each half
@@ -329,12 +325,13 @@ for cols in (slice(0, 6), slice(6, 10)):
 m = np.maximum(m1, m2)
 l_ = l1 * np.exp(m1 - m) + l2 * np.exp(m2 - m)
 merged = (a1 * np.exp(m1 - m) + a2 * np.exp(m2 - m)) / l_
-print("merged partial softmaxes == full softmax:", np.allclose(merged, full, rtol=1e-12, atol=1e-12))
+np.testing.assert_allclose(merged, full, rtol=1e-12, atol=1e-12)     # the merge is exact
+print("merged partial softmaxes == full softmax (to 1e-12)")
 
 # %% [markdown]
 # That merge is what each stage does after receiving its predecessor's `(m, l, acc)`. The builder
 # writes every step as a `linalg.generic` on L1 tiles, and the cascade as an `npu_cascade` channel
-# (upstream's calls C++ primitives instead: `docs/corrections.md`).
+# (the guide's calls C++ primitives instead: `docs/corrections.md`).
 
 # %%
 from llamanb.npu.compiler.builders import flash_attn
@@ -359,7 +356,7 @@ print(f"vs model: {within(ulps(att_npu, att_model), 1, 'flash_attn vs model')} |
 # %% [markdown]
 # ### 3.5 O projection and the residual add (2D → 1D)
 #
-# `o = attn · W_oᵀ`, then `x1 = x0 + o`. The add here is upstream's "2D to 1D" variant: its output
+# `o = attn · W_oᵀ`, then `x1 = x0 + o`. The add here is the "2D to 1D" variant: its output
 # is one flat `[S·H]` buffer, the layout the next RMSNorm reads (`memref.collapse_shape` views the
 # 2D inputs flat inside the herd; no data moves).
 
@@ -401,14 +398,12 @@ block_engine = engine.backend.block(0, x0.copy(), Step.build([(0, 0, ids)]), eng
 err = np.abs(x2_npu.reshape(S, H) - block_engine) / np.abs(block_engine).max()
 
 
-def below(frac, bound):
-    """Assert a measured fraction under its stated bound; print the bound as a percentage."""
+def below(frac, bound):                   # assert a measured fraction under its bound; print it as %
     assert frac < bound, (frac, bound)
     return f"{100 * bound:g}%"
 
 
-# bounds: the values measured here (0.68 % and 0.012 %, printed in §3.8) with a margin of
-# at least 1.4x, rounded up to 1 % and 0.02 %
+# bounds: 1 % and 0.02 % of the output scale; §3.8 prints the measured values beside them
 print(f"layer 0 on the emulated NPU2 vs the float32 engine's block, relative to the output "
       f"scale: max |diff| < {below(err.max(), 0.01)}, median < {below(np.median(err), 0.0002)}")
 
@@ -418,8 +413,8 @@ print(f"layer 0 on the emulated NPU2 vs the float32 engine's block, relative to 
 #
 # ### 3.7 GEMV (external C++, decode and the LM head)
 #
-# In decode there is one token: every projection is a matrix-*vector* product, and upstream calls a
-# hand-written `matvec` (`mv.o`). The weight stays `[out, in]` with K contiguous; the vector goes to
+# In decode there is one token: every projection is a matrix-*vector* product, a hand-written C++
+# `matvec` (`mv.o`). The weight stays `[out, in]` with K contiguous; the vector goes to
 # L2 once and to every tile's L1; the herd's tiles split the output rows. The LM head
 # (`V × H`, 28 M weights here) is split in 8 partitions that the next notebook stitches into one
 # module; here is one partition, on the last token:
@@ -441,8 +436,8 @@ print(f"vs model*: {scaled(logits_npu, logits_model, 'gemv vs model*')} | vs eng
 # %% [markdown]
 # ### 3.8 The measured distances behind every bound
 #
-# Each check above printed the bound it asserts. Here is what was measured on this machine (not
-# compared when the course is re-run: another BLAS may move a value by the one ulp the bounds allow):
+# Each check above printed the bound it asserts; here is what this machine measured (not compared
+# on a re-run: another BLAS may move a value by the one ulp the bounds allow).
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -474,10 +469,10 @@ for name, spec in kernels.items():
           f"{l1_need(h, omit_pingpong_of(spec)) / 1024:4.1f} as compiled  L2 {lp.l2_bytes / 1024:5.1f} KiB  {ext}")
 
 # %% [markdown]
-# "As compiled" counts what aircc allocates with ping-pong, XRTBackend's default: a second copy of
-# every buffer a DMA fills (`air-ping-pong-transform`, Xilinx/mlir-air `tools/aircc/aircc.cpp`);
-# FlashAttention is compiled, as upstream's, with `omit_pingpong="all"`. Only the GEMM fills the
-# array. The widget lights each launch's tiles on the 8 × 6 grid; the static figure shows all.
+# "As compiled" counts what the real compiler allocates with *ping-pong*, its default: a second
+# copy of every buffer a DMA fills, so one copy is filled while the core works on the other;
+# FlashAttention is compiled with `omit_pingpong="all"`. Only the GEMM fills the array. The widget
+# lights each launch's tiles on the 8 × 6 grid; the static figure shows all.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -492,7 +487,7 @@ plt.show()
 # %% [markdown]
 # ## 5. The same builders at Llama-3.2-1B's shapes
 #
-# The builders are the same for the model the upstream guide runs (hidden 2048, 32 / 8 heads, FFN
+# The builders are the same for the model the MLIR-AIR guide runs (hidden 2048, 32 / 8 heads, FFN
 # 8192, sequence 2048). Emitted and verified only (running 1B numerics on an emulator is not the
 # point); per tile, L1 single- and double-buffered against the 64 KiB a tile has:
 
@@ -521,23 +516,28 @@ for name, spec in big.items():
 
 # %% [markdown]
 # Double-buffered, the K = 2048 GEMV fits; the down GEMV and FlashAttention do not, so both are
-# built with `omit_pingpong="all"`, as upstream compiles its `o_gemv_ffn` and `flash_attn`
-# (`shared/infra/backend_presets.py`). **The GEMV's data path differs from upstream's, on
-# purpose.** Upstream's is two-level: weight panel DDR → L2 per launch iteration, `m_input`-row
-# windows L2 → L1, the vector DDR → L1 every trip (`matrix_vector_multiplication/bf16/matvec.py`).
-# This builder streams the weight blocks DDR → L1 and stages `x` in L2 once: one loop level less
-# to read, and the L1 blocks, which decide what fits, are the same (16 KiB of weights). More
-# upstream detail: `docs/corrections.md`, "NPU2 (chapters 05–07)".
+# built with `omit_pingpong="all"`.
+#
+# > **Going deeper: where the guide differs.** The guide compiles its `o_gemv_ffn` and `flash_attn`
+# with `omit_pingpong="all"` too (`shared/infra/backend_presets.py`), and aircc's ping-pong is
+# `air-ping-pong-transform` (`tools/aircc/aircc.cpp`). Its GEMV's data path is two-level, on
+# purpose different here: weight panel DDR → L2 per launch iteration, `m_input`-row windows L2 → L1,
+# the vector DDR → L1 every trip (`matrix_vector_multiplication/bf16/matvec.py`). This builder
+# streams weight blocks DDR → L1 and stages `x` in L2 once: one loop level less to read, with the
+# same L1 blocks, which decide what fits. More: `docs/corrections.md`, "NPU2 (chapters 05–07)".
 
 # %% [markdown]
 # ## Summary
 #
-# Every module above parsed with upstream MLIR (no AIR verifier there; `llamanb.npu.compiler.verify`
-# checked its structure), ran on the emulated NPU2 within one bf16 ulp of its numpy model, and
-# matched the numpy engine's op; §3.8 lists each measured distance. Where each kernel is codegen
-# here and C++ upstream (the GEMM's `mm.o` at upstream HEAD, FlashAttention's `attn_npu2.o`) is
-# tabled in `docs/corrections.md`. Notebook 06 stitches the kernels into the multi-launch modules
-# upstream compiles into one ELF each, and compiles one into a cached artifact.
+# * A kernel is a builder's MLIR module: a launch, a segment, a herd of tiles, each tile working on
+#   its own slice through DMAs into its 64 KiB of L1.
+# * Every module above parsed with MLIR's parser, passed the course's AIR checks, ran on the
+#   emulated NPU2 within one bf16 ulp of its numpy model, and matched the numpy engine's op (§3.8
+#   lists each measured distance); layer 0 as eleven kernel runs matches the float32 block.
+# * What fits a tile decides the tile sizes; ping-pong doubles what a DMA fills.
+#
+# Which kernels are C++ in the guide and codegen here: `docs/corrections.md`. **Next — 06:**
+# stitching the kernels into multi-launch modules, one ELF and one dispatch each.
 
 # %% [markdown]
 # ## Exercises

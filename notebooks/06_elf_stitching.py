@@ -122,7 +122,7 @@ plt.show()
 #
 # The smallest useful group: RMSNorm of the token's row, then the K projection (a GEMV) of the
 # normalised row. Each kernel's module has its own function over `%arg0..%arg2`. RMSNorm is a
-# *bare* herd (no launch around it, as upstream's builder writes it); the GEMV has the full
+# *bare* herd (no launch around it); the GEMV has the full
 # `air.launch → air.segment → air.herd` nest and calls the C++ kernel `@matvec_bf16` from `mv.o`.
 
 # %%
@@ -148,9 +148,8 @@ for spec in (norm, proj):
 #    (`sym_name = "..."`: launch, segment and herd names, and the module-level `air.channel`
 #    declarations its DMAs name) likewise, and its affine-map aliases (`#map` to `#k_map`), so two
 #    bodies and their module headers can sit in one module (the same kernel may even appear twice:
-#    the K and V projections). Upstream's `_rename_all` does the same to values, symbols and maps
-#    (`docs/explain.md`, "The Stitching Utilities"). The GEMV below has no maps or channels, so the
-#    derivation renames values and symbols only;
+#    the K and V projections). The GEMV below has no maps or channels, so the derivation renames
+#    values and symbols only;
 # 2. **remap** `%argN` through the *argument map*: kernel argument → group argument. Two kernels
 #    naming the same group argument share one DDR buffer: RMSNorm's output `y` and the GEMV's input
 #    `x` both become the group's `xn`;
@@ -188,6 +187,11 @@ mine = rename(body(proj.text), "k", slot)
 excerpt("\n".join(mine), '"air.launch"(', '"func.call"')
 
 # %% [markdown]
+# > **Going deeper.** The MLIR-AIR guide's stitcher does the same: its `_rename_all` renames values,
+# symbols and maps (`docs/explain.md`, "The Stitching Utilities", in Xilinx/mlir-air's
+# `programming_examples/llms/llama32_1b`).
+
+# %% [markdown]
 # ## 4. Bare herds get a launch
 #
 # A stitched function is a sequence of launches: each `air.launch` is one step of the ELF's
@@ -204,8 +208,8 @@ print("before:")
 excerpt(norm.text, '"air.herd"(')
 print("after:")
 excerpt(wrapped, '"air.launch"(', '"air.segment"(', '"air.herd"(', "_size")
-print("bare launches read back: before", [lp.bare for lp in read_plan(norm.text).launches],
-      "after", [lp.bare for lp in read_plan(wrapped).launches])
+assert [lp.bare for lp in read_plan(norm.text).launches] == [True]       # a herd, no launch
+assert [lp.bare for lp in read_plan(wrapped).launches] == [False]        # now inside a launch
 
 # %% [markdown]
 # Now the package's stitcher on the same two kernels. Its GEMV section must be exactly the lines
@@ -229,9 +233,7 @@ print(group.table())
 # %%
 plan = read_plan(group.text)
 print(plan.table())
-V.verify(group.text)
-print("upstream MLIR: parsed (AIR ops unregistered there: no AIR verifier ran; llamanb.npu.compiler.verify "
-      "checked the AIR structure)" if V.available() else "MLIR bindings absent")
+V.verify(group.text)          # MLIR's parser (where installed) and the course's AIR structure checks
 
 # %% [markdown]
 # ## 5. Stitched = one by one, bit for bit
@@ -264,8 +266,7 @@ x64 = x_tok.astype(np.float64)
 xn64 = x64 / np.sqrt(np.mean(x64 ** 2) + cfg.rms_eps) * w0.attn_norm
 k64 = feed["wk"].astype(np.float64) @ xn64
 rel = np.abs(k_st - k64).max() / np.abs(k64).max()
-# measured here: 1.2e-03 of the largest |k|, under half a bf16 ulp there (2^-9 = 2.0e-03); the
-# bound is one ulp of the largest |k| (2^-8 = 3.9e-03): the measured value with a 3x margin
+# the bound: one bf16 ulp of the largest |k| (2^-8 relative); the measured value is printed below
 assert diff_bits == 0 and rel < 2.0 ** -8
 print(f"vs float64: largest error {rel:.0e} of the largest |k| (asserted < 2^-8 = 3.9e-03, one "
       f"bf16 ulp)")
@@ -285,32 +286,23 @@ print(f"one map entry changed: {changed:.0%} of K's elements change "
       f"(plan of launch 1 reads {[bad.args[i].name for i in read_plan(bad.text).launches[1].args]})")
 
 # %% [markdown]
-# ## 6. Why FlashAttention stays alone
+# ## 6. Why a prefill layer is three groups
 #
-# Upstream's prefill layer is three ELFs, not one: `rms_gemms_rope`, `flash_attn`, `o_ffn`. The
-# guide's reason is the compiler, not correctness. Its table of compiler limitations
-# (`docs/explain.md`, "Compiler Limitations Discovered") lists two rows for it: "FlashAttention
-# channels block multi-launch merging", and `air-opt-shim-dma-bds` "scales super-linearly with
-# FlashAttention", so that 9 or more launches with FlashAttention took over ten minutes to compile.
-# Alone, `flash_attn.elf` compiles in 46 s (`docs/profile.md`). Upstream's FlashAttention moves
-# Q, K and V through per-stage `air.channel`s relayed by the mem tiles plus cascade channels
-# (`attn_npu2_seqfirst.py`); this course's codegen FlashAttention has a simpler channel structure,
-# so its text says nothing about upstream's compile time, and no count is shown here.
+# Stitching could in principle put a whole layer into one function. The guide's prefill layer is
+# three: `rms_gemms_rope`, `flash_attn` alone, `o_ffn`. The reason is the compiler, not
+# correctness: FlashAttention's channels block merging it with other launches, and compiling it
+# together with many launches took too long (the sidebar after section 7 quotes the guide).
 
 # %% [markdown]
 # ## 7. The production groups
 #
 # `llamanb.npu.compiler.groups` builds the guide's layout from a model config: prefill `rms_gemms_rope`
 # (6 launches), `flash_attn` (alone), `o_ffn` (8); decode `rms_gemv_rope` (6), `o_gemv_ffn` (8) and
-# `lm_head_gemv` (the vocabulary in 8 row slices). Two details come from the one-function rule: an
+# `lm_head_gemv` (the vocabulary in 8 row slices). One detail comes from the one-function rule: an
 # external kernel has one declaration per module, so the down projection (K = D_ff) is the same
-# `mv.cc` compiled under a second symbol (upstream's `mv_k8192.o`), and RoPE on the K heads (a
-# smaller L1 tile) gets one too (upstream reuses one `@rope` for both, see notebook 05 §3.3).
-# `o_gemv_ffn3` is this course's own 3-launch packing of the decode FFN, not upstream's (§8b).
-# These are the guide's launch counts (`docs/profile.md`: 6 / 1 / 8 and 6 / 8 / 8); at upstream HEAD
-# the builders in `llms/shared/builders/` make 7 / 1 / 12 for prefill (a large bf16 GEMM there calls
-# a C++ `mm.o` into an f32 scratch and adds an on-chip cast launch) and 6 / 3 / 8 for decode.
-# Every count below is read back from the stitched module's text:
+# `mv.cc` compiled under a second symbol, and RoPE on the K heads (a smaller L1 tile) gets one too.
+# `o_gemv_ffn3` is this course's own 3-launch packing of the decode FFN (§8b). Every count below is
+# read back from the stitched module's text:
 
 # %%
 from llamanb.npu.compiler.groups import group_table
@@ -327,7 +319,7 @@ def counts(g):
 
 big, small = (tables[k][0] for k in tables)
 differ = [n for n in big if counts(big[n]) != counts(small[n])]
-print(f"groups whose launch or argument counts differ between the two models: {len(differ)}")
+assert differ == []                        # the same layout for both models: the figure draws one
 
 fig, ax = plt.subplots(figsize=(7.5, 3.2))
 roles = ("weight", "input", "intermediate", "output")
@@ -345,6 +337,18 @@ ax.set_title("Llama-3.2-1B groups (the embedded model's are the same): arguments
              "launches,\nread from the stitched module text", fontsize=9)
 fig.tight_layout()
 plt.show()
+
+# %% [markdown]
+# > **Going deeper: the guide's groups and upstream HEAD.** The guide's table of compiler limitations
+# (`docs/explain.md`, "Compiler Limitations Discovered") says "FlashAttention channels block
+# multi-launch merging", and that `air-opt-shim-dma-bds` "scales super-linearly with
+# FlashAttention": 9 or more launches with it took over ten minutes to compile; alone,
+# `flash_attn.elf` compiles in 46 s (`docs/profile.md`). Upstream's FlashAttention relays Q, K and
+# V through per-stage channels (`attn_npu2_seqfirst.py`); this course's has a simpler channel
+# structure, so its text predicts nothing about upstream's compile time. The counts above are the
+# guide's (`docs/profile.md`: 6 / 1 / 8 and 6 / 8 / 8); at upstream HEAD the builders in
+# `llms/shared/builders/` make 7 / 1 / 12 for prefill and 6 / 3 / 8 for decode. Upstream names the
+# second GEMV object `mv_k8192.o` and reuses one `@rope` for Q and K. More: `docs/corrections.md`.
 
 # %% [markdown]
 # ## 8. One decode layer of the real model, two stitched calls
@@ -424,14 +428,12 @@ print(f"measured here: worst {worst:.3f} ulp, median relative error {typical:.2e
 # %% [markdown]
 # ## 8b. Fewer launches
 #
-# Upstream's decode FFN went from 8 launches to 3 (Xilinx/mlir-air commit 462bf133b), but its 3
-# launches are three *different, fused* kernels (`llms/shared/builders/o_gemv_ffn_multi.py`), not
-# the 8 members regrouped; `docs/corrections.md`, "NPU2 (chapters 05–07)", describes them. Both
-# designs are one `xrt.run` per layer: the host does not see the launches. `o_gemv_ffn3` below is
-# this course's simpler packing, to show what `stitch(..., launches=[[0, 1], [2, 3, 4], [5, 6]])`
-# does: several members' herds in one launch, with gate and up as ONE GEMV over the packed
-# `w_gate_up` [2·D_ff, H]. It reproduces none of upstream's fusions and predicts nothing about
-# their speed; on the same inputs it gives the same bits, since only the launch structure changed.
+# A launch is one step of the ELF's command stream, so fewer launches means fewer
+# reconfigurations inside one `xrt.run`. `stitch(..., launches=[[0, 1], [2, 3, 4], [5, 6]])` puts
+# several members' herds into one launch; `o_gemv_ffn3` packs the decode FFN into 3 launches that
+# way, with gate and up as ONE GEMV over the packed `w_gate_up` [2·D_ff, H]. On the same inputs it
+# must give the same bits, since only the launch structure changed. (The guide's own 3-launch FFN
+# is different, fused kernels: the sidebar below.)
 
 # %%
 g8, g3 = dg["o_gemv_ffn"], dg["o_gemv_ffn3"]
@@ -450,6 +452,13 @@ for g in (g8, g3):
 same = int(np.sum(out3.view(np.uint32) == out.view(np.uint32)))
 print(f"layer 0 output, o_gemv_ffn3 vs o_gemv_ffn: {same} of {out.size} elements bit-identical "
       f"(emulated)")
+
+# %% [markdown]
+# > **Going deeper: upstream's 3-launch FFN.** Upstream's decode FFN went from 8 launches to 3
+# (Xilinx/mlir-air commit 462bf133b), but its 3 launches are three *different, fused* kernels
+# (`llms/shared/builders/o_gemv_ffn_multi.py`), not the 8 members regrouped; `o_gemv_ffn3`
+# reproduces none of those fusions and predicts nothing about their speed.
+# `docs/corrections.md`, "NPU2 (chapters 05–07)", describes them.
 
 # %% [markdown]
 # ## 9. Compiling once
@@ -472,9 +481,8 @@ print(f"mode: {m['mode']}; launches: {m['launches']}; arguments: {len(m['args'])
 assert second.cache_hit and second.path == first.path
 
 # %% [markdown]
-# ## 10. What the real compiler and runtime add
-#
-# None of the above has been through the real toolchain. On a Ryzen AI machine, mlir-air's
+# > **Going deeper: what the real compiler and runtime add.** None of the above has been through
+# the real toolchain. On a Ryzen AI machine, mlir-air's
 # `XRTBackend.compile` runs **aircc** (the AIR passes, then aiecc's AIE passes) into one `.elf`
 # per group, loaded as kernel `main:<group>`, with **Peano** compiling the C++ kernels that
 # `link_with` names. aircc lowers `linalg` with `convert-linalg-to-loops` (`tools/aircc/aircc.cpp`):
@@ -489,8 +497,13 @@ assert second.cache_hit and second.path == first.path
 # `docs/corrections.md`, "NPU2 (chapters 05–07)"; notebook 07 takes a call apart.
 
 # %% [markdown]
-# **Summary.** One stitched function per group makes a decode layer 2 dispatches; stitching is
-# renaming, argument remapping and herd wrapping on text; the result computes what the parts do.
+# ## Summary
+#
+# * One stitched function per group makes a decode layer 2 dispatches instead of one per kernel.
+# * Stitching is text: renaming, argument remapping, and wrapping bare herds in a launch; a wrong
+#   argument map still verifies, so the result is checked by running it.
+# * The stitched group computes what its kernels compute one by one, bit for bit, and one decode
+#   layer of the real model through two stitched calls matches the engine within bf16 rounding.
 
 # %% [markdown]
 # ## Exercises

@@ -13,11 +13,15 @@
 that reads whole tiles of keys masks the tail itself); those positions read as finite values
 (zeros in a fresh or freed store). How positions are stored is the implementation's business:
 
-    contiguous  one [capacity] row range per slot              (kv.contiguous)
-    paged       fixed-size blocks + a block table per sequence  (later chapters)
-    block float bfloat8_b storage, decoded on read              (later chapters)
+    contiguous  one [capacity] row range per slot               llamanb.engine.kv.contiguous.KVCache
+    paged       fixed-size blocks + a block table per sequence  llamanb.engine.kv.paged.PagedKVCache
 
-Attention code talks to this protocol only, so none of those storages touches a backend.
+Attention code talks to this protocol only, so neither storage touches a backend.
+
+Block floats (Tenstorrent's bfloat8_b) are a number format, not a storage: no store here keeps them.
+The galaxy-emulated backend rounds each K/V row to one before any store above writes it
+(`kv_format=`, llamanb.mesh.layers, through llamanb.model.numerics.blockfloat_padded; chapter 09),
+so a store holds the bfloat8_b values (one shared exponent per 16 numbers of a row), as float32.
 """
 from __future__ import annotations
 
