@@ -17,7 +17,7 @@ from typing import Iterable
 import numpy as np
 
 from llamanb.errors import LlamanbError
-from llamanb.io import locks
+from llamanb.platform import locks
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64,
            "I32": np.int32, "I8": np.int8, "U8": np.uint8, "BF16": np.uint16}
@@ -99,7 +99,7 @@ def write_safetensors(path: Path, tensors: Iterable[tuple[str, tuple[int, ...], 
     the shapes up front, which is why they are given separately. Writes to a temp file, then
     renames, so a crash never leaves a half-written file under `path`. With `lock`, the temp file
     is created under its directory's lock and flocked until renamed, so that a later run can tell
-    the debris of a killed writer from a live one's (io.locks; the store sweeps it)."""
+    the debris of a killed writer from a live one's (platform.locks; the store sweeps it)."""
     items = [(t[0], t[1], t[2], t[3] if len(t) > 3 else "F32") for t in tensors]
     header: dict = {"__metadata__": {k: str(v) for k, v in (metadata or {}).items()}}
     offset = 0
