@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     notebook_metadata_filter: llamanb
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -10,6 +11,11 @@
 #     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
+#   llamanb:
+#     builds: the KV cache, its layout and cost; decoding with it equals recomputing
+#     modules:
+#     - llamanb.engine.kv
+#     part: I
 # ---
 
 # %% [markdown]

@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     notebook_metadata_filter: llamanb
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -10,6 +11,12 @@
 #     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
+#   llamanb:
+#     builds: the MLIR-AIR kernels of the Llama-3.2-1B guide, run on an emulated NPU2
+#     modules:
+#     - llamanb.npu.compiler.builders
+#     - llamanb.npu.compiler.emulator
+#     part: II
 # ---
 
 # %% [markdown]

@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     notebook_metadata_filter: llamanb
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -10,6 +11,12 @@
 #     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
+#   llamanb:
+#     builds: many launches stitched into one ELF, bit for bit
+#     modules:
+#     - llamanb.npu.compiler.stitch
+#     - llamanb.npu.compiler.groups
+#     part: II
 # ---
 
 # %% [markdown]

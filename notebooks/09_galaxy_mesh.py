@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     notebook_metadata_filter: llamanb
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -10,6 +11,13 @@
 #     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
+#   llamanb:
+#     builds: the Galaxy's sharding on emulated meshes, counted collectives, block floats,
+#       TT-Lang
+#     modules:
+#     - llamanb.mesh
+#     - llamanb.model.numerics
+#     part: II
 # ---
 
 # %% [markdown]

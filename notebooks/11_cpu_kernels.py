@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     notebook_metadata_filter: llamanb
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -10,6 +11,12 @@
 #     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
+#   llamanb:
+#     builds: 'this CPU''s kernels: the roofline, packed panels, register tiles, bf16,
+#       Q4_1'
+#     modules:
+#     - llamanb.cpu
+#     part: I
 # ---
 
 # %% [markdown]

@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     notebook_metadata_filter: llamanb
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -10,6 +11,11 @@
 #     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
+#   llamanb:
+#     builds: min_llm_inference's CUDA kernels, simulated and compiled
+#     modules:
+#     - llamanb.cuda
+#     part: II
 # ---
 
 # %% [markdown]

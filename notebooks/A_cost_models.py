@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     notebook_metadata_filter: llamanb
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -10,6 +11,14 @@
 #     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
+#   llamanb:
+#     builds: the NPU2, TCP and Galaxy cost models on one calibration
+#     modules:
+#     - llamanb.platform.calibration
+#     - llamanb.npu.cost
+#     - llamanb.tcp.cost
+#     - llamanb.mesh.cost
+#     part: A
 # ---
 
 # %% [markdown]

@@ -16,6 +16,7 @@ the last commit (git), else the one modified later -- and advises only a command
     python -m llamanb.course.notebooks check [DIR]           exit 1 and a diff if any pair drifted
     python -m llamanb.course.notebooks build [FILE.py ...]   regenerate + execute (default: every pair)
     python -m llamanb.course.notebooks solutions [FILE.py ...]   run notebooks with the exercises solved
+    python -m llamanb.course map [--markdown | --write-readme | --check-readme]   the course map (llamanb.course.chapters)
 
 `solutions` runs a notebook as a student's completed copy would run: every exercise cell (a code
 cell whose function still raises NotImplementedError) is replaced by that function from
@@ -313,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                 for v in bad:
                     print(f"    {v}", flush=True)
             return 1 if failed else 0
-        raise LlamanbError(f"unknown command {cmd!r} (use check, build or solutions)")
+        raise LlamanbError(f"unknown command {cmd!r} (use check, build, solutions or map)")
     except LlamanbError as e:
         print(f"llamanb.course.notebooks: error: {e}", file=sys.stderr)
         return 2
