@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     notebook_metadata_filter: llamanb
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -10,17 +11,28 @@
 #     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
+#   llamanb:
+#     builds: the plainest forward pass, then one block op by op against transformers
+#     modules:
+#     - llamanb.model.reference
+#     - llamanb.model.config
+#     - llamanb.model.ops
+#     - llamanb.engine.numpy_backend
+#     part: I
 # ---
 
 # %% [markdown]
 # # 01 · The Llama math, in numpy
 #
-# **What you will build.** A Llama model is ten integers and a few hundred matrices. In this
-# notebook you name those integers, count every parameter and byte they imply (for the 135 M
-# model that runs on this laptop, for Llama-3.2-1B and for Llama 3 70B), then run one transformer
-# block of the real SmolLM2-135M operation by operation in numpy, checking every intermediate
-# against HF transformers. The block is the one `llamanb`'s numpy backend runs; counting its
-# floating-point work is notebook 01b.
+# **What you will build.** The plainest Llama forward pass, and then the same arithmetic one
+# operation at a time. A Llama is ten integers and a few hundred matrices: you name the integers,
+# read the whole forward pass as one short float64 function (`llamanb.model.reference`, written like
+# llama2.c's `run.c`), run it on the SmolLM2-135M that ships with the course and check its logits
+# against HF transformers. Then you take one transformer block apart, op by op in numpy, checking
+# every intermediate against transformers, and find that it is the block `llamanb`'s engine runs.
+# Why: every later chapter — the KV cache, the kernels, the accelerators — computes exactly this
+# function, faster; this is the yardstick they are held to. (What the model costs in parameters,
+# bytes and FLOPs is chapter 01b.)
 #
 # Every claim below is an `assert`: against the published config, against transformers, or against
 # closed-form arithmetic.
@@ -76,171 +88,58 @@ display(Markdown(table))
 for c in MODELS:
     assert c.group * c.n_kv_heads == c.n_heads            # G is a whole number
     assert c.q_dim == c.hidden                            # N_h * d_h == H for these three
-print("N_h * d_h == H for all three:", all(c.n_heads * c.head_dim == c.hidden for c in MODELS))
 
 # %% [markdown]
-# ## 2. Parameters and memory
+# ## 2. The whole forward pass, plainly
 #
-# ### 2.1 Per component, by hand
-#
-# A projection from width `a` to width `b` is an `[b, a]` matrix (HF stores weights as
-# `[out, in]` and computes `x @ W.T`), so it has `a·b` parameters and no bias. One block holds:
-#
-# | component | shape `[out, in]` | parameters |
-# |---|---|---|
-# | input RMSNorm weight | `[H]` | H |
-# | q_proj | `[N_h·d_h, H]` | H·N_h·d_h |
-# | k_proj, v_proj | `[N_kv·d_h, H]` each | H·N_kv·d_h each |
-# | o_proj | `[H, N_h·d_h]` | N_h·d_h·H |
-# | post-attention RMSNorm weight | `[H]` | H |
-# | gate_proj, up_proj | `[D_ff, H]` each | H·D_ff each |
-# | down_proj | `[H, D_ff]` | D_ff·H |
-#
-# Outside the blocks: the embedding table `[V, H]`, the final RMSNorm `[H]`, and an LM head
-# `[V, H]`, which is a parameter of its own only when the embeddings are *untied*. Tied models
-# reuse the embedding table as the LM head.
+# Here is the entire model as `llamanb.model.reference.forward` writes it: one function, read top
+# to bottom, in float64, one sequence, every position at once, with no cache, no padding and no
+# tiles (in the spirit of llama2.c's `run.c`). Read it once now; section 3 takes its loop body apart
+# operation by operation.
 
 # %%
-def params_by_hand(c: LlamaConfig) -> dict[str, int]:
-    H, L, V, F = c.hidden, c.n_layers, c.vocab, c.ffn
-    q_width, kv_width = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
-    per_layer = {
-        "attn_norm": H,
-        "q_proj": H * q_width,
-        "k_proj": H * kv_width,
-        "v_proj": H * kv_width,
-        "o_proj": q_width * H,
-        "ffn_norm": H,
-        "gate_proj": H * F,
-        "up_proj": H * F,
-        "down_proj": F * H,
-    }
-    whole = {"embedding": V * H}
-    whole.update({k: L * n for k, n in per_layer.items()})
-    whole["final_norm"] = H
-    whole["lm_head"] = 0 if c.tie_embeddings else V * H
-    return whole
+import inspect
 
-ours = {c.name: params_by_hand(c) for c in MODELS}
-table = "| component (whole model) | " + " | ".join(ours) + " |\n|---|" + "---:|" * len(ours) + "\n"
-for k in ours[MODELS[0].name]:
-    table += f"| {k} | " + " | ".join(f"{p[k]:,}" for p in ours.values()) + " |\n"
-table += "| **one block** | " + " | ".join(f"{c.layer_params():,}" for c in MODELS) + " |\n"
-table += "| **total** | " + " | ".join(f"{sum(p.values()):,}" for p in ours.values()) + " |\n"
-display(Markdown(table))
+from llamanb.model import reference
+
+source = inspect.getsource(reference.forward)
+print(source[source.index("    c = weights.config"):])
 
 # %% [markdown]
-# `llamanb.model.config` has the same accounting (`param_breakdown`, `layer_params`, `n_params`). It must
-# agree with the formulas above, component by component:
-
-# %%
-for c in MODELS:
-    mine = ours[c.name]
-    assert mine == c.param_breakdown(), c.name
-    assert sum(mine.values()) == c.n_params()
-    layer_keys = ["attn_norm", "q_proj", "k_proj", "v_proj", "o_proj", "ffn_norm",
-                  "gate_proj", "up_proj", "down_proj"]
-    assert sum(mine[k] for k in layer_keys) == c.n_layers * c.layer_params()
-    print(f"{c.name:22s} by hand {sum(mine.values()):>15,}   LlamaConfig {c.n_params():>15,}")
-
-# %% [markdown]
-# ### 2.2 Llama-3.2-1B is tied: 1.24 B parameters
-#
-# Its published `config.json` (`meta-llama/Llama-3.2-1B-Instruct`) says `"tie_word_embeddings":
-# true`: the logits are computed with the embedding table itself, so the LM head adds no parameter.
-# Counting it a second time gives 1.50 B, the figure the MLIR-AIR Llama-3.2-1B guide prints
-# (`docs/corrections.md`). The fields that fix the count, as published:
-
-# %%
-published_llama32_1b = {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
-                        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
-                        "vocab_size": 128256, "tie_word_embeddings": True}
-pc = published_llama32_1b
-assert (LLAMA32_1B.hidden, LLAMA32_1B.ffn, LLAMA32_1B.n_layers, LLAMA32_1B.n_heads, LLAMA32_1B.n_kv_heads,
-        LLAMA32_1B.head_dim, LLAMA32_1B.vocab, LLAMA32_1B.tie_embeddings) == tuple(pc.values())
-H, F, V, L = pc["hidden_size"], pc["intermediate_size"], pc["vocab_size"], pc["num_hidden_layers"]
-q_w = pc["num_attention_heads"] * pc["head_dim"]          # N_h d_h  = 32 * 64 = 2048
-kv_w = pc["num_key_value_heads"] * pc["head_dim"]         # N_kv d_h =  8 * 64 =  512
-block = 2 * H + H * q_w + 2 * H * kv_w + q_w * H + 3 * H * F
-tied_total = V * H + L * block + H                        # embedding, 16 blocks, final norm
-untied_total = tied_total + V * H                         # a second [V, H] matrix for the head
-assert tied_total == 1_235_814_400 == LLAMA32_1B.n_params()
-assert LLAMA32_1B.weight_bytes("bf16") == 2 * tied_total == 2_471_628_800
-assert untied_total == LLAMA32_1B.replace(tie_embeddings=False).n_params()
-print(f"tied (as published): {tied_total:,} = {tied_total / 1e9:.2f} B, {2 * tied_total / 1e9:.2f} GB bf16;"
-      f"  counted untied: {untied_total / 1e9:.2f} B")
-
-# %% [markdown]
-# A runtime may still keep a *second copy* of the embedding in another layout for its LM-head
-# kernel (`llamanb`'s numpy backend keeps a transposed `[H, V]` one, `lm_head_t`, because OpenBLAS
-# streams it faster in decode): memory, not parameters. The embedded model, for the sections below:
-
-# %%
-model = load_model()                      # SmolLM2-135M-Instruct, memory-mapped from the cache
-engine = Engine(model)
-W = model.weights
-assert np.array_equal(engine.backend.lm_head_t, W.embed.T)      # the same numbers, another array
-
-# %% [markdown]
-# ### 2.3 Bytes: weights and KV cache
-#
-# Weights take `n_params × bytes per parameter`. The KV cache holds one key and one value vector
-# per KV head, per layer, per position: `2 · L · N_kv · d_h` numbers per token. GQA is what keeps
-# it small: with N_kv = N_h it would be G times larger.
-
-# %%
-print(f"{'model':22s} {'params':>14s} {'bf16 GB':>8s} {'fp32 GB':>8s} {'KV/token bf16':>14s} "
-      f"{'KV @2048 MiB':>13s} {'without GQA':>12s}")
-for c in MODELS:
-    per_tok = 2 * c.n_layers * c.n_kv_heads * c.head_dim * 2           # bytes, bf16
-    assert per_tok == c.kv_bytes_per_token("bf16")
-    no_gqa = c.replace(n_kv_heads=c.n_heads).kv_bytes(2048, "bf16")
-    assert no_gqa == c.group * c.kv_bytes(2048, "bf16")
-    print(f"{c.name:22s} {c.n_params():>14,} {c.weight_bytes('bf16') / 1e9:>8.2f} "
-          f"{c.weight_bytes('fp32') / 1e9:>8.2f} {per_tok:>12,} B {per_tok * 2048 / 2**20:>13.0f} "
-          f"{no_gqa / 2**20:>12.0f}")
-
-# %% [markdown]
-# Llama-3.2-1B's bf16 cache at 2048 positions is 64 MiB for K and V together (32 MiB, the figure
-# the MLIR-AIR guide prints, is the keys alone: `docs/corrections.md`):
-
-# %%
-kv_2048 = 2 * 16 * 8 * 2048 * 64 * 2
-assert kv_2048 == LLAMA32_1B.kv_bytes(2048, "bf16") == 64 * 2**20
-print(f"K+V, 2048 positions, bf16: {kv_2048:,} bytes = {kv_2048 // 2**20} MiB "
-      f"(keys alone: {kv_2048 // 2 // 2**20} MiB)")
-
-# %% [markdown]
-# ### 2.4 SmolLM2-135M: the formula against the weights on disk and against transformers
-#
-# The formula is only as good as the model it describes. Count the numbers the loaded model really
-# holds (`model.weights`, in HF names; a tied model stores no separate LM head), and count the
-# parameters of transformers' own `LlamaForCausalLM` for the same checkpoint.
-#
-# About that HF model: `load_hf(model, via="converted")` has transformers read the `config.json`
-# and `model.safetensors` that `llamanb` converted from the GGUF, with its own loader and its own
-# forward pass. (`via="source"` would read the GGUF itself, which also checks the conversion, but it
-# takes 20-45 s on this 2-core machine; the conversion is checked tensor by tensor against that
-# loader in `tests/io/test_gguf.py`.)
+# Run it on the embedded SmolLM2-135M, and run transformers' own `LlamaForCausalLM` on the same
+# checkpoint: `load_hf(model, via="converted")` has transformers read the `config.json` and
+# `model.safetensors` that `llamanb` converted from the GGUF, with its own loader and its own
+# forward pass (in float32). The plain function must give the same logits, to float32 rounding,
+# and so the same next token at every position.
 
 # %%
 import torch
 
 from llamanb.check.hf_reference import hidden_states, load_hf
 
+model = load_model()                      # SmolLM2-135M-Instruct, memory-mapped from the cache
+engine = Engine(model)
+W, c = model.weights, model.config
 torch.manual_seed(0)
 hf = load_hf(model, via="converted")
 hf.config._attn_implementation = "eager"  # plain matmul attention
 
-stored = W.hf_state()                                   # HF name -> array
-n_stored = sum(a.size for a in stored.values())
-n_hf = sum(p.numel() for p in hf.parameters())          # a tied matrix is counted once
-print("tensors stored:", len(stored), " lm_head stored separately:", "lm_head.weight" in stored)
-print(f"formula (SMOLLM2_135M)   {SMOLLM2_135M.n_params():,}")
-print(f"loaded weights           {n_stored:,}")
-print(f"transformers parameters  {n_hf:,}")
-assert SMOLLM2_135M.n_params() == model.config.n_params() == n_stored == n_hf == 134_515_008
-assert hf.lm_head.weight.data_ptr() == hf.model.embed_tokens.weight.data_ptr()   # tied in HF too
+ids = model.tokenizer.encode_prompt(
+    "Rotary embeddings tell each attention head where a token sits in the sentence.", chat=False)
+S = len(ids)
+exact = reference.forward(W, ids)                                  # [S, V] float64
+with torch.no_grad():
+    hf_logits = hf(torch.tensor([ids]), use_cache=False).logits[0].numpy()   # [S, V] float32
+rel_logits = float(np.abs(hf_logits - exact).max() / np.abs(exact).max())
+assert exact.shape == hf_logits.shape == (S, c.vocab)
+assert np.array_equal(exact.argmax(-1), hf_logits.argmax(-1))      # the same next token everywhere
+assert rel_logits < 1e-4
+print("S =", S, "tokens:", ids)
+print("logits", exact.shape, "| next token after the prompt:", repr(model.tokenizer.decode([int(exact[-1].argmax())])))
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"max |transformers - reference| / max |reference| on this machine: <= {roundup(rel_logits):.0e}")
 
 # %% [markdown]
 # ## 3. One block, op by op
@@ -251,12 +150,6 @@ assert hf.lm_head.weight.data_ptr() == hf.model.embed_tokens.weight.data_ptr()  
 # goes in and comes out of each one.
 
 # %%
-c = model.config
-ids = model.tokenizer.encode_prompt(
-    "Rotary embeddings tell each attention head where a token sits in the sentence.", chat=False)
-S = len(ids)
-print("S =", S, "tokens:", ids)
-
 captured = {}                             # module name -> (first input, output) as numpy
 
 def record(name):
@@ -540,17 +433,17 @@ print(f"max |difference| / max |input| on this machine: <= {roundup(worst_block)
 # %% [markdown]
 # ## Summary
 #
-# - **Symbols and accounting** live in `llamanb.model.config.LlamaConfig`: `param_breakdown()`,
-#   `layer_params()`, `n_params()`, `weight_bytes(fmt)`, `kv_bytes_per_token(fmt)`,
-#   `kv_bytes(seq)`, with the presets `SMOLLM2_135M`, `LLAMA32_1B`, `LLAMA3_70B`. Llama-3.2-1B is
-#   tied: 1,235,814,400 parameters, 2.47 GB in bf16, and its bf16 KV cache at 2048 positions is
-#   64 MiB.
+# - **The plainest forward pass** is `llamanb.model.reference.forward`: embed, `L` blocks of
+#   RMSNorm, Q/K/V, RoPE, causal grouped-query attention and SwiGLU with their residuals, the final
+#   norm and the LM head, in float64; transformers' float32 logits agree with it to rounding.
+# - **The symbols** live in `llamanb.model.config.LlamaConfig`, with the presets `SMOLLM2_135M`,
+#   `LLAMA32_1B`, `LLAMA3_70B`.
 # - **The block** you wrote by hand is what `llamanb.engine.numpy_backend.NumpyBackend.block` runs,
 #   with `llamanb.model.rope` for the rotation; `Engine.forward` chains 30 of them and agrees with
 #   transformers to a relative error below 1e-5 at every layer of SmolLM2-135M.
 #
-# **Next**, notebook 01b counts the block's floating-point work for a 2048-token prefill of
-# Llama-3.2-1B, against torch's own FLOP counter; notebook 02 takes RoPE apart.
+# **Next**, notebook 01b counts what this model costs: its parameters, the bytes of its weights and
+# KV cache, and the FLOPs of a prefill against torch's own counter; notebook 02 takes RoPE apart.
 
 # %% [markdown]
 # ## Exercises
@@ -569,7 +462,8 @@ from llamanb.course.exercises import ch01
 # Write `block_params(c)`: the number of parameters of one transformer block of the config `c`
 # (a `LlamaConfig`: `c.hidden`, `c.n_heads`, `c.n_kv_heads`, `c.head_dim`, `c.ffn`), the block's
 # two RMSNorm weights included. It is checked on the four presets and on random small configs.
-# *Hint:* section 1's table; which projections shrink with grouped-query attention?
+# *Hint:* the weight shapes of section 3 (one row per output); which projections shrink with
+# grouped-query attention? (Chapter 01b counts the whole model this way.)
 
 # %%
 def block_params(c: LlamaConfig) -> int:
