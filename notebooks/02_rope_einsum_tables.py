@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     notebook_metadata_filter: llamanb
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -10,22 +11,27 @@
 #     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
+#   llamanb:
+#     builds: RoPE from its frequencies to one rotation-table einsum, and GGUF's Q/K
+#       order
+#     modules:
+#     - llamanb.model.rope
+#     - llamanb.model.rope_tables
+#     - llamanb.io.gguf
+#     part: I
 # ---
 
 # %% [markdown]
 # # 02 · RoPE as einsum tables
 #
-# **What you will build.** Rotary position embedding (RoPE) from its frequencies up: the inverse
-# frequencies `theta^(-2i/d)` and Llama 3's rescaled version, the two ways of pairing the dimensions
-# of a head (HF's half-split and llama.cpp's interleaved), and a precomputed table of 2×2 rotation
-# matrices `[s_max, d/2, 2, 2]` that applies RoPE with one einsum — the form a tensor-contraction
-# accelerator such as Furiosa's TCP wants. You will prove that the table form and the engine's
-# half-split form compute the same thing once the head dimension is permuted, that attention scores
-# after RoPE depend only on the distance between positions, and — on the real weights of the
-# embedded model — that GGUF files store the rows of `W_q` and `W_k` in the permuted order.
-#
-# Every result is asserted against transformers' own RoPE code, closed-form trigonometry, or the
-# weights transformers reads from the GGUF file itself.
+# **What you will build.** Rotary position embedding (RoPE), the only place a Llama learns where a
+# token sits: its frequencies (and Llama 3's rescaled ones), the two ways of pairing a head's
+# dimensions (HF's half-split, llama.cpp's interleaved), and a table of 2×2 rotations
+# `[s_max, d/2, 2, 2]` that applies RoPE with one einsum, the form a tensor-contraction accelerator
+# such as Furiosa's TCP wants. You will prove the table equals the engine's RoPE up to a permutation
+# of the head dimension, that scores after RoPE depend only on the distance between positions, and
+# that GGUF files store the rows of `W_q` and `W_k` in that permuted order. Every result is asserted
+# against transformers' own RoPE code, closed-form trigonometry, or the weights it reads from GGUF.
 
 # %%
 import warnings
@@ -94,7 +100,7 @@ w_llamanb = rope.inv_freq(d, theta)                                  # [d/2] flo
 
 np.testing.assert_allclose(w_hf, w_ours, rtol=1e-6, atol=0)         # the formula
 np.testing.assert_array_equal(w_llamanb, w_hf)                       # bit for bit, as float32
-print("dtype:", w_llamanb.dtype, " llamanb == transformers, bit for bit:", np.array_equal(w_llamanb, w_hf))
+print("dtype:", w_llamanb.dtype, "| llamanb's frequencies are transformers', bit for bit (asserted)")
 
 # %% [markdown]
 # The **wavelength** of pair `i` is `2*pi / w_i` tokens: how far apart two positions must be before
@@ -157,7 +163,6 @@ np.testing.assert_allclose(w_hf3, w_scaled, rtol=1e-6, atol=0)      # our float6
 np.testing.assert_array_equal(w_llamanb3, w_hf3)                     # the engine, bit for bit
 np.testing.assert_array_equal(rope.rope_for(LLAMA32_1B), w_hf3)      # ... through the preset config
 assert attention_factor == 1.0
-print("llama3 frequencies: llamanb == transformers bit for bit:", np.array_equal(w_llamanb3, w_hf3))
 print("attention factor (cos/sin multiplier):", attention_factor)
 
 # %%
@@ -234,9 +239,8 @@ pos = np.arange(S)                                                   # [S]
 ang = pos[:, None].astype(np.float32) * w_llamanb[None, :]          # [S, d/2] float32, as HF forms it
 c, sn = np.cos(ang.astype(np.float64)), np.sin(ang.astype(np.float64))
 table = np.stack([np.stack([c, sn], -1), np.stack([-sn, c], -1)], -2).astype(np.float32)   # [S, d/2, f, o]
-print("table:", table.shape, table.dtype)
-print("position 1, pair 0 (a = 1 rad):\n", table[1, 0])
-print("cos(1), sin(1) =", round(np.cos(1.0), 4), round(np.sin(1.0), 4))
+assert np.allclose(table[1, 0], [[np.cos(1), np.sin(1)], [-np.sin(1), np.cos(1)]])   # p = 1, w_0 = 1
+print("table:", table.shape, table.dtype, "| position 1, pair 0 (a = 1 rad):\n", table[1, 0])
 
 # %% [markdown]
 # Apply it to a random head tensor `x [S, H, d]` whose pairs are interleaved: view the last axis as
@@ -269,7 +273,6 @@ np.testing.assert_allclose(t64 @ np.swapaxes(t64, -1, -2), eye, rtol=0, atol=2e-
 np.testing.assert_allclose(np.linalg.det(t64), 1.0, rtol=0, atol=5e-7)
 np.testing.assert_array_equal(table[0], eye[0])
 np.testing.assert_allclose(t64[4] @ t64[7], t64[11], rtol=0, atol=1e-6)
-print("T(0) == identity, bit for bit:", np.array_equal(table[0], eye[0]))
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -350,13 +353,11 @@ print("llamanb.model.rope_tables: same table and permutations bit for bit; appli
       at_most(float(np.abs(apply_rotation_table(x_inter, table) - y_inter).max())))
 
 # %% [markdown]
-# ### The table's orientation, measured
-#
-# The TCP book leaves the orientation open ("Store the 2 × 2 matrix representing the cos/sin rotation
-# transformation"). Put the textbook matrix `[[cos, -sin], [sin, cos]]` (an `[out, in]` matrix) into
-# the `[in, out]` slot and every pair turns the wrong way: the result is RoPE at *negative*
-# positions, which for attention transposes the score matrix (query `m` against key `n` scores what
-# `n` against `m` should). The book's other loose statements are in `docs/corrections.md`.
+# > **Going deeper: the table's orientation, measured.** The TCP book leaves the orientation open
+# > ("Store the 2 × 2 matrix representing the cos/sin rotation transformation"). Put the textbook matrix `[[cos, -sin], [sin, cos]]` (an `[out, in]` matrix) into
+# > the `[in, out]` slot and every pair turns the wrong way: the result is RoPE at *negative*
+# > positions, which for attention transposes the score matrix (query `m` against key `n` scores what
+# > `n` against `m` should). The book's other loose statements are in `docs/corrections.md`.
 
 # %%
 textbook = np.swapaxes(table, -1, -2)                                # [[c, -s], [s, c]] per entry
@@ -391,36 +392,6 @@ for m, n in [(7, 3), (2, 11), (5, 5)]:
     print(f"(m, n) = ({m:2d}, {n:2d})  m-n = {m - n:3d}  shifts t = 1, 10, 100, 1000: score moves < 1e-3 (asserted)")
 
 # %% [markdown]
-# In float32 the property holds only approximately, and less well far out. The angle `p * w_i` is
-# rounded to float32 before its cosine is taken, so it is off by up to `p * w_i * 2^-24` radians, and
-# the score moves by at most about `sum_i |q_i| |k_i| * 2^-24 * (2 w_i (m + n + t) + 8)`
-# (`|q_i|` the length of pair `i`; the angles of both scores count, and the `+ 8` covers the rounding
-# of cos/sin and of the products). The drift grows about linearly with the shift: invisible at a
-# thousand tokens, above 1e-3 at a million.
-
-# %%
-def drift_bound(qv, kv, m, n, t, freqs=w_llamanb):
-    qp = np.hypot(qv[0::2], qv[1::2]).astype(np.float64)             # [d/2] pair lengths
-    kp = np.hypot(kv[0::2], kv[1::2]).astype(np.float64)
-    return float(np.sum(qp * kp * 2.0**-24 * (freqs * 2 * (m + n + t) + 8)))
-
-
-base = score(q1, k1, 7, 3)
-shifts = (10, 10**3, 10**5, 10**6)
-drifts = {t: abs(score(q1, k1, 7 + t, 3 + t) - base) for t in shifts}
-for t in shifts:
-    assert drifts[t] <= drift_bound(q1, k1, 7, 3, t)
-print("drift <= bound at every shift:", [f"{t:,d}" for t in shifts])
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-# (the drift itself depends on the CPU's float32 sin and cos, so it is shown, not compared)
-for (m, n), drift in pairs_drift.items():
-    print(f"(m, n) = ({m:2d}, {n:2d}), shifts up to 1000: max drift {at_most(drift)}")
-for t in shifts:
-    print(f"shift t = {t:>9,d}:  bound {drift_bound(q1, k1, 7, 3, t):.0e}   drift {at_most(drifts[t])}")
-
-# %% [markdown]
 # The score over all `(m, n)` for one `(q, k)` is therefore constant along every diagonal
 # `m - n = const` (below: a causal view would keep only the lower triangle).
 
@@ -453,6 +424,36 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
+# > **Going deeper: how far float32 keeps it.** In float32 the property holds only approximately,
+# > and less well far out. The angle `p * w_i` is rounded to float32 before its cosine is taken, so
+# > it is off by up to `p * w_i * 2^-24` radians, and the score moves by at most about
+# > `sum_i |q_i| |k_i| * 2^-24 * (2 w_i (m + n + t) + 8)` (`|q_i|` the length of pair `i`; the angles
+# > of both scores count, and the `+ 8` covers the rounding of cos/sin and of the products). The
+# > drift grows about linearly with the shift (the second cell below prints it per shift).
+
+# %%
+def drift_bound(qv, kv, m, n, t, freqs=w_llamanb):
+    qp = np.hypot(qv[0::2], qv[1::2]).astype(np.float64)             # [d/2] pair lengths
+    kp = np.hypot(kv[0::2], kv[1::2]).astype(np.float64)
+    return float(np.sum(qp * kp * 2.0**-24 * (freqs * 2 * (m + n + t) + 8)))
+
+
+base = score(q1, k1, 7, 3)
+shifts = (10, 10**3, 10**5, 10**6)
+drifts = {t: abs(score(q1, k1, 7 + t, 3 + t) - base) for t in shifts}
+for t in shifts:
+    assert drifts[t] <= drift_bound(q1, k1, 7, 3, t)
+print("drift <= bound at every shift:", [f"{t:,d}" for t in shifts])
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+# (the drift itself depends on the CPU's float32 sin and cos, so it is shown, not compared)
+for (m, n), drift in pairs_drift.items():
+    print(f"(m, n) = ({m:2d}, {n:2d}), shifts up to 1000: max drift {at_most(drift)}")
+for t in shifts:
+    print(f"shift t = {t:>9,d}:  bound {drift_bound(q1, k1, 7, 3, t):.0e}   drift {at_most(drifts[t])}")
+
+# %% [markdown]
 # ## 6. Why GGUF stores `W_q` and `W_k` permuted
 #
 # llama.cpp rotates **interleaved** pairs (as Meta's code did); HF checkpoints hold `W_q`, `W_k` for
@@ -463,8 +464,8 @@ plt.show()
 # Check it on the embedded model's real layer-0 weights: the raw Q4_1 tensors straight from the GGUF
 # file, dequantised by the `gguf` package, and as reference for HF's row order transformers' own GGUF
 # loader, whose tensor processor for `llama` un-permutes `attn_q` / `attn_k`
-# (`transformers.modeling_gguf_pytorch_utils.TENSOR_PROCESSORS`; `tests/io/test_gguf.py` checks all
-# 272 tensors of a full load), with the head counts read from the file.
+# (`transformers.modeling_gguf_pytorch_utils.TENSOR_PROCESSORS`; `tests/io/test_gguf.py` checks every
+# tensor of a full load), with the head counts read from the file.
 
 # %%
 import gguf
