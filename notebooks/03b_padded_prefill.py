@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     notebook_metadata_filter: llamanb
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -10,18 +11,27 @@
 #     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
+#   llamanb:
+#     builds: a padded prefill that gives the unpadded bits, and a one-row LM head
+#     modules:
+#     - llamanb.engine.engine
+#     - llamanb.engine.step
+#     part: I
 # ---
 
 # %% [markdown]
 # # 03b · Padded prefill is byte-identical
 #
-# **What you will build.** Compiled accelerator kernels have fixed shapes, so a prompt is padded with
-# EOS to a fixed length, run whole, and read at its last real row. Notebook 03 showed that only
-# attention mixes positions and that the causal mask hides the future. Here you prove the main
-# result: prefill padded with EOS gives **byte-identical** hidden states and logits at the real
-# positions — and see why the causal mask alone does not guarantee that in floating point. Two
-# consequences follow: the real prompt length must be carried alongside the padded ids (a chat
-# prompt contains EOS tokens of its own), and only the last real row needs the LM head.
+# **What you will build.** A padded prefill that gives exactly the bits of an unpadded one.
+# Compiled accelerator kernels have fixed shapes, so a prompt is padded with EOS to a fixed length,
+# run whole, and read at its last real row; if padding moved a single bit, every accelerator
+# chapter's comparison against the CPU would have to be a tolerance instead of an equality.
+# Notebook 03 showed that only attention mixes positions and that the causal mask hides the
+# future. Here you prove that prefill padded with EOS gives **byte-identical** hidden states and
+# logits at the real positions — and see why the causal mask alone does not guarantee that in
+# floating point. Two consequences follow: the real prompt length must be carried alongside the
+# padded ids (a chat prompt contains EOS tokens of its own), and only the last real row needs the
+# LM head.
 #
 # Every claim below is an assertion: bit for bit against an unpadded run, against closed-form
 # arithmetic, or within an error bound derived beside it.
@@ -103,19 +113,16 @@ for n in (5, 13, 40):
         same_logits = np.array_equal(logits_pad, logits_ref)
         nxt = repr(tok.decode([int(np.argmax(logits_pad))]))
         proof.append((last_row, all_rows, same_logits, len(states_pad) == cfg.n_layers + 1))
-        print(f"{n:>6} {P:>9} {str(last_row):>29} {str(all_rows):>13} {str(same_logits):>6} {nxt:>10}")
-assert all(all(r) for r in proof)
+        print(f"{n:>6} {P:>9} {'equal' if last_row else 'DIFFER':>29} "
+              f"{'equal' if all_rows else 'DIFFER':>13} {'equal' if same_logits else 'DIFFER':>6} {nxt:>10}")
+assert all(all(r) for r in proof)                             # every cell of the table: equal
 
 # %% [markdown]
-# **Why "the mask makes it exact" is not the whole argument.** The MLIR-AIR Llama-3.2-1B guide
-# (Xilinx/mlir-air, `programming_examples/llms/llama32_1b`, docs/explain.md, part A6) answers "Does
-# padding affect the math at real positions?" with "No. The hidden state at pred_pos = prompt_len − 1
-# is bit-identical to what you'd get if you ran with seq=prompt_len instead of seq=2048", because
-# "of the 14 ops in a transformer block, only attention crosses positions" and "attention is
-# causally masked". Notebook 03 (section 3) confirms the first half. But the
-# second half is an argument in exact arithmetic; in float32 the last bits of a result also depend
-# on the *order* in which its terms are added — and that order can depend on the shape, which
-# padding changes. Float32 addition is not associative:
+# **Why "the mask makes it exact" is not the whole argument.** The tempting proof: only attention
+# crosses positions (notebook 03, section 3), and attention is causally masked, so the padding rows
+# can never reach a real row. That is an argument in exact arithmetic; in float32 the last bits of
+# a result also depend on the *order* in which its terms are added — and that order can depend on
+# the shape, which padding changes. Float32 addition is not associative:
 
 # %%
 a, b, c = np.float32(1.0), np.float32(1e8), np.float32(-1e8)
@@ -193,9 +200,8 @@ print("BLOCK_Q  =", BLOCK_Q, " query rows per attention tile (short blocks are z
 print("KEY_TILE =", KEY_TILE, " keys per tile: key ranges are rounded up and the rest masked")
 backend = engine.backend
 m = backend.row_multiple
-print("prefill rows padded to a multiple of row_multiple, 8 or 48 (by BLAS kernel family):",
-      m in (8, 48))                                   # which one depends on this machine's CPU
-assert m in (8, 48)
+assert m in (8, 48)                                   # which one depends on this machine's CPU
+print("prefill rows padded to a multiple of row_multiple: 8 or 48, by BLAS kernel family (asserted)")
 
 
 def key_range(rows_):
@@ -216,31 +222,41 @@ for n, P in [(5, 64), (13, 64), (40, 128)]:
 #   the masked keys come last and add exact zeros.
 # - The projections and the MLP are ordinary GEMMs, and the engine runs prefill with a row count
 #   that is a multiple of `Backend.row_multiple` (the extra rows are padding rows: computed, but
-#   never written to the cache and never attended to). How many is enough depends on the BLAS kernels, and
-#   was measured by forcing each of OpenBLAS's kernel families with `OPENBLAS_CORETYPE`: with the
-#   AVX-512 kernels (`SkylakeX`, `SapphireRapids`, ...) every row of a GEMM comes out the same for
-#   any row count from 8 up (below that a small-matrix kernel takes over); with the `Haswell`/`Zen`
-#   kernels that most laptops run, only for row counts that are multiples of 48 — the last rows of
-#   a ragged matrix go through narrower edge kernels that sum in another order. The backend picks 8
-#   or 48 from the kernel family OpenBLAS reports (48 when it cannot tell), and the test suite
-#   repeats the padding proof under both families
-#   (`tests/test_engine.py::test_padding_is_byte_identical_under_other_blas_kernels`).
+#   never written to the cache and never attended to). How many rows is enough depends on the BLAS
+#   kernels (the sidebar below).
 #
 # The causal mask is what makes padding *correct*; these choices are what make it *exact*. Without
 # them the padded and unpadded runs would still agree to a tolerance — almost always close enough
-# to pick the same token — but the byte-identity the guide promises would rest on luck (on which
-# kernels a given BLAS picks for which shapes), not on construction.
+# to pick the same token — but byte-identity would rest on luck (on which kernels a given BLAS picks
+# for which shapes), not on construction.
+
+# %% [markdown]
+# > **Going deeper: where the mask argument comes from, and the row multiple.** The MLIR-AIR
+# > Llama-3.2-1B guide (Xilinx/mlir-air,
+# > `programming_examples/llms/llama32_1b/docs/detail/IMPLEMENTATION_GUIDE.html`, part A6) answers
+# > "Does padding affect the math at real positions?" with "No. The hidden state at pred_pos =
+# > prompt_len − 1 is bit-identical to what you'd get if you ran with seq=prompt_len instead of
+# > seq=2048", because "of the 14 ops in a transformer block (Part A2), only attention crosses
+# > positions" and "attention is causally masked": the exact-arithmetic argument above, which in
+# > float32 needs the shape choices of this section as well.
+# >
+# > The row multiple was measured by forcing each of OpenBLAS's kernel families with
+# > `OPENBLAS_CORETYPE`: with the AVX-512 kernels (`SkylakeX`, `SapphireRapids`, ...) every row of a
+# > GEMM comes out the same for any row count from 8 up (below that a small-matrix kernel takes
+# > over); with the `Haswell`/`Zen` kernels that most laptops run, only for row counts that are
+# > multiples of 48 — the last rows of a ragged matrix go through narrower edge kernels that sum in
+# > another order. The backend picks 8 or 48 from the kernel family OpenBLAS reports (48 when it
+# > cannot tell), and the test suite repeats the padding proof under both families
+# > (`tests/test_engine.py::test_padding_is_byte_identical_under_other_blas_kernels`).
 
 # %% [markdown]
 # ## 2. A prompt that contains EOS: carry the length, never count it
 #
-# With padded ids in hand, where is the last real token? The MLIR-AIR guide (part A5) recovers the
-# length inside prefill by counting: "prompt_len = len([t for t in token_ids if t !=
-# tokenizer.eos_token_id])", with the caveat "this assumes the real prompt does NOT contain any EOS
-# tokens. For typical text inputs that's true." For a chat prompt the assumption
-# fails: every ChatML turn ends with `<|im_end|>`, SmolLM2's EOS (id 2). Even the one-question prompt of
-# section 1 contains two (the default system turn and the user turn); a conversation contains one
-# per turn.
+# With padded ids in hand, where is the last real token? A tempting rule recovers the length by
+# counting the tokens that are not EOS, which assumes the real prompt contains none. For a chat
+# prompt the assumption fails: every ChatML turn ends with `<|im_end|>`, SmolLM2's EOS. Even the
+# one-question prompt of section 1 contains some (the default system turn and the user turn); a
+# conversation contains one per turn (the cell prints both counts).
 
 # %%
 conversation = [
@@ -255,7 +271,7 @@ print("conversation:       ", conv.count(EOS), "EOS tokens in", n_real,
       "at positions", [i for i, t in enumerate(conv) if t == EOS])
 
 padded, _ = pad_to(conv, 64, EOS)
-counted = int(np.sum(padded != EOS))                          # the guide's recovery rule
+counted = int(np.sum(padded != EOS))                          # the counting rule
 print("real length:", n_real, "| length recovered by counting non-EOS tokens:", counted)
 print("the prompt ends, by the count:     ...", repr(tok.decode(conv[counted - 8:counted])))
 print("the prompt ends, by the real length:...", repr(tok.decode(conv[n_real - 8:n_real])))
@@ -272,32 +288,38 @@ logits_counted, _ = prefill_states(padded, real_len=counted)
 for label, lg in [("unpadded", logits_ref), ("padded, real_len carried", logits_carried),
                   ("padded, length counted", logits_counted)]:
     print(f"{label:<25} next token {int(np.argmax(lg)):>5} {tok.decode([int(np.argmax(lg))])!r}")
-print("carried == unpadded, byte for byte:", np.array_equal(logits_carried, logits_ref))
-print("counted == unpadded:", np.array_equal(logits_counted, logits_ref))
 assert np.array_equal(logits_carried, logits_ref)
 assert not np.array_equal(logits_counted, logits_ref)
 assert np.abs(logits_counted - logits_ref).max() > 1.0        # not rounding: a different position
 assert int(np.argmax(logits_counted)) != int(np.argmax(logits_ref))
 
 # %% [markdown]
-# The counted length stops four rows early, where the prompt seems to end after the user's
-# `<|im_end|>`: the model sensibly predicts the start of a new turn instead of the answer. It would
-# also start decode at the wrong cache position, overwriting the keys and values of the last real
-# tokens. The fix is bookkeeping, not arithmetic: return the real length together with
-# the padded ids (`pad_to` does) and pass it on (`Engine.prefill(..., real_len=n)`). The design
-# notes of min_llm_inference (xyg-coder/min_llm_inference, a small CUDA inferencer with continuous
-# batching) do carry it: "`lengths`: The sequence length of each batch", a tensor that travels with
-# the batch and bounds the softmax — the right design. The MLIR-AIR guide also says "The instruct
-# chat template uses <|begin_of_text|>, <|start_header_id|>, etc. — none of which are EOS". It
-# closes every message with `<|eot_id|>` (128009), one of Llama-3.2-1B's end ids and the very token
-# the guide's own decode loop stops on; whether counting survives then
-# depends on which end id happens to be used for padding — a fragile thing to rest correctness on.
+# The counted length stops as many rows early as the prompt holds EOS tokens, where the prompt
+# seems to end after the user's `<|im_end|>`: the model sensibly predicts the start of a new turn
+# instead of the answer. It would also start decode at the wrong cache position, overwriting the
+# keys and values of the last real tokens. The fix is bookkeeping, not arithmetic: return the real
+# length together with the padded ids (`pad_to` does) and pass it on
+# (`Engine.prefill(..., real_len=n)`).
+
+# %% [markdown]
+# > **Going deeper: who counts, who carries.** The MLIR-AIR Llama-3.2-1B guide
+# > (`IMPLEMENTATION_GUIDE.html`, part A5) recovers the length inside prefill by counting:
+# > "prompt_len = len([t for t in token_ids if t != tokenizer.eos_token_id])", with the caveat
+# > "this assumes the real prompt does NOT contain any EOS tokens. For typical text inputs that's
+# > true. The instruct chat template uses <|begin_of_text|>, <|start_header_id|>, etc. — none of
+# > which are EOS". That template closes every message with `<|eot_id|>`, one of Llama-3.2-1B's end
+# > ids (the cell below) and the very token the guide's own decode loop stops on; whether counting
+# > survives then depends on which end id happens to be used for padding — a fragile thing to rest
+# > correctness on. The design notes of min_llm_inference (xyg-coder/min_llm_inference, a small CUDA
+# > inferencer with continuous batching) carry it instead: "`lengths`: The sequence length of each
+# > batch", a tensor that travels with the batch and bounds the softmax — the design `pad_to` follows.
 
 # %%
 from llamanb.model.config import LLAMA32_1B
 
-print("Llama-3.2-1B end-of-sequence ids:", LLAMA32_1B.eos_ids, "(128009 = <|eot_id|>)")
-assert 128009 in LLAMA32_1B.eos_ids
+eot = 128009                                                  # <|eot_id|> in Llama 3's tokenizer
+assert eot in LLAMA32_1B.eos_ids
+print("Llama-3.2-1B end-of-sequence ids:", LLAMA32_1B.eos_ids, f"({eot} = <|eot_id|>)")
 
 # %% [markdown]
 # ## 3. The LM head needs one row
@@ -327,10 +349,10 @@ for c, S_ in [(cfg, 64), (LLAMA32_1B, 2048)]:
               f"saved: {(S_ - 1) * c.vocab * nbytes:,} bytes")
 
 # %% [markdown]
-# For Llama-3.2-1B at `S = 2048` that is 1.075 TFLOP avoided against 0.525 GFLOP done, matching the
-# MLIR-AIR guide's "full-seq LM Head (2048, 2048) @ (2048, 128256) = (2048, 128256) ≈ 1 TFLOP"
-# against "single-row GEMV (1, 2048) @ (2048, 128256) = (1, 128256) ≈ 0.5 GFLOP" (the ratio is
-# exactly `S`).
+# The ratio of the two FLOP counts is exactly `S`. (The MLIR-AIR Llama-3.2-1B guide, part A7, gives
+# the same two Llama-3.2-1B numbers rounded: "full-seq LM Head (2048, 2048) @ (2048, 128256) =
+# (2048, 128256) ≈ 1 TFLOP" against "single-row GEMV (1, 2048) @ (2048, 128256) = (1, 128256) ≈ 0.5
+# GFLOP".)
 #
 # On the embedded model: the final hidden rows of a prompt padded to 64, through the head all at
 # once and one row only. `Backend.head` is what `Engine.prefill` calls, with one row.
@@ -340,7 +362,8 @@ padded, n = pad_to(chat[:40], 64, EOS)
 x_final = engine.forward(padded, engine.new_cache(64))        # [64, H], before the final norm
 logits_all = engine.backend.head(x_final)                     # [64, V]
 logits_one = engine.backend.head(x_final[n - 1:n])            # [1, V]
-print("all rows", logits_all.shape, "| one row", logits_one.shape)
+print("all rows", logits_all.shape, "| one row", logits_one.shape, "| the head's matrix [H, V]:",
+      engine.backend.lm_head_t.shape, engine.backend.lm_head_t.dtype, human_bytes(engine.backend.lm_head_t.nbytes))
 
 # our own one-row head: final RMSNorm, then the (tied) LM head matrix
 ours_one = rms_norm(x_final[n - 1:n], W.final_norm, cfg.rms_eps) @ W.lm_head.T     # [1, V]
@@ -389,8 +412,7 @@ print(f"LM head, all 64 rows: {t_all:.2f} ms   one row: {t_one:.2f} ms   ratio {
 # %% [markdown]
 # 64 times fewer FLOPs, but nowhere near 64 times faster: the FLOP count says what the head
 # *computes*, not what it must *read*. Every call, one row or 64, needs the whole `[H, V]` matrix
-# (576 × 49,152 float32 = 113 MB, far larger than any cache), so each call streams it from memory
-# once. One row does only 2 multiply-add FLOPs per 4-byte weight read: the core waits for memory
+# (its size printed above, far larger than any cache), so each call streams it from memory once. One row does only 2 multiply-add FLOPs per 4-byte weight read: the core waits for memory
 # (a matrix-vector product, GEMV, is *memory-bound*), and its time is the matrix's bytes divided by
 # the memory bandwidth. With 64 rows each weight, once loaded, is used 64 times (a matrix-matrix
 # product, GEMM): the same read now feeds 64 times the arithmetic, and the time becomes the FLOPs
@@ -421,11 +443,9 @@ print(f"predicted t(64) / t(1) = 32 x {bandwidth:.1f} / {gemm_rate:.0f} = "
       f"{32 * bandwidth / gemm_rate:.1f}x   measured {t_rows[-1] / t_rows[0]:.1f}x   FLOP ratio 64x")
 
 # %% [markdown]
-# When the previous version of this notebook was built on a quiet run of the 2-core VM, one row
-# took 3.6 ms (the 113 MB matrix at 31 GB/s) and 64 rows 22 ms (165 GFLOP/s), a ratio of 6.1; the
-# formula gives 32 × 31 / 165 = 6.0. Under load all of these drift (the cell above is not compared),
-# but the reason stays: one row costs one read of the matrix, 64 rows cost their arithmetic. Decode
-# is made only of one-row products, which is why it is memory-bound (notebook 04).
+# The timings drift with the machine's load (the cell above is not compared), but the reason stays:
+# one row costs one read of the matrix, 64 rows cost their arithmetic. Decode is made only of
+# one-row products, which is why it is memory-bound (notebook 04).
 
 # %% [markdown]
 # ## Summary
