@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     notebook_metadata_filter: llamanb
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -10,6 +11,15 @@
 #     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
+#   llamanb:
+#     builds: the whole model on the best backend here, its profile, every backend side
+#       by side, a chat
+#     modules:
+#     - llamanb.readiness
+#     - llamanb.engine.chat
+#     - llamanb.npu.profile
+#     - llamanb.check
+#     part: III
 # ---
 
 # %% [markdown]
@@ -386,31 +396,15 @@ else:
 # %% [markdown]
 # ## 7. The course in one page
 #
-# Every module that just ran, and the chapter that built it:
+# Every module that just ran, and the chapter that built it: the course map, read from the tag at
+# the top of each chapter (`llamanb.course.chapters`, the same map chapter 00 and the README show):
 
 # %%
-BUILT = [
-    ("tokenizer, chat template", "llamanb.model.tokenizer", "00"),
-    ("one block, op by op; parameters", "llamanb.engine.numpy_backend, config", "01"),
-    ("FLOPs of a prefill and a decode step", "llamanb.model.flops", "01b"),
-    ("RoPE tables (the LUTs the rope launches read)", "llamanb.model.rope, rope_tables", "02"),
-    ("GQA attention with the causal mask", "llamanb.engine.attention", "03"),
-    ("EOS-padded prefill, real length carried, one-row head", "llamanb.engine.engine, step", "03b"),
-    ("KV cache", "llamanb.engine.kv", "04"),
-    ("sampling; the one token loop", "llamanb.engine.sampling, generate", "04b"),
-    ("the seven kernels: builders, MLIR text, emulator", "llamanb.npu.compiler.builders, emulator", "05"),
-    ("stitched groups: rms_gemms_rope, flash_attn, o_ffn, ...", "llamanb.npu.compiler.stitch, groups", "06"),
-    ("buffer objects, KernelCache, the NPU2 backend", "llamanb.npu.runtime.devices, kernel_cache, backend", "07"),
-    ("the TCP einsum program", "llamanb.tcp", "08"),
-    ("mesh, collectives, block floats", "llamanb.mesh", "09"),
-    ("steps of many sequences, paged cache, scheduler", "llamanb.serve, kv.paged", "10"),
-    ("this CPU's kernels: panels, register tiles, bf16, Q4_1", "llamanb.cpu.backend, kernels/cpu", "11"),
-    ("min_llm_inference's CUDA kernels (simulator, PTX)", "llamanb.cuda, kernels/cuda", "12"),
-    ("readiness, chat, profile, side by side", "llamanb.readiness, engine.chat, npu.profile, check", "13"),
-    ("Appendix: the three cost models on one calibration", "llamanb.platform.calibration, npu.cost, tcp.cost, mesh.cost", "A"),
-]
-for what, where, ch in BUILT:
-    print(f"  {ch:<3}  {what:<58} {where}")
+from llamanb.course.chapters import chapters, text
+
+course = chapters()
+print(text(course))
+assert [c.number for c in course][-2:] == ["13", "A"]    # the capstone is the last numbered chapter
 
 # %% [markdown]
 # **On real hardware.** The same commands run there; the backend names pick the device:
