@@ -12,8 +12,10 @@
 #     language: python
 #     name: python3
 #   llamanb:
-#     builds: the FLOPs of a prefill and a decode step, against torch's counter
+#     builds: the parameters and bytes of three Llamas, and the FLOPs of a prefill and
+#       a decode step, against transformers and torch's counter
 #     modules:
+#     - llamanb.model.config
 #     - llamanb.model.flops
 #     part: I
 # ---
