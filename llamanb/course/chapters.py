@@ -28,6 +28,7 @@ import os
 import re
 import sys
 import tempfile
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,7 @@ PARTS = {
     "A": "Appendix",
 }
 FIELDS = ("builds", "modules", "part")
+WIDTH = 120                                             # JupyterLab's column of text output
 START, END = "<!-- course-map:start -->", "<!-- course-map:end -->"
 # the heading of a chapter's first cell: "# 01b · FLOPs of a prefill", "# Appendix A · three ..."
 HEADING = re.compile(r"^# # (?:\d\d[a-z]?|Appendix A) · (.+)$")
@@ -123,15 +125,16 @@ def landed_in(chs: list[Chapter]) -> dict[str, list[str]]:
 
 def text(chs: list[Chapter] | None = None) -> str:
     """The map as the chapters print it: per part, each chapter's number and title, then what it
-    builds and where that lands."""
+    builds and where that lands, wrapped to WIDTH columns."""
     chs = chapters() if chs is None else chs
     out = []
     for heading, members in by_part(chs):
         out.append(heading)
         for c in members:
-            out.append(f"  {c.number:<4} {c.title}")
-            out.append(f"       builds:   {c.builds}")
-            out.append(f"       lands in: {', '.join(c.modules)}")
+            out.append(textwrap.fill(f"  {c.number:<4} {c.title}", WIDTH, subsequent_indent=" " * 7))
+            for label, value in (("builds:  ", c.builds), ("lands in:", ", ".join(c.modules))):
+                out.append(textwrap.fill(f"       {label} {value}", WIDTH, subsequent_indent=" " * 17,
+                                         break_on_hyphens=False))
     return "\n".join(out)
 
 
