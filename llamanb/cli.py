@@ -329,7 +329,7 @@ def cmd_info(a) -> int:
         cfg = load_model(a.model).config
     text = describe(cfg, a.seq)
     print("backends on this machine:")
-    print("\n".join("  " + line for line in readiness_report().splitlines()))
+    print("\n".join("  " + line for line in readiness_report(width=None).splitlines()))
     print(text)
     return 0
 

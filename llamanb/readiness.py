@@ -43,5 +43,8 @@ def readiness(module=has_module, npu_devices=amd_npu_devices,
     return rows
 
 
-def readiness_report(rows: list[Readiness] | None = None) -> str:
-    return "\n".join(r.line() for r in (rows if rows is not None else readiness()))
+def readiness_report(rows: list[Readiness] | None = None, width: int | None = 120) -> str:
+    """One entry per backend, wrapped to `width` columns (Readiness.lines; a notebook's column by
+    default), or one line each with width=None (what `python -m llamanb info` prints)."""
+    rows = rows if rows is not None else readiness()
+    return "\n".join(r.line() if width is None else r.lines(width) for r in rows)

@@ -31,6 +31,15 @@ def test_nothing_installed_names_each_missing_piece():
     assert not tt.ready and any("ttnn" in m for m in tt.missing)
     assert any("/dev/tenstorrent" in m for m in tt.missing)
     assert "not ready, missing:" in npu.line() and npu.line().count("\n") == 0
+    for width in (120, 80):                 # wrapped for a notebook or a terminal: every piece kept
+        for r in (npu, tt, rows["numpy"]):
+            text = r.lines(width)
+            assert max(len(line) for line in text.splitlines()) <= width
+            assert " ".join(text.split()) .replace("- ", "") .count(r.name) >= 1
+            words = " ".join(text.replace("\n", " ").split())
+            assert all(" ".join(m.split()) in words.replace(" - ", " ") for m in r.missing)
+    report = readiness.readiness_report(list(rows.values()))
+    assert max(len(line) for line in report.splitlines()) <= 120
 
 
 AIR = ("pyxrt", "air", "air.ir", "air.backend.xrt")

@@ -88,9 +88,14 @@ def side_by_side(engines: dict, prompt_ids, steps: int, reference: str | None = 
 
 def table(runs: list[BackendRun]) -> str:
     """The deterministic part: answers' agreement and counted activity per token."""
-    lines = [f"{'backend':<16}{'vs reference':<48}{'per token':>24}{'bytes/token':>14}"]
-    for r in runs:
-        per = "--" if r.units_per_token is None else f"{r.units_per_token:.1f} {r.activity}"
-        nb = "--" if r.bytes_per_token is None else f"{r.bytes_per_token:,.0f}"
-        lines.append(f"{r.name:<16}{r.agreement:<48}{per:>24}{nb:>14}")
+    # columns as wide as their longest entry (the agreement up to 58: "first difference at token
+    # N (each in the other top-5)"), so that the table stays aligned and within 120 columns
+    pers = ["--" if r.units_per_token is None else f"{r.units_per_token:.1f} {r.activity}" for r in runs]
+    nbs = ["--" if r.bytes_per_token is None else f"{r.bytes_per_token:,.0f}" for r in runs]
+    wn = max([16] + [len(r.name) + 2 for r in runs])
+    wa = max([14] + [len(r.agreement) + 2 for r in runs])
+    wp = max([11] + [len(p) + 2 for p in pers])
+    lines = [f"{'backend':<{wn}}{'vs reference':<{wa}}{'per token':>{wp}}{'bytes/token':>14}"]
+    for r, per, nb in zip(runs, pers, nbs):
+        lines.append(f"{r.name:<{wn}}{r.agreement:<{wa}}{per:>{wp}}{nb:>14}")
     return "\n".join(lines)

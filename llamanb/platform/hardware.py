@@ -98,3 +98,19 @@ class Readiness:
     def line(self) -> str:
         state = "ready" if self.ready else "not ready, missing: " + "; ".join(self.missing)
         return f"{self.name:<18} {self.runs_on:<9} {state}" + (f" -- {self.note}" if self.ready and self.note else "")
+
+    def lines(self, width: int = 120) -> str:
+        """`line()` wrapped to `width` columns (a notebook's output column, a terminal): each
+        missing piece starts a line of its own under the state, long ones continue indented."""
+        import textwrap
+
+        lead = f"{self.name:<18} {self.runs_on:<9} "
+        pad = " " * len(lead)
+        if self.ready:
+            return "\n".join(textwrap.wrap(self.line(), width, subsequent_indent=pad + "   ",
+                                            break_on_hyphens=False))
+        out = [lead + "not ready, missing:"]
+        for m in self.missing:
+            out += textwrap.wrap(m, width, initial_indent=pad + "- ", subsequent_indent=pad + "  ",
+                                 break_on_hyphens=False)
+        return "\n".join(out)

@@ -7,7 +7,7 @@ import pytest
 
 from llamanb import Engine
 from llamanb.check.greedy import GreedyRun
-from llamanb.check.sidebyside import agree, side_by_side
+from llamanb.check.sidebyside import BackendRun, agree, side_by_side, table
 from llamanb.model.config import PRESETS
 from llamanb.npu import profile
 from llamanb.npu.runtime.devices import Counters
@@ -91,6 +91,21 @@ def test_agree_is_the_top5_rule():
     assert ok and "token 1" in why
     ok, why = agree(_run([5, 2, 3], [[5], [2, 4], [3]]), ref)       # 2 not in ref's top
     assert not ok and "NOT" in why
+
+
+def test_table_stays_aligned_and_within_a_notebook_column():
+    runs = [BackendRun(name, "", _run([5], [[5]]), 1.0, act, units, nbytes, agreement)
+            for name, act, units, nbytes, agreement in (
+                ("numpy", "", None, None, "the reference"),
+                ("npu2-emulated", "NPU calls", 61.0, 1234567.0,
+                 "first difference at token 12 (each in the other top-5)"),
+                ("galaxy-emulated", "collectives", 242.0, 98765.0, "identical (16 tokens)"))]
+    lines = table(runs).splitlines()
+    assert max(len(line) for line in lines) <= 120
+    # every row's columns start where the header's do: the agreement, then right-aligned numbers
+    col = lines[0].index("vs reference")
+    assert all(line[col:].startswith(r.agreement) for line, r in zip(lines[1:], runs))
+    assert len({len(line) for line in lines}) == 1 and lines[2].endswith("1,234,567")
 
 
 def test_side_by_side_counts_each_backends_activity(smollm):

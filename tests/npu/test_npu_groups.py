@@ -38,6 +38,27 @@ def test_layout_counts_from_the_text(cfg):
     assert "o_gemv_ffn" in group_table(gs)
 
 
+def test_group_table_fits_a_notebook_column_and_keeps_every_herd():
+    gs = layer_groups(LLAMA32_1B, seq=128)
+    for width in (120, 90):
+        text = group_table(gs, width=width)
+        assert max(len(line) for line in text.splitlines()) <= width
+        # every herd of every group is in its row, in launch order, runs counted ("3x gemm 8x4")
+        rows, cur = {}, None
+        for line in text.splitlines()[1:]:
+            if not line.startswith(" "):
+                cur = line.split()[0]
+                rows[cur] = line.split("  ")[-1].strip()
+            else:
+                rows[cur] += " " + line.strip()
+        for g in gs.values():
+            listed = []
+            for item in rows[g.name].split(", "):
+                n, _, herd = item.partition("x ") if item[0].isdigit() else ("1", "", item)
+                listed += [herd.strip(",")] * int(n)
+            assert listed == [f"{op} {x}x{y}" for op, (x, y), _ in g.herds], g.name
+
+
 @pytest.mark.skipif(not V.available(), reason="MLIR Python bindings not installed")
 def test_every_group_verifies():
     for g in layer_groups(SMOLLM2_135M, seq=128).values():

@@ -222,14 +222,41 @@ def layer_groups(cfg, seq: int = 128, lm_parts: int = 8) -> dict[str, Group]:
     return {**prefill_groups(cfg, seq), **decode_groups(cfg, lm_parts)}
 
 
-def group_table(groups: dict[str, Group]) -> str:
-    """One row per group: phase, launches, arguments (by role), herds -- all read from the text."""
+def _runs(items: list[str]) -> list[str]:
+    """Consecutive equal items as one, counted: [a, b, b, b] -> [a, 3x b]."""
+    out: list[str] = []
+    for it in items:
+        if out and out[-1][0] == it:
+            out[-1][1] += 1
+        else:
+            out.append([it, 1])
+    return [it if n == 1 else f"{n}x {it}" for it, n in out]
+
+
+def group_table(groups: dict[str, Group], width: int = 120) -> str:
+    """One row per group: phase, launches, arguments (by role), herds -- all read from the text.
+    Herds in launch order, consecutive equal ones counted ("8x gemv 8x1"); a herd list longer than
+    its column continues on the next line, so that every line fits `width` columns (a notebook's
+    output column)."""
     rows = [("group", "phase", "launches", "args", "weight/input/interm./output", "herds")]
     for g in groups.values():
         r = g.roles()
-        herds = ", ".join(f"{op} {x}x{y}" for op, (x, y), _ in g.herds)
+        herds = ", ".join(_runs([f"{op} {x}x{y}" for op, (x, y), _ in g.herds]))
         rows.append((g.name, g.phase, str(g.launches), str(len(g.plan.args)),
                      "/".join(str(r.get(k, 0)) for k in ("weight", "input", "intermediate",
                                                           "output")), herds))
-    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(x) for c, x in zip(r, w)).rstrip() for r in rows)
+    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    indent = sum(w) + 2 * len(w)
+    lines = []
+    for r in rows:
+        lead = "  ".join(c.ljust(x) for c, x in zip(r, w)) + "  "
+        parts = r[-1].split(", ")
+        line = lead + parts[0]
+        for p in parts[1:]:
+            if len(line) + 2 + len(p) > width:
+                lines.append(line + ",")
+                line = " " * indent + p
+            else:
+                line += ", " + p
+        lines.append(line.rstrip())
+    return "\n".join(lines)

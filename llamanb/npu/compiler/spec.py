@@ -74,6 +74,13 @@ class KernelSpec:
         return (f"KernelSpec({self.name}: {args}; herd {self.herd[0]}x{self.herd[1]}, "
                 f"tiles {self.tiles}{links}; {len(self.text.splitlines())} lines of MLIR)")
 
+    def __str__(self) -> str:
+        """The repr's facts on two lines, so that a printed spec fits a notebook's column."""
+        args = ", ".join(f"{a.name}{list(a.shape)}:{a.role}" for a in self.args)
+        links = f", links={list(self.links)}" if self.links else ""
+        return (f"KernelSpec {self.name}: {args}\n  herd {self.herd[0]}x{self.herd[1]}, "
+                f"tiles {self.tiles}{links}; {len(self.text.splitlines())} lines of MLIR")
+
     def _indices(self, *roles: str) -> tuple[int, ...]:
         return tuple(i for i, a in enumerate(self.args) if a.role in roles)
 

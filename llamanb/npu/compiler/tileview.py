@@ -94,12 +94,12 @@ def draw(ax, use: LaunchUse, title: str | None = None, small: bool = False) -> N
     ax.set_aspect("equal")
     ax.set_xticks([c + 0.5 for c in range(spec.columns)], [str(c) for c in range(spec.columns)])
     ax.set_yticks([r + 0.5 for r in range(rows)], [row_name(spec, r) for r in range(rows)])
-    ax.tick_params(length=0, labelsize=6 if small else 8)
+    ax.tick_params(length=0, labelsize=7 if small else 8)   # 7 pt: 9.7 px at 100 dpi
     for side in ax.spines.values():
         side.set_visible(False)
     head = title or use.launch.sym
     ax.set_title(f"{head}\n{use.tiles_used}/{spec.compute_tiles} tiles, "
-                 f"L2 {use.launch.l2_bytes / KIB:.0f} KiB", fontsize=7 if small else 10)
+                 f"L2 {use.launch.l2_bytes / KIB:.0f} KiB", fontsize=8 if small else 10)
     if not small:
         ax.set_xlabel("column")
         ax.set_ylabel("row")

@@ -105,9 +105,10 @@ class Counters:
         return c
 
     def __str__(self) -> str:
+        # two lines: each fits a notebook's 120-column output
         return (f"{self.dispatches} dispatches, {self.bytes_to_device:,} B to device, "
                 f"{self.bytes_from_device:,} B from device, {self.host_memcpys} host memcpys "
-                f"({self.host_memcpy_bytes:,} B); estimated NPU time {self.estimated_s * 1e3:.3f} ms "
+                f"({self.host_memcpy_bytes:,} B)\n  estimated NPU time {self.estimated_s * 1e3:.3f} ms "
                 f"(cost model, not measured)")
 
 
