@@ -19,16 +19,17 @@
 # ---
 
 # %% [markdown]
-# # 04 · The KV cache: how it grows and what it costs
+# # 04 · The KV cache: how it fills, and why it is exact
 #
 # **What you will build.** A KV cache, and the proof that it is exact. A decoder writes, for every
 # layer and every position it has seen, one key vector and one value vector per KV head. Keeping
 # them turns each new token into one pass of a single row through the model instead of a pass over
 # the whole text -- that is *why* every fast decoder has one. You will look inside `llamanb`'s
 # cache while the embedded SmolLM2-135M-Instruct answers a chat prompt (which rows the prefill
-# fills, how each decode step appends one row, what the cached keys look like), prove that decoding
-# with the cache gives the logits of recomputing from scratch (against our own full pass and HF
-# transformers), and derive what the cache costs in memory for three real models. Sampling is 04b.
+# fills, how each decode step appends one row, what the cached keys look like), and prove that
+# decoding with the cache gives the logits of recomputing from scratch (against our own full pass
+# and HF transformers). Sampling a token from those logits is 04b; what the cache costs in memory
+# is 04c.
 
 # %% [markdown]
 # ## 0. Setup
@@ -37,6 +38,7 @@
 # directory). `L`, `N_kv` and `d_h` are the three numbers that shape the cache.
 
 # %%
+import textwrap
 import warnings
 
 warnings.filterwarnings("ignore")
@@ -120,7 +122,8 @@ ids = tok.encode_prompt(prompt)              # [S] token ids
 S = len(ids)
 logits = engine.prefill(ids, cache)          # [V] logits for the first answer token
 print("S =", S, "prompt tokens | cache.length =", cache.length)
-print("\n".join(repr(line) for line in tok.decode(ids).splitlines(keepends=True)))  # a line each
+for line in tok.decode(ids).splitlines(keepends=True):      # a line each, wrapped at 100 columns
+    print("\n  ".join(textwrap.wrap(repr(line), 100, drop_whitespace=False)))
 
 # %% [markdown]
 # What is in one row? For layer 0 we can recompute it by hand: embed the tokens, RMS-normalise them
@@ -152,8 +155,8 @@ print("layer-0 rows [0, S) of the cache equal RoPE(RMSNorm(embed) @ W_k^T) and R
 # NBVAL_IGNORE_OUTPUT
 k_dev = np.abs(cache.k[0, :, :S] - k0_rot.transpose(1, 0, 2)).max()
 v_dev = np.abs(cache.v[0, :, :S] - v0.transpose(1, 0, 2)).max()
-print(f"layer-0 rows [0, S) vs RoPE(RMSNorm(embed) @ W_k^T): max |difference| <= {roundup(k_dev):.0e} "
-      f"(|k| up to {np.abs(k0_rot).max():.0f});\n  vs RMSNorm(embed) @ W_v^T: <= {roundup(v_dev):.0e}")
+print(f"layer-0 rows [0, S) vs RoPE(RMSNorm(embed) @ W_k^T): max |difference| <= {roundup(k_dev):.0e}"
+      f"\n  (|k| up to {np.abs(k0_rot).max():.0f}); vs RMSNorm(embed) @ W_v^T: <= {roundup(v_dev):.0e}")
 
 # %% [markdown]
 # Now decode 16 tokens greedily with `Engine.decode`. Each call feeds the token chosen from the
@@ -267,9 +270,9 @@ def draw_occupancy(ax, step: int, labels: bool = True):
     ax.axvline(S - 0.5, color="white", lw=1.5)
     ax.set_title(f"step {step}: length {S + step}", fontsize=9)
     ax.set_yticks(np.arange(0, L, 5))
-    ax.set_yticklabels([f"layer {l}" for l in range(0, L, 5)] if labels else [], fontsize=7)
+    ax.set_yticklabels([f"layer {l}" for l in range(0, L, 5)] if labels else [], fontsize=8)
     ax.set_xticks(np.arange(0, SHOW + 1, 16) - 0.5)
-    ax.set_xticklabels(np.arange(0, SHOW + 1, 16), fontsize=7)
+    ax.set_xticklabels(np.arange(0, SHOW + 1, 16), fontsize=8)
     ax.set_xlabel("position", fontsize=8)
     return im
 
@@ -297,7 +300,7 @@ def step_png(step: int) -> bytes:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     im = draw_occupancy(ax, step)
     fig.colorbar(im, ax=ax, label="mean ‖k‖ over KV heads")
-    ax.legend(handles=OCC_LEGEND, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, fontsize=7, frameon=False)
+    ax.legend(handles=OCC_LEGEND, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, fontsize=8, frameon=False)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=plt.rcParams["figure.dpi"], bbox_inches="tight")
     plt.close(fig)
@@ -446,118 +449,18 @@ print(f"max |V_ours - V_HF| <= {roundup(float(v_err)):.0e} (asserted < 5e-4)")
 print(f"max |decode logits - HF full-pass logits| <= {roundup(float(l_err)):.0e} (asserted < 1e-3)")
 
 # %% [markdown]
-# ## 5. What the cache costs
-#
-# Count what is stored. For each of the `L` layers, each of the `N_kv` KV heads and each position,
-# the cache holds one key vector and one value vector of `d_h` numbers each: `2 · L · N_kv · d_h`
-# numbers per token. A batch of `batch` sequences of `seq` tokens each, stored with
-# `bytes_per_element` bytes per number, therefore needs
-#
-# $$\text{bytes} = 2 \cdot L \cdot N_{kv} \cdot d_h \cdot \text{seq} \cdot \text{batch} \cdot \text{bytes\_per\_element}.$$
-#
-# The query heads do not appear (grouped-query attention shrinks the cache by `N_h / N_kv`). By hand,
-# in integers, for the course's three models, against `LlamaConfig.kv_bytes(seq, fmt, batch)`:
-
-# %%
-from llamanb import LLAMA3_70B, LLAMA32_1B
-
-BYTES = {"bf16": 2, "fp32": 4}
-
-
-def kv_bytes_by_hand(c, seq: int, fmt: str, batch: int = 1) -> int:
-    return 2 * c.n_layers * c.n_kv_heads * c.head_dim * seq * batch * BYTES[fmt]
-
-
-def mib(n: int) -> str:
-    return f"{n / 2**20:,.0f} MiB" if n < 2**30 else f"{n / 2**30:,.0f} GiB"
-
-
-cases = [(SMOLLM2_135M, 8192, 1), (LLAMA32_1B, 2048, 1), (LLAMA3_70B, 8192, 32)]
-print(f"{'model':22s} {'L':>3s} {'N_kv':>4s} {'d_h':>4s} {'seq':>5s} {'batch':>5s}"
-      f" {'per token (bf16)':>17s} {'bf16':>8s} {'fp32':>8s}")
-for c, seq, batch in cases:
-    row = {}
-    for fmt in BYTES:
-        n = kv_bytes_by_hand(c, seq, fmt, batch)
-        assert n == c.kv_bytes(seq, fmt, batch)
-        row[fmt] = n
-    per_tok = kv_bytes_by_hand(c, 1, "bf16")
-    assert per_tok == c.kv_bytes_per_token("bf16")
-    print(f"{c.name:22s} {c.n_layers:3d} {c.n_kv_heads:4d} {c.head_dim:4d} {seq:5d} {batch:5d}"
-          f" {per_tok / 1024:13.1f} KiB {mib(row['bf16']):>8s} {mib(row['fp32']):>8s}")
-
-# %% [markdown]
-# One row in detail: Llama-3.2-1B at 2048 tokens in bf16, K alone, K and V, and what the cache
-# would be without grouped-query attention (one KV head per query head).
-
-# %%
-k_half = LLAMA32_1B.n_layers * LLAMA32_1B.n_kv_heads * 2048 * LLAMA32_1B.head_dim * 2
-both = LLAMA32_1B.kv_bytes(2048, "bf16")
-no_gqa = LLAMA32_1B.replace(n_kv_heads=LLAMA32_1B.n_heads).kv_bytes(2048, "bf16")
-assert k_half == 2**25 and both == 2 * k_half == 67_108_864 and no_gqa == 4 * both
-assert LLAMA32_1B.n_params() == 1_235_814_400                       # the published count
-print(f"Llama-3.2-1B, 2048 tokens, bf16: K alone {k_half:,} B = {mib(k_half)};"
-      f" K + V {int(both):,} B = {mib(both)}; without GQA {mib(no_gqa)}")
-
-# %% [markdown]
-# > **Going deeper.** The MLIR-AIR Llama-3.2-1B guide's "~32 MB" KV cache at 2048 tokens is the
-# K half alone, the first number above (`docs/corrections.md`, chapter 04).
-
-# %% [markdown]
-# Is that a lot? Compare with the weights, which are read once per decode step whatever the batch.
-# The cache grows with every token of every sequence in the batch; the point where it outweighs the
-# weights is `weight_bytes / kv_bytes_per_token` tokens in flight: printed below, and the star
-# marks Llama 3 70B with 32 sequences of 8192 tokens (the last row of the table above).
-
-# %%
-tokens = np.logspace(2, 6.3, 200)                                   # seq * batch
-fig, ax = plt.subplots(figsize=(7, 4))
-for c, color in zip([SMOLLM2_135M, LLAMA32_1B, LLAMA3_70B], ["#4c72b0", "#55a868", "#c44e52"]):
-    ax.loglog(tokens, c.kv_bytes_per_token("bf16") * tokens / 2**30, color=color,
-              label=f"{c.name}: KV cache")
-    ax.axhline(c.weight_bytes("bf16") / 2**30, color=color, ls="--", lw=1)
-    cross = c.weight_bytes("bf16") / c.kv_bytes_per_token("bf16")
-    ax.plot([cross], [c.weight_bytes("bf16") / 2**30], "o", color=color)
-    print(f"{c.name:22s} weights {c.weight_bytes('bf16') / 2**30:6.2f} GiB;"
-          f" the cache matches them at {round(cross, -2):>9,.0f} tokens in flight")
-ax.plot([8192 * 32], [LLAMA3_70B.kv_bytes(8192, "bf16", 32) / 2**30], "*", color="#c44e52", ms=12,
-        label="70B, 8192 tokens x batch 32")
-ax.set_xlabel("tokens in flight (seq x batch)")
-ax.set_ylabel("GiB (bf16)")
-ax.set_title("KV cache (solid) vs weights (dashed)", fontsize=10)
-ax.legend(fontsize=7)
-plt.show()
-
-# %% [markdown]
-# Our own cache for the story above: `engine.new_cache(64)` allocated `capacity = 256` positions of
-# float32, and its size is the formula with `seq = capacity`, not 64 and not the `T` rows in use.
-# (The arrays come from `np.zeros`, which the operating system maps lazily: untouched pages cost no
-# physical memory until they are written.) HF's `DynamicCache` grows to exactly the tokens seen, so
-# its size is the formula with `seq = T`: an independent count of the same thing.
-
-# %%
-ours = cache.k.nbytes + cache.v.nbytes
-assert ours == cache.nbytes == kv_bytes_by_hand(cfg, cache.capacity, "fp32") == cfg.kv_bytes(
-    cache.capacity, "fp32")
-hf_bytes = sum(layer.keys.nbytes + layer.values.nbytes for layer in pkv.layers)
-assert hf_bytes == kv_bytes_by_hand(cfg, T, "fp32")
-print(f"ours: 2 * {L} * {N_kv} * {d_h} * {cache.capacity} * 4 B = {ours:,} B ({ours / 2**20:.2f} MiB)")
-print(f"HF DynamicCache: 2 * {L} * {N_kv} * {d_h} * {T} * 4 B = {hf_bytes:,} B")
-
-# %% [markdown]
 # ## Summary
 #
 # * The KV cache is two arrays `[L, N_kv, capacity, d_h]` (`llamanb.engine.kv.contiguous.KVCache`, made by
 #   `Engine.new_cache`), capacity rounded up to a multiple of 256. `Engine.prefill` fills rows
 #   `[0, S)`, each `Engine.decode` writes row `length` in every layer and KV head and advances
 #   `length`: checked row by row on the real model, layer 0's rows recomputed by hand.
-# * Size: `2 · L · N_kv · d_h · seq · batch · bytes_per_element` (`LlamaConfig.kv_bytes`,
-#   `kv_bytes_per_token`); section 5's table gives it for three models, from megabytes for the
-#   embedded model to tens of gigabytes for Llama 3 70B serving a batch.
 # * Decoding with the cache equals recomputing from scratch within 1e-3 in the logits, with the same
 #   greedy tokens, for a small fraction of the token positions of work (section 4 counts both; not
 #   bit for bit: one-row and many-row products round differently); the cache matches
 #   transformers' `DynamicCache`.
+# * A decode step reads the cache: one query row per head against rows `[0, length)` of its KV
+#   head (exercise 04.2 writes it).
 #
 # **Next — 04b · Sampling:** the logits this cache helps to compute, turned into a token (greedy,
 # temperature, top-k, top-p), against transformers' logits warpers.
@@ -568,7 +471,8 @@ print(f"HF DynamicCache: 2 * {L} * {N_kv} * {d_h} * {T} * 4 B = {hf_bytes:,} B")
 # Two functions to write; each is checked against the finished code in `llamanb`. Replace
 # `raise NotImplementedError` with your code and run the cell, then run the check below it; it
 # prints one line (`passed`, the first case that differs with a hint, or `not attempted yet`).
-# Solutions: `solutions/04_kv_cache_growth.py`. (The sampling exercise is in 04b.)
+# Solutions: `solutions/04_kv_cache_growth.py`. (Sampling's exercises are in 04b, the cache's
+# bytes in 04c.)
 
 # %%
 from llamanb.course.exercises import ch04
@@ -590,16 +494,19 @@ def kv_append(k_cache: np.ndarray, length: int, k_new: np.ndarray) -> tuple[np.n
 ch04.kv_append(kv_append)
 
 # %% [markdown]
-# ### 04.2 Bytes per token
+# ### 04.2 Attention read from the cache
 #
-# Write `kv_bytes_per_token(c, bytes_per_element)`: the cache bytes one more position costs for
-# the config `c`, at 2 (bf16) or 4 (float32) bytes per number. Checked against
-# `LlamaConfig.kv_bytes_per_token`. *Hint:* section 5; which head count is it?
+# Write `decode_attention(q, k_cache, v_cache, length)`: one decode step's attention for one layer.
+# `q [N_h, d]` is the new token's query (its key and value are already in the cache, at row
+# `length - 1`), `k_cache` and `v_cache [N_kv, capacity, d]` hold `length` positions. Return the
+# heads' outputs concatenated, `[N_h · d]`. Checked against the engine's attention
+# (`llamanb.engine.attention`). *Hint:* section 1: which rows hold data, and which KV head does
+# query head `h` share?
 
 # %%
-def kv_bytes_per_token(c, bytes_per_element: int) -> int:
+def decode_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, length: int) -> np.ndarray:
     raise NotImplementedError  # your code here
 
 
 # %%
-ch04.kv_bytes_per_token(kv_bytes_per_token)
+ch04.decode_attention(decode_attention)

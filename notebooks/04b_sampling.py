@@ -266,9 +266,8 @@ plt.show()
 # * Seeded draws never pick a filtered token, and their frequencies sit within 4 binomial standard
 #   deviations of the probabilities.
 #
-# **Next — 05 · NPU kernels:** the block's matrix products as MLIR-AIR kernels for AMD's NPU2,
-# compiled one kernel at a time. Decode there is the one-row (GEMV) path of notebook 04; in the
-# published Llama-3.2-1B example the attention over the cache stays on the CPU.
+# **Next — 04c · What the KV cache costs:** the memory the cache of notebook 04 takes, per token,
+# per model and per batch, and when it outweighs the weights.
 
 # %% [markdown]
 # ## Exercises

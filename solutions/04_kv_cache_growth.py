@@ -11,7 +11,17 @@ def kv_append(k_cache, length, k_new):
     return k_cache, length + n
 
 
-def kv_bytes_per_token(c, bytes_per_element):
-    """2 (K and V) x L x N_kv x d_h numbers per position.
-    Why: every layer stores one key and one value per KV head; the query heads never appear."""
-    return 2 * c.n_layers * c.n_kv_heads * c.head_dim * bytes_per_element
+def decode_attention(q, k_cache, v_cache, length):
+    """One query row per head against the `length` cached positions; heads concatenated.
+    Why: the new token's key and value are already in the cache (row length - 1), causality lets
+    it see every cached row, and the rows past `length` are empty capacity that must not be read.
+    With GQA, query head h shares KV head h // (N_h / N_kv)."""
+    n_h, d = q.shape
+    group = n_h // k_cache.shape[0]
+    out = np.empty((n_h, d), dtype=np.float32)
+    for h in range(n_h):
+        keys, values = k_cache[h // group, :length], v_cache[h // group, :length]
+        s = keys @ q[h] / np.sqrt(d)                                        # [length]
+        p = np.exp(s - s.max())
+        out[h] = (p / p.sum()) @ values
+    return out.reshape(-1)

@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = {
     "ch01": "01_llama_math_numpy", "ch01b": "01b_prefill_flops", "ch02": "02_rope_einsum_tables",
     "ch03": "03_attention_masks", "ch03b": "03b_padded_prefill", "ch04": "04_kv_cache_growth",
-    "ch04b": "04b_sampling", "ch05": "05_npu_kernels", "ch06": "06_elf_stitching",
+    "ch04b": "04b_sampling", "ch04c": "04c_kv_cache_cost", "ch05": "05_npu_kernels",
+    "ch06": "06_elf_stitching",
     "ch07": "07_buffer_objects", "ch08": "08_tcp_mapping", "ch09": "09_galaxy_mesh",
     "ch10": "10_continuous_batching", "ch11": "11_cpu_kernels", "ch12": "12_cuda_kernels",
     "ch13": "13_hardware_chat", "chA": "A_cost_models",
@@ -154,6 +155,33 @@ def _append_reshape(kc, n0, kn):
 def _append_forgets_length(kc, n0, kn):
     kc[:, n0:n0 + kn.shape[0]] = kn.transpose(1, 0, 2)
     return kc, n0
+
+
+def _attention(q, kc, vc, length, rows, group_of):
+    n_h, d = q.shape
+    out = np.empty((n_h, d), np.float32)
+    for h in range(n_h):
+        keys, values = kc[group_of(h), :rows], vc[group_of(h), :rows]
+        s_ = keys @ q[h] / np.sqrt(d)
+        p = np.exp(s_ - s_.max())
+        out[h] = p / p.sum() @ values
+    return out.reshape(-1)
+
+
+def _attention_whole_capacity(q, kc, vc, length):       # reads the empty rows past length too
+    return _attention(q, kc, vc, length, kc.shape[1], lambda h: h // (q.shape[0] // kc.shape[0]))
+
+
+def _attention_heads_interleaved(q, kc, vc, length):    # query head h -> KV head h % N_kv
+    return _attention(q, kc, vc, length, length, lambda h: h % kc.shape[0])
+
+
+def _max_batch_no_weights(c, seq, mem):                  # forgets that the weights are there first
+    return mem // c.kv_bytes(seq, "bf16")
+
+
+def _max_batch_negative(c, seq, mem):                    # no floor at 0 when the weights overflow
+    return int((mem - c.weight_bytes("bf16")) // c.kv_bytes(seq, "bf16"))
 
 
 def _top_p_excludes_crossing(logits, p):
@@ -429,8 +457,12 @@ WRONG = [
     ("ch03", "causal_mask", _mask_no_offset, "S=1, start=9): 9 of 10 values differ"),
     ("ch04", "kv_append", _append_reshape, "values differ at [0]"),
     ("ch04", "kv_append", _append_forgets_length, "at [1]"),
-    ("ch04", "kv_bytes_per_token", lambda c, b: 2 * c.n_layers * c.n_heads * c.head_dim * b, "(3x the expected)"),
-    ("ch04", "kv_bytes_per_token", lambda c, b: c.n_layers * c.n_kv_heads * c.head_dim * b, "(0.5x the expected)"),
+    ("ch04", "decode_attention", _attention_whole_capacity, "values differ"),
+    ("ch04", "decode_attention", _attention_heads_interleaved, "N_h=9, N_kv=3"),
+    ("ch04c", "kv_bytes_per_token", lambda c, b: 2 * c.n_layers * c.n_heads * c.head_dim * b, "(3x the expected)"),
+    ("ch04c", "kv_bytes_per_token", lambda c, b: c.n_layers * c.n_kv_heads * c.head_dim * b, "(0.5x the expected)"),
+    ("ch04c", "max_batch", _max_batch_no_weights, "expected 65"),
+    ("ch04c", "max_batch", _max_batch_negative, "Llama-3-70B, 8192 tokens each, 80 GiB): expected 0"),
     ("ch04b", "top_p_probs", _top_p_excludes_crossing, "top_p=0.5"),
     ("ch04b", "top_k_probs", _top_k_after_softmax_no_renorm, "values differ"),
     ("ch04b", "top_k_probs", _top_k_temperature_multiplied, "temperature=0.5"),

@@ -1,4 +1,5 @@
-"""Exercises: one module per chapter (ch01, ch01b, ... ch13, and chA for the appendix), each holding that chapter's checkers.
+"""Exercises: one module per chapter (ch01, ch01b, ... ch13, and chA for the appendix), each
+holding that chapter's checkers; a chapter split off after NN has its letter (ch04c, ch05b).
 
     from llamanb.exercises import ch01
     ch01.block_params(my_block_params)       # prints one line: passed / what is wrong / not attempted
@@ -12,8 +13,8 @@ from __future__ import annotations
 
 import importlib
 
-CHAPTERS = ("ch01", "ch01b", "ch02", "ch03", "ch03b", "ch04", "ch04b", "ch05", "ch06", "ch07", "ch08",
-            "ch09", "ch10", "ch11", "ch12", "ch13", "chA")
+CHAPTERS = ("ch01", "ch01b", "ch02", "ch03", "ch03b", "ch04", "ch04b", "ch04c", "ch05", "ch06",
+            "ch07", "ch08", "ch09", "ch10", "ch11", "ch12", "ch13", "chA")
 
 
 def chapter(name: str):

@@ -1,18 +1,19 @@
-"""Chapter 04 exercises: appending to the KV cache, and its bytes per token.
+"""Chapter 04 exercises: appending to the KV cache, and one decode step's attention read from it.
 
     kv_append(k_cache [N_kv, cap, d], length, k_new [n, N_kv, d]) -> (k_cache, length + n)
                                                against llamanb.engine.kv.KVCache.write (one layer)
-    kv_bytes_per_token(c, bytes_per_element) -> int    against LlamaConfig.kv_bytes_per_token
+    decode_attention(q [N_h, d], k_cache [N_kv, cap, d], v_cache [N_kv, cap, d], length) -> [N_h d]
+                                               against llamanb.engine.attention.attention (one row)
 
-(The sampling exercise is chapter 04b's: `ch04b`.)
+(The sampling exercises are chapter 04b's, `ch04b`; the cache's bytes are 04c's, `ch04c`.)
 """
 from __future__ import annotations
 
 import numpy as np
 
-from llamanb.model.config import LLAMA3_70B, LLAMA31_8B, LLAMA32_1B, SMOLLM2_135M, LlamaConfig
+from llamanb.engine.attention import attention
+from llamanb.model.config import LlamaConfig
 from llamanb.engine.kv.contiguous import KVCache
-from llamanb.course.exercises.ch01 import small_configs
 from llamanb.course.exercises.check import Case, Exercise
 
 
@@ -40,22 +41,28 @@ kv_append = Exercise(
     hint="the cache is [N_kv, capacity, d] (heads first) while the new rows come as [n, N_kv, d]: "
          "transpose them to [N_kv, n, d] and write rows length .. length + n - 1; return the new length")
 
-_FMT = {2: "bf16", 4: "fp32"}
-
-
-def _bytes_cases() -> list[Case]:
+def _attention_cases() -> list[Case]:
+    rng = np.random.default_rng(11)
     cases = []
-    for c in (SMOLLM2_135M, LLAMA32_1B, LLAMA31_8B, LLAMA3_70B, *small_configs(8, 3)):
-        for b in (2, 4):
-            cases.append(Case(f"{c.name} (N_h={c.n_heads}, N_kv={c.n_kv_heads}), {b} bytes per number",
-                              (c, b), int(c.kv_bytes_per_token(_FMT[b]))))
+    for Nh, Nkv, d, cap, length in ((1, 1, 4, 8, 1), (2, 1, 8, 16, 5), (9, 3, 64, 256, 52),
+                                    (4, 2, 16, 32, 32), (6, 2, 8, 24, 9)):
+        q = rng.standard_normal((Nh, d)).astype(np.float32)
+        k_cache, v_cache = (np.zeros((Nkv, cap, d), np.float32) for _ in range(2))
+        k_cache[:, :length] = rng.standard_normal((Nkv, length, d))
+        v_cache[:, :length] = rng.standard_normal((Nkv, length, d))
+        # the engine's decode path: one query row at position length - 1 over keys 0 .. length - 1
+        out = attention(q[None], lambda T: k_cache[:, :T], lambda T: v_cache[:, :T], length - 1,
+                        np.float32(1 / np.sqrt(d)), Nkv)[0]
+        cases.append(Case(f"N_h={Nh}, N_kv={Nkv}, d={d}, capacity {cap}, length {length}",
+                          (q, k_cache, v_cache, length), out))
     return cases
 
 
-kv_bytes_per_token = Exercise(
-    "04.2", "kv_bytes_per_token", _bytes_cases,
-    hint="one key and one value vector of d_h numbers per layer and per KV head (N_kv, not N_h: "
-         "with GQA the query heads share them)")
+decode_attention = Exercise(
+    "04.2", "decode_attention", _attention_cases,
+    hint="read only rows 0 .. length-1 (the rest of the capacity is zeros, which a softmax would "
+         "still weigh); query head h uses KV head h // (N_h / N_kv); scores q.k / sqrt(d), softmax "
+         "over the positions, then the weighted sum of the values; heads concatenated")
 
 
-EXERCISES = (kv_append, kv_bytes_per_token)
+EXERCISES = (kv_append, decode_attention)
