@@ -37,8 +37,9 @@
 # that executes the module text op by op (DMAs, loops, L1 buffers, calls into the C++ kernels):
 # layer 0 of the real model, every step compared with its numpy model and the numpy engine's op.
 # Along the way you derive how a herd splits work, the table RoPE reads, and the rule that lets
-# FlashAttention's tiles merge partial softmaxes. No NPU is needed: every number below that comes
-# from "the NPU" is **emulated** and says so.
+# FlashAttention's tiles merge partial softmaxes. (How many tiles each kernel takes and what fits
+# a tile's memory is 05b.) No NPU is needed: every number below that comes from "the NPU" is
+# **emulated** and says so.
 
 # %% [markdown]
 # ## 0. Setup
@@ -411,8 +412,8 @@ def below(frac, bound):                   # assert a measured fraction under its
 
 
 # bounds: 1 % and 0.02 % of the output scale; §3.8 prints the measured values beside them
-print(f"layer 0 on the emulated NPU2 vs the float32 engine's block, relative to the output "
-      f"scale: max |diff| < {below(err.max(), 0.01)}, median < {below(np.median(err), 0.0002)}")
+print(f"layer 0 on the emulated NPU2 vs the float32 engine's block, relative to the output scale:\n"
+      f"  max |diff| < {below(err.max(), 0.01)}, median < {below(np.median(err), 0.0002)}")
 
 # %% [markdown]
 # Every kernel stored bf16 between steps, the engine float32; the differences above are that
@@ -455,85 +456,6 @@ print(f"layer 0 vs the float32 block: max |diff| {100 * err.max():.3f}% (bound 1
       f"median {100 * np.median(err):.4f}% (bound 0.02%)")
 
 # %% [markdown]
-# ## 4. Tiles used per kernel
-#
-# The launch plan is read back from each module's text (`llamanb.npu.compiler.plan`): launch order, which
-# function argument each launch touches, the herds with their sizes and unrolled segment copies,
-# the kernel each herd runs and the L1/L2 buffers it holds.
-
-# %%
-from llamanb.npu.compiler.array import l1_need, omit_pingpong_of
-from llamanb.npu.compiler.plan import read_plan
-
-kernels = {"rmsnorm": norm, "gemm (q)": gq, "rope (q)": rq, "flash_attn": fa, "add (2D->1D)": res1,
-           "silu_and_mul": sw, "gemv (lm head / 8)": gl}
-for name, spec in kernels.items():
-    (lp,) = read_plan(spec.text).launches
-    (h,) = lp.herds
-    ext = ", ".join(f"@{s} -> {o}" for s, o in h.externs) or "codegen"
-    print(f"{name:19s} herd {h.size[0]}x{h.size[1]}" + (f" x{h.instances}" if h.instances > 1 else "   ")
-          + f"  {h.tiles:2d}/32 tiles  L1 {h.l1_bytes / 1024:4.1f} KiB/tile, "
-          f"{l1_need(h, omit_pingpong_of(spec)) / 1024:4.1f} as compiled  L2 {lp.l2_bytes / 1024:5.1f} KiB  {ext}")
-
-# %% [markdown]
-# "As compiled" counts what the real compiler allocates with *ping-pong*, its default: a second
-# copy of every buffer a DMA fills, so one copy is filled while the core works on the other;
-# FlashAttention is compiled with `omit_pingpong="all"`. Only the GEMM fills the array. The widget
-# lights each launch's tiles on the 8 × 6 grid; the static figure shows all.
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-from llamanb.npu.compiler import tileview
-
-tileview.widget(kernels)
-
-# %%
-fig = tileview.overview(kernels, ncols=3)            # 3 across: Lab draws it full size
-plt.show()
-
-# %% [markdown]
-# ## 5. The same builders at Llama-3.2-1B's shapes
-#
-# The builders are the same for the model the MLIR-AIR guide runs (hidden 2048, 32 / 8 heads, FFN
-# 8192, sequence 2048). Emitted and verified only (running 1B numerics on an emulator is not the
-# point); per tile, L1 single- and double-buffered against the 64 KiB a tile has:
-
-# %%
-from llamanb.model.config import LLAMA32_1B as L1B
-
-big = {"rmsnorm": rmsnorm(2048, L1B.hidden, L1B.rms_eps), "gemm q": gemm(2048, L1B.hidden, L1B.hidden),
-       "gemm down": gemm(2048, L1B.ffn, L1B.hidden), "gemv q": gemv(L1B.hidden, L1B.hidden),
-       "gemv down": gemv(L1B.hidden, L1B.ffn, symbol="matvec_bf16_k8192", link_with="mv_k8192.o",
-                         omit_pingpong="all"),
-       "rope q": rope(2048, L1B.n_heads, L1B.head_dim), "silu_and_mul": silu_and_mul(2048, L1B.ffn),
-       "flash_attn": flash_attn(2048, L1B.n_heads, L1B.n_kv_heads, L1B.head_dim),
-       "add": add(2048, L1B.hidden)}
-print(f"{'kernel':13s} {'herd':9s} tiles  L1 KiB/tile: single / double / as compiled (of "
-      f"{NPU2.l1_bytes // 1024}, {NPU2.l1_for_buffers // 1024} beside the stack; * too big)")
-for name, spec in big.items():
-    verify(spec.text)
-    h = read_plan(spec.text).launches[0].herds[0]
-    herd = f"{h.size[0]}x{h.size[1]}" + (f" x{h.instances}" if h.instances > 1 else "")
-    need = l1_need(h, omit_pingpong_of(spec))
-    assert need <= NPU2.l1_for_buffers, name                 # as compiled, every kernel fits
-    star = lambda b: f"{b / 1024:5.1f}" + ("*" if b > NPU2.l1_for_buffers else " ")   # noqa: E731
-    print(f"{name:13s} {herd:9s} {h.tiles:4d}   {star(h.l1_bytes)} / {star(l1_need(h, ''))} / "
-          f"{star(need)}"
-          + ("   (omit_pingpong='all')" if omit_pingpong_of(spec) else ""))
-
-# %% [markdown]
-# Double-buffered, the K = 2048 GEMV fits; the down GEMV and FlashAttention do not, so both are
-# built with `omit_pingpong="all"`.
-#
-# > **Going deeper: where the guide differs.** The guide compiles its `o_gemv_ffn` and `flash_attn`
-# with `omit_pingpong="all"` too (`shared/infra/backend_presets.py`), and aircc's ping-pong is
-# `air-ping-pong-transform` (`tools/aircc/aircc.cpp`). Its GEMV's data path is two-level, on
-# purpose different here: weight panel DDR → L2 per launch iteration, `m_input`-row windows L2 → L1,
-# the vector DDR → L1 every trip (`matrix_vector_multiplication/bf16/matvec.py`). This builder
-# streams weight blocks DDR → L1 and stages `x` in L2 once: one loop level less to read, with the
-# same L1 blocks, which decide what fits. More: `docs/corrections.md`, "NPU2 (chapters 05–07)".
-
-# %% [markdown]
 # ## Summary
 #
 # * A kernel is a builder's MLIR module: a launch, a segment, a herd of tiles, each tile working on
@@ -541,66 +463,53 @@ for name, spec in big.items():
 # * Every module above parsed with MLIR's parser, passed the course's AIR checks, ran on the
 #   emulated NPU2 within one bf16 ulp of its numpy model, and matched the numpy engine's op (§3.8
 #   lists each measured distance); layer 0 as eleven kernel runs matches the float32 block.
-# * What fits a tile decides the tile sizes; ping-pong doubles what a DMA fills.
+# * FlashAttention can split the keys among tiles because partial softmaxes merge exactly:
+#   rescale each side's sum to the common maximum, then add.
 #
-# Which kernels are C++ in the guide and codegen here: `docs/corrections.md`. **Next — 06:**
-# stitching the kernels into multi-launch modules, one ELF and one dispatch each.
+# Which kernels are C++ in the guide and codegen here: `docs/corrections.md`. **Next — 05b:** how
+# many tiles each kernel lights, and what fits a tile's 64 KiB of L1, here and at Llama-3.2-1B's
+# shapes.
 
 # %% [markdown]
 # ## Exercises
 #
-# Three functions to write about the GEMV's tile plan (section 3.7); each is checked against the
-# builder and the array model. Replace `raise NotImplementedError` with your code and run the cell,
-# then run the check below it; it prints one line (`passed`, the first case that differs with a
-# hint, or `not attempted yet`). Solutions: `solutions/05_npu_kernels.py`.
+# Two functions to write, the arithmetic under every kernel above: bf16 rounding and the
+# FlashAttention merge. Each is checked against an independent reference. Replace
+# `raise NotImplementedError` with your code and run the cell, then run the check below it; it
+# prints one line (`passed`, the first case that differs with a hint, or `not attempted yet`).
+# Solutions: `solutions/05_npu_kernels.py`. (The GEMV tile-plan exercises are in 05b.)
 
 # %%
 from llamanb.course.exercises import ch05
 
 # %% [markdown]
-# ### 05.1 The builder's tile
+# ### 05.1 Rounding to bf16 by hand
 #
-# A GEMV `y [m] = a [m, k] @ x [k]` on a herd of `tiles` tiles gives each tile `m / tiles` output
-# rows, which it streams `tile_m` rows at a time. Write `gemv_tile_m(m, k, tiles)`: the `tile_m`
-# the builder picks by default -- the largest that divides a tile's rows and keeps the bf16 weight
-# block within 16 KiB. Checked against `gemv(m, k, herd_xy=(tiles, 1)).tiles["tile_m"]`.
+# A bfloat16 number is the top 16 bits of a float32: the same sign and 8-bit exponent, 7 mantissa
+# bits instead of 23. Write `bf16_round(x)`: round a float32 array to the nearest bf16 value (ties
+# to the even neighbour) using integer operations on the bits (`x.view(np.uint32)`), returned as
+# float32 as `to_bf16` does. Checked against `to_bf16`, which asks the `ml_dtypes` package.
 
 # %%
-def gemv_tile_m(m: int, k: int, tiles: int) -> int:
+def bf16_round(x: np.ndarray) -> np.ndarray:
     raise NotImplementedError  # your code here
 
 
 # %%
-ch05.gemv_tile_m(gemv_tile_m)
+ch05.bf16_round(bf16_round)
 
 # %% [markdown]
-# ### 05.2 What one tile holds
+# ### 05.2 Merging two partial softmaxes
 #
-# Write `gemv_l1_bytes(tile_m, k)`: the bytes of L1 buffers one tile of the GEMV herd allocates.
-# Checked against the buffers `read_plan` finds in the built module's text. *Hint:* print
-# `gemv(64, 64).text` and find the `memref.alloc`s in memory space 2 (L1).
+# Write `merge_partials(part1, part2)`: each part is `(m, l, acc)` for one block of keys, as in
+# §3.4 (`m [rows, 1]` the row max, `l [rows, 1]` the sum of `e^(s - m)`, `acc [rows, d]` the sum
+# of `e^(s - m) v`); return the `(m, l, acc)` of both blocks together, what the next cascade stage
+# holds. Checked against `(m, l, acc)` computed over all keys at once, in float64.
 
 # %%
-def gemv_l1_bytes(tile_m: int, k: int) -> int:
+def merge_partials(part1: tuple, part2: tuple) -> tuple:
     raise NotImplementedError  # your code here
 
 
 # %%
-ch05.gemv_l1_bytes(gemv_l1_bytes)
-
-# %% [markdown]
-# ### 05.3 The largest tile that fits
-#
-# Write `largest_tile_m(m, k, tiles)`: the largest `tile_m` dividing a tile's rows for which the
-# emulated NPU2 accepts the module compiled as XRTBackend compiles by default -- with ping-pong,
-# so every buffer a DMA fills is held twice -- i.e. whose buffers fit a compute tile's L1.
-# Checked by building `gemv(..., tile_m=t)` for every divisor. *Hint:* section 1: how much of a
-# tile's 64 KiB is there for buffers, and which of the three are DMA-fed?
-
-# %%
-def largest_tile_m(m: int, k: int, tiles: int) -> int:
-    raise NotImplementedError  # your code here
-
-
-# %%
-ch05.largest_tile_m(largest_tile_m)
+ch05.merge_partials(merge_partials)

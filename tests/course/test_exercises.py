@@ -22,7 +22,7 @@ SOLUTIONS = {
     "ch01": "01_llama_math_numpy", "ch01b": "01b_prefill_flops", "ch02": "02_rope_einsum_tables",
     "ch03": "03_attention_masks", "ch03b": "03b_padded_prefill", "ch04": "04_kv_cache_growth",
     "ch04b": "04b_sampling", "ch04c": "04c_kv_cache_cost", "ch05": "05_npu_kernels",
-    "ch06": "06_elf_stitching",
+    "ch05b": "05b_npu_tiles", "ch06": "06_elf_stitching",
     "ch07": "07_buffer_objects", "ch08": "08_tcp_mapping", "ch09": "09_galaxy_mesh",
     "ch10": "10_continuous_batching", "ch11": "11_cpu_kernels", "ch12": "12_cuda_kernels",
     "ch13": "13_hardware_chat", "chA": "A_cost_models",
@@ -182,6 +182,20 @@ def _max_batch_no_weights(c, seq, mem):                  # forgets that the weig
 
 def _max_batch_negative(c, seq, mem):                    # no floor at 0 when the weights overflow
     return int((mem - c.weight_bytes("bf16")) // c.kv_bytes(seq, "bf16"))
+
+
+def _bf16_truncate(x):                                   # drops the low bits: rounds toward zero
+    return (np.asarray(x, np.float32).view(np.uint32) & 0xFFFF0000).view(np.float32)
+
+
+def _bf16_ties_up(x):                                    # rounds half away from zero, not to even
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x8000) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+
+
+def _merge_no_rescale(p1, p2):                           # adds sums taken relative to different maxima
+    (m1, l1, a1), (m2, l2, a2) = p1, p2
+    return np.maximum(m1, m2), l1 + l2, a1 + a2
 
 
 def _top_p_excludes_crossing(logits, p):
@@ -469,9 +483,12 @@ WRONG = [
     ("ch03b", "pad_prompt", _pad_counted_length, "EOS inside: True"),
     ("ch03b", "in_order_sum", _sum_numpy_pairwise, "fifteen 1s"),
     ("ch03b", "in_order_sum", _sum_float64, "[1e8, 1, -1e8, 1]"),
-    ("ch05", "gemv_tile_m", _tile_no_divisor, "expected 12, got 14"),
-    ("ch05", "gemv_l1_bytes", _l1_weights_only, "expected 1,168, got 1,024"),
-    ("ch05", "largest_tile_m", _largest_single_buffered, "expected 24, got 36"),
+    ("ch05", "bf16_round", _bf16_truncate, "values differ"),
+    ("ch05", "bf16_round", _bf16_ties_up, "ties to even"),
+    ("ch05", "merge_partials", _merge_no_rescale, "values differ"),
+    ("ch05b", "gemv_tile_m", _tile_no_divisor, "expected 12, got 14"),
+    ("ch05b", "gemv_l1_bytes", _l1_weights_only, "expected 1,168, got 1,024"),
+    ("ch05b", "largest_tile_m", _largest_single_buffered, "expected 24, got 36"),
     ("ch06", "group_arguments", _group_no_sharing, "got ['x', 'norm_w', 'xn', 'wk', 'xn', 'k']"),
     ("ch06", "derive_roles", _roles_written_is_intermediate, "expected 'output' at ['k'], got 'intermediate'"),
     ("ch07", "call_bytes", _call_intermediates_back, "stitched RMSNorm + K projection, first call): expected 64 at [1]"),

@@ -1,82 +1,68 @@
-"""Chapter 05 exercises: a GEMV tile plan that fits a compute tile's L1.
+"""Chapter 05 exercises: the two pieces of arithmetic every kernel of the chapter leans on.
 
-    gemv_tile_m(m, k, tiles) -> int        the builder's default tile: rows per DMA block, within
-                                           the 16 KiB weight-block budget (llamanb.npu.compiler.builders.gemv)
-    gemv_l1_bytes(tile_m, k) -> int        bytes one tile holds: read from the built module's plan
-    largest_tile_m(m, k, tiles) -> int     the largest tile_m the emulated NPU2 accepts compiled as
-                                           XRTBackend does by default, with ping-pong (a second copy
-                                           of each DMA-fed buffer; L1 of 64 KiB less the 1 KiB
-                                           stack): found by building
+    bf16_round(x float32 array) -> float32 array   round to the nearest bfloat16, ties to even,
+                                                   with integer operations on the float32 bits;
+                                                   against ml_dtypes' bfloat16 (llamanb.model.numerics.to_bf16)
+    merge_partials((m1, l1, acc1), (m2, l2, acc2)) -> (m, l, acc)
+                                                   FlashAttention's merge of two partial softmaxes;
+                                                   against the partials of the whole key range,
+                                                   computed in float64
+
+(The GEMV tile-plan exercises are chapter 05b's: `ch05b`.)
 """
 from __future__ import annotations
 
-from llamanb.errors import LlamanbError
-from llamanb.npu.compiler.builders import gemv
-from llamanb.npu.compiler.plan import read_plan
+import numpy as np
+
 from llamanb.course.exercises.check import Case, Exercise
-
-# no K = 8192: with ping-pong even one row of it does not fit a tile twice (upstream compiles that
-# GEMV with omit_pingpong="all")
-SHAPES = ((576, 576), (192, 576), (1536, 576), (576, 1536), (2048, 2048), (512, 4096),
-          (6144, 576), (64, 64), (2048, 4096), (120, 3000))
+from llamanb.model.numerics import to_bf16
 
 
-def _tile_cases() -> list[Case]:
-    cases = []
-    for (m, k), tiles in zip(SHAPES, (8, 8, 8, 8, 8, 8, 8, 8, 4, 2)):
-        cases.append(Case(f"m={m}, k={k}, {tiles} tiles", (m, k, tiles),
-                          gemv(m, k, herd_xy=(tiles, 1)).tiles["tile_m"]))
+def _round_cases() -> list[Case]:
+    rng = np.random.default_rng(5)
+    ties = np.array([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), 2**-130 + 2**-138], np.float32)  # halfway
+    cases = [Case("8 values exactly halfway between two bf16 numbers (ties to even)",
+                  (np.concatenate([ties, ties * 4]),), None),
+             Case("1,000 normal values", (rng.standard_normal(1000).astype(np.float32),), None),
+             Case("values from 1e-30 to 1e30, both signs",
+                  ((np.logspace(-30, 30, 61) * np.resize([1, -1], 61)).astype(np.float32),), None),
+             Case("0, -0, the largest float32, inf, -inf",
+                  (np.array([0.0, -0.0, np.finfo(np.float32).max, np.inf, -np.inf], np.float32),), None),
+             Case("a [4, 6] matrix", (rng.standard_normal((4, 6)).astype(np.float32) * 100,), None)]
+    for c in cases:
+        c.expected = to_bf16(c.args[0])
     return cases
 
 
-gemv_tile_m = Exercise(
-    "05.1", "gemv_tile_m", _tile_cases,
-    hint="each tile owns m / tiles rows; tile_m must divide that, and a bf16 weight block "
-         "tile_m x k must stay within 16 KiB: the largest divisor of m / tiles that is <= 16384 // (2k)")
+bf16_round = Exercise(
+    "05.1", "bf16_round", _round_cases, rtol=0, atol=0,
+    hint="view the float32 as uint32 bits; add 0x7FFF plus the lowest kept bit (bit 16) so that a "
+         "tie rounds to even, clear the low 16 bits, view back as float32 (the largest float32 "
+         "rounds up to inf, as ml_dtypes does)")
 
 
-def _l1_bytes(m: int, k: int, tile_m: int) -> int:
-    # what the tile allocates, single-buffered (built without ping-pong so that large blocks build)
-    herd = read_plan(gemv(m, k, tile_m=tile_m, omit_pingpong="all").text).launches[0].herds[0]
-    return herd.l1_bytes
+def _partials(s: np.ndarray, v: np.ndarray):
+    m = s.max(axis=1, keepdims=True)
+    e = np.exp(s - m)
+    return m, e.sum(axis=1, keepdims=True), e @ v
 
 
-def _l1_cases() -> list[Case]:
-    return [Case(f"tile_m={tm}, k={k}", (tm, k), _l1_bytes(m, k, tm))
-            for m, k, tm in ((64, 64, 8), (576, 576, 24), (2048, 2048, 8), (512, 4096, 2),
-                             (576, 576, 1), (1536, 576, 48))]
+def _merge_cases() -> list[Case]:
+    rng = np.random.default_rng(9)
+    cases = []
+    for rows, keys, split, d, scale in ((1, 2, 1, 1, 1.0), (4, 10, 6, 5, 3.0), (3, 64, 32, 8, 10.0),
+                                        (2, 9, 1, 4, 1.0), (5, 40, 37, 16, 30.0)):
+        s, v = rng.standard_normal((rows, keys)) * scale, rng.standard_normal((keys, d))
+        whole = _partials(s, v)                                        # the answer, in float64
+        cases.append(Case(f"{rows} rows, {keys} keys split {split} + {keys - split}, d={d}, "
+                          f"scores x{scale:g}", (_partials(s[:, :split], v[:split]),
+                                                 _partials(s[:, split:], v[split:])), whole))
+    return cases
 
 
-gemv_l1_bytes = Exercise(
-    "05.2", "gemv_l1_bytes", _l1_cases,
-    hint="a tile holds three bf16 buffers (2 bytes each): its weight block [tile_m, k], the whole "
-         "vector x [k], and its output y [tile_m]")
+merge_partials = Exercise(
+    "05.2", "merge_partials", _merge_cases, rtol=1e-9, atol=1e-12,
+    hint="m = max(m1, m2); each side's l and acc were summed relative to its own max, so rescale "
+         "them by exp(m_i - m) before adding: l = l1 e^(m1-m) + l2 e^(m2-m), acc likewise")
 
-
-def _largest(m: int, k: int, tiles: int) -> int:
-    rows = m // tiles
-    for tm in range(rows, 0, -1):
-        if rows % tm:
-            continue
-        try:
-            gemv(m, k, herd_xy=(tiles, 1), tile_m=tm)       # rejected at build time if L1 overflows
-        except LlamanbError:
-            continue
-        return tm
-    raise AssertionError(f"no tile fits m={m}, k={k}")
-
-
-def _largest_cases() -> list[Case]:
-    # compiled with ping-pong (XRTBackend's default): the weight block and x are held twice
-    return [Case(f"m={m}, k={k}, {tiles} tiles", (m, k, tiles), _largest(m, k, tiles))
-            for (m, k), tiles in zip(SHAPES + ((440, 576), (496, 512)),
-                                     (8, 8, 8, 8, 8, 8, 8, 8, 4, 2, 8, 8))]
-
-
-largest_tile_m = Exercise(
-    "05.3", "largest_tile_m", _largest_cases,
-    hint="L1 is 64 KiB per tile, 1 KiB of it the core's stack, and with ping-pong the two DMA-fed "
-         "buffers (weight block and x) are held twice: try divisors of m / tiles from the largest "
-         "down and keep the first whose 05.2 bytes plus a second weight block and x fit the rest")
-
-EXERCISES = (gemv_tile_m, gemv_l1_bytes, largest_tile_m)
+EXERCISES = (bf16_round, merge_partials)
