@@ -367,8 +367,8 @@ assert 0.4 < alias / broker < 0.6 and chained / broker < 0.1      # the summary'
 handoff = 2048 * (big.q_dim + 2 * big.kv_dim + big.q_dim) * 2         # bf16 Q, K, V out; attention in
 guide_before = 2 * handoff * big.n_layers                              # both ways, every layer
 assert guide_before == 640 * 2**20                                     # the guide's "~640 MB" (MiB)
-print(f"Llama-3.2-1B: the guide's hand-offs alone {guide_before / 2**20:.0f} MiB; every argument "
-      f"that crosses {broker / 2**20:,.0f} MiB (host broker), {alias / 2**20:,.0f} MiB (aliasing), "
+print(f"Llama-3.2-1B: the guide's hand-offs alone {guide_before / 2**20:.0f} MiB; every argument that "
+      f"crosses:\n  {broker / 2**20:,.0f} MiB (host broker), {alias / 2**20:,.0f} MiB (aliasing), "
       f"{chained / 2**20:,.0f} MiB (chained)")
 
 # %% [markdown]
