@@ -60,6 +60,7 @@ import warnings
 warnings.filterwarnings("ignore")
 
 import math
+import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -135,10 +136,15 @@ assert q_op.flops(dims(cfg, 1, 3)) == 2 * product.size
 # one really is a reshape (no transpose hidden in it).
 
 # %%
-def listing(prog):
+def listing(prog, width=120):                  # 120: Lab's output column
     for op, times in prog.ops():
         eng = op.engine + ("" if op.stated else " *")
-        print(f"{op.section:<8} {op.name:<13} x{times:<3} {eng:<20} {op.formula()}")
+        head = f"{op.section:<8} {op.name:<13} x{times:<3} {eng:<20} "
+        line = head + op.formula()
+        if len(line) > width:                     # a long formula continues under its "="
+            lhs, rhs = op.formula().split(" = ", 1)
+            line = f"{head}{lhs} =\n{' ' * (len(head) + 2)}{rhs}"
+        print(line)
 
 
 listing(prefill)
@@ -152,7 +158,7 @@ listing(prefill)
 decode = program(cfg, "decode")
 for op in decode.layer:
     if op.name in ("attn_scores", "attn_values", "store_k"):
-        print(f"{op.name:<12} {op.formula():<75} moves: {op.moves}")
+        print(f"{op.name:<12} {op.formula()}\n{'':<12} moves: {op.moves}")
 assert not any(op.name == "causal_mask" for op in decode.layer)     # no mask in decode
 assert any(op.name == "causal_mask" for op in prefill.layer)
 
@@ -345,9 +351,11 @@ for c in (SMOLLM2_135M, LLAMA31_8B, LLAMA3_70B):
 # %%
 from llamanb.tcp import compiler, table
 
-print("missing here:", compiler.missing(edf=True) or "nothing", "| clock:", compiler.CLOCK_SOURCE)
+print("missing here:", compiler.missing(edf=True) or "nothing")
+print("clock:", "\n  ".join(textwrap.wrap(compiler.CLOCK_SOURCE, 110)))
 q = next(k for k in compiler.kernels(SMOLLM2_135M, "decode", 1, 2048) if k.op == "q_proj")
-print("kernel:", q.function, "| axis sizes:", dict(q.bindings), "| body from", q.source, "\n")
+print("kernel:", q.function, "| axis sizes:", dict(q.bindings))
+print("body from", q.source, "\n")
 print(q.tcl())
 
 # %% [markdown]
@@ -399,7 +407,8 @@ else:
 
 # %%
 doc = table.load()
-print(doc["compiler"], "|", doc["command"], "|", doc["note"])
+print(doc["compiler"], "|", doc["command"])
+print("\n".join(textwrap.wrap(doc["note"], 120)))
 
 
 def per_op(c, phase, B, s, weights="bf16"):
