@@ -21,20 +21,22 @@
 # %% [markdown]
 # # 12 · CUDA kernels: a small inferencer's design, generalised to a Llama
 #
-# **What you will build.** Chapter 10 mapped xyg-coder/min_llm_inference, a small CUDA inferencer
-# with continuous batching, onto the numpy engine. Here its kernels become CUDA code of the
-# course's own: `llamanb/cuda/kernels.py` in numba-cuda (Python that compiles to GPU code) and
-# `kernels/cuda/llama_kernels.cu` in CUDA C++, the same nine entry points in both. They run behind
-# the engine seam as two backends: `cuda` on an NVIDIA GPU and `cuda-simulated` in numba-cuda's
-# CUDA simulator, which executes every CUDA thread as a Python thread on the CPU.
+# **What you will build.** The nine CUDA kernels that run a Llama decode step on an NVIDIA GPU --
+# RMSNorm, the projections, RoPE, the KV-cache fill, attention in three launches, SwiGLU and an
+# on-device argmax -- with continuous batching, several sequences of different lengths in one step.
+# A GPU runs thousands of threads at once, and a kernel's speed is decided by how those threads
+# are grouped and how they touch memory: *why* the K cache is stored transposed, why one warp owns
+# a softmax row. You will size each kernel's grid, count the memory sectors a warp reads, derive
+# the warp's softmax in numpy, and run the kernels on a tiny Llama against the numpy engine. The
+# design is that of xyg-coder/min_llm_inference, a small CUDA inferencer (chapter 10 mapped its
+# batching onto the engine), generalised to a Llama.
 #
-# **What runs here, and what does not.** This notebook runs the kernels in the simulator and
-# compiles the C++ form to PTX and SASS. **The GPU path is untested on hardware**: no GPU run has
-# been made yet, so no number below is a GPU measurement (section 8).
-#
-# Upstream's code is read at its latest commit (`84281b7`): `src/kernels/self_attention_inference_optimized.cu`
-# (the five attention kernels), `src/kernels/decoder.cu` (the argmax decoder), `include/constants.h`
-# (`TILE_SIZE = 16`, `WARP_SIZE = 32`, `BLOCK_DIM = 256`).
+# The kernels are the course's own: `llamanb/cuda/kernels.py` in numba-cuda (Python that compiles
+# to GPU code) and `kernels/cuda/llama_kernels.cu` in CUDA C++, the same nine entry points in
+# both. They run behind the engine seam as two backends: `cuda` on an NVIDIA GPU and
+# `cuda-simulated` in numba-cuda's CUDA simulator, which executes every CUDA thread as a Python
+# thread on the CPU. **This notebook runs the kernels in the simulator** and compiles the C++ form
+# to PTX; no number below is a GPU measurement (section 8).
 
 # %%
 import warnings
@@ -50,10 +52,10 @@ from llamanb.cuda import launch, runtime
 cuda = runtime.load(simulated=True)        # NUMBA_ENABLE_CUDASIM=1 before numba's first import
 from llamanb.cuda import kernels  # noqa: E402
 
-print("CUDA simulator:", kernels.SIMULATED)
+assert kernels.SIMULATED                   # every launch below runs in the simulator, on the CPU
 
 # %% [markdown]
-# ## 1. Threads, blocks, grids -- on upstream's kernels
+# ## 1. Threads, blocks, grids
 #
 # A CUDA kernel is one function run by many threads. Threads come in **blocks** (up to 1024
 # threads that share fast on-chip *shared memory* and can wait for each other at `__syncthreads()`);
@@ -91,8 +93,8 @@ for name, (grid, block) in rows:
 
 # %% [markdown]
 # `qkt` here has `2 x 72` blocks: x covers 512 key positions in blocks of 256, y one block per
-# (row, query head) -- the generalisation from upstream's single head. **Per-row lengths** make
-# blocks idle: a block whose first key lies past its row's length returns at once (upstream:
+# (row, query head) -- the generalisation from min_llm_inference's single head. **Per-row lengths**
+# make blocks idle: a block whose first key lies past its row's length returns at once (there:
 # `if (blockIdx.x * TILE_SIZE_SQUARE >= cur_batch_length) return;`). With sequences of different
 # lengths in one step, the grid is sized for the longest and the others' extra blocks cost only
 # their launch:
@@ -116,9 +118,15 @@ plt.show()
 print(f"{int(work.sum())} of {work.size} blocks compute ({work.mean():.0%})")
 
 # %% [markdown]
+# > **Going deeper: the code this chapter reads.** min_llm_inference at its latest commit
+# (`84281b7`): `src/kernels/self_attention_inference_optimized.cu` (the five attention kernels),
+# `src/kernels/decoder.cu` (the argmax decoder), `include/constants.h` (`TILE_SIZE = 16`,
+# `WARP_SIZE = 32`, `BLOCK_DIM = 256`). Section 7 lists where the port departs from it.
+
+# %% [markdown]
 # ## 2. The transposed K cache, and why
 #
-# Upstream stores K transposed, `kt_cache [n_batch, dim, n_sequence]`, and V as it comes,
+# min_llm_inference stores K transposed, `kt_cache [n_batch, dim, n_sequence]`, and V as it comes,
 # `v_cache [n_batch, n_sequence, dim]`; the port adds the K/V head: `kt [slots, N_kv, d, S]`,
 # `v [slots, N_kv, S, d]`. The reason is how a warp reads memory. In `qkt` consecutive threads
 # own consecutive key positions `j, j+1, ..., j+31`; in each step of the dot product they all
@@ -135,15 +143,17 @@ def sectors(offsets):
 S_cap, j = 2048, np.arange(32) + 96                     # the warp's 32 key positions
 kt_offsets = ((0 * Nkv + 0) * d + 5) * S_cap + j        # kt [slot, head, c, j]: j moves by 1
 k_offsets = ((0 * Nkv + 0) * S_cap + j) * d + 5         # K as written, [slot, head, j, c]: by d
+assert (sectors(kt_offsets), sectors(k_offsets)) == (4, 32)
 print(f"qkt, one warp, one dimension: transposed K {sectors(kt_offsets)} sectors, "
       f"untransposed {sectors(k_offsets)} sectors")
 c_cols = np.arange(32)                                  # softmax_v: threads own columns c
 v_offsets = ((0 * Nkv + 0) * S_cap + 7) * d + c_cols    # v [slot, head, j=7, c]
+assert sectors(v_offsets) == 4
 print(f"softmax_v, one warp, one key: V as written {sectors(v_offsets)} sectors")
 
 # %% [markdown]
 # The price is paid when a key is written: a new position is one *column* of `kt`, `d` floats
-# `S` apart. Upstream's `fill_new_kt_v_cache` computes K and V of a new prompt inside a tiled
+# `S` apart. min_llm_inference's `fill_new_kt_v_cache` computes K and V of a new prompt inside a tiled
 # matrix product and stores each K element straight into its transposed place. The port's
 # `fill_kv` moves the new rows through a shared-memory tile instead: a 16 x 16 block reads a
 # tile of 16 rows x 16 dimensions of the projected K (consecutive threads, consecutive
@@ -158,10 +168,10 @@ print(f"softmax_v, one warp, one key: V as written {sectors(v_offsets)} sectors"
 #
 # `softmax_in_place_with_lengths` gives each row of scores one warp, and each lane keeps a
 # running maximum `m` and a sum `s` rescaled whenever the maximum grows
-# (`s = s e^{m - m'} + e^{x - m'}`), so the row is read once for both. Upstream's lanes walk
-# `float4` groups of four keys (`self_attention_inference_optimized.cu`, lines 207-220);
-# the port's lanes walk single keys `lane, lane + 32, ...` below the row's length -- that
-# lane-by-lane scheme is the port's own (numba has no `float4`, section 7). Then the warp combines its 32 pairs: the maximum `g` of the `m`s, each `s` rescaled by
+# (`s = s e^{m - m'} + e^{x - m'}`), so the row is read once for both. The port's lanes walk
+# single keys `lane, lane + 32, ...` below the row's length (min_llm_inference's walk `float4`
+# groups of four keys, which numba does not have: section 7). Then the warp combines its 32
+# pairs: the maximum `g` of the `m`s, each `s` rescaled by
 # `e^{m - g}`, the sum of those. The same algorithm in numpy, lane by lane, against the textbook
 # softmax:
 
@@ -179,13 +189,13 @@ g = m.max()
 total = (s * np.exp(m - g)).sum()
 p_warp = np.exp(x[:length] - g) / total
 p_ref = np.exp(x[:length] - x[:length].max()) / np.exp(x[:length] - x[:length].max()).sum()
-print(f"warp-style and textbook softmax over {length} keys agree to 1e-12: "
-      f"{np.allclose(p_warp, p_ref, rtol=1e-12, atol=0)}")
+np.testing.assert_allclose(p_warp, p_ref, rtol=1e-12, atol=0)
+print(f"warp-style and textbook softmax over {length} keys agree to 1e-12")
 
 # %% [markdown]
 # On a GPU the 32 values combine through **warp shuffles**: `__shfl_xor_sync` hands a register to
 # another lane without memory, and five butterfly exchanges leave the result in every lane
-# (upstream uses cooperative groups' `cg::reduce`, which does the same). numba-cuda's simulator
+# (min_llm_inference uses cooperative groups' `cg::reduce`, which does the same). numba-cuda's simulator
 # implements no shuffles, so under the simulator the reduction goes through shared memory: every
 # lane writes its value, a barrier, every lane folds the warp's 32 values in lane order, a
 # barrier. The choice is made in one place, `kernels._warp_reductions`, and every warp-reducing
@@ -234,17 +244,18 @@ for _ in range(3):
     ls, lr = sim.decode(toks_sim[-1], cs), ref.decode(toks_ref[-1], cr)
 print("CUDA simulator, greedy tokens:", toks_sim)
 print("numpy engine,   greedy tokens:", toks_ref)
-print("CUDA simulator within 3x the numpy engine's float32 error against float64 (+1e-5):",
-      all(w <= 3 * n + 1e-5 for w, n in zip(worst, worst_np)))
+assert toks_sim == toks_ref
+assert all(w <= 3 * n + 1e-5 for w, n in zip(worst, worst_np)), (worst, worst_np)
+print("CUDA simulator within 3x the numpy engine's float32 error against float64 (+1e-5)")
 
 # %% [markdown]
 # ## 5. Continuous batching on a device
 #
-# upstream keeps the batch on the GPU as `lengths[b]` (0 = an empty slot) and `new_batch_idx`
+# min_llm_inference keeps the batch on the GPU as `lengths[b]` (0 = an empty slot) and `new_batch_idx`
 # (the slots that received a prompt this round); the host only refills slots that the decoder
 # freed. The port takes the engine's `Step` -- rows of several sequences, each segment a run of
 # one slot's positions -- and turns it into the same kind of device arrays, uploaded once per
-# step: per row its slot and its key count (`row_len`, upstream's `lengths`, but per query row:
+# step: per row its slot and its key count (`row_len`, the original's `lengths`, but per query row:
 # a prefilled prompt's row `i` sees `i + 1` keys), per segment its slot, first row, start and
 # length (what `new_batch_idx` names). One mixed step: slot 0 prefills two tokens, slot 2
 # decodes its third, slot 1 prefills one:
@@ -260,16 +271,16 @@ print("segments ", [(s.slot, s.row, s.start, s.n) for s in step.segments], "(slo
 got = sim.step(step, cache)
 alone = [ref.step(Step.build(p), ref.new_cache(16))[0]
          for p in ([(0, 0, [7, 8])], [(0, 0, [40, 41, 44])], [(0, 0, [60])])]
-print("CUDA simulator, one mixed step: each row's next token as the numpy engine alone:",
-      [int(np.argmax(g)) for g in got] == [int(np.argmax(a)) for a in alone],
-      "| lengths after:", cache.lengths.tolist())
+assert [int(np.argmax(g)) for g in got] == [int(np.argmax(a)) for a in alone]
+print("CUDA simulator, one mixed step: each row's next token as the numpy engine's alone; "
+      "lengths after:", cache.lengths.tolist())
 
 # %% [markdown]
-# Upstream's decoder closes the loop on the device: one block per slot takes the argmax of the
+# min_llm_inference's decoder closes the loop on the device: one block per slot takes the argmax of the
 # logits (a shared-memory tree over 256 threads), writes the token, advances `lengths` -- or sets
 # it to 0 when the token is EOS or the slot is full -- and writes the next input row. The port's
 # `argmax_decode` does the same with a Llama's input (the token's embedding row; RoPE replaces
-# upstream's position table), and breaks ties towards the lowest id, as `np.argmax` does. Four
+# the original's position table), and breaks ties towards the lowest id, as `np.argmax` does. Four
 # slots: empty, decoding, choosing EOS (id 1), and at its last position:
 
 # %%
@@ -280,6 +291,8 @@ tokens, x_next = np.zeros(4, np.int32), np.zeros((4, tiny.hidden), np.float32)
 k4 = kernels.build(kernels.SIM_TILE)
 k4.argmax_decode[launch.argmax_decode(4, kernels.SIM_TILE)](
     logits, lengths, tokens, 1, 16, model.weights.embed, x_next)
+assert tokens.tolist()[1:] == [int(np.argmax(r)) for r in logits[1:]]      # slot 0 is empty
+assert lengths.tolist() == [0, 7, 0, 0]               # advanced; EOS and full slots freed
 print("CUDA simulator: tokens", tokens.tolist(), "| lengths", lengths.tolist(),
       "| numpy argmax", [-1] + [int(np.argmax(r)) for r in logits[1:]])
 
@@ -306,7 +319,7 @@ print("all-NaN and all -inf rows: tokens", odd_tokens.tolist(), "as np.argmax")
 #
 # ## 6. The CUDA C++ form, compiled: PTX of one kernel
 #
-# `kernels/cuda/llama_kernels.cu` is the same design in CUDA C++ (upstream's language), self-
+# `kernels/cuda/llama_kernels.cu` is the same design in CUDA C++ (min_llm_inference's language), self-
 # contained so that NVRTC -- CUDA's compiler as a library, a pip wheel -- compiles it as well as
 # nvcc. Neither needs a GPU. **PTX** is NVIDIA's virtual instruction set (what a driver can
 # still compile for a newer GPU); **SASS** is one architecture's machine code, in a cubin.
@@ -319,10 +332,12 @@ from llamanb.cuda import compile as cuda_compile  # noqa: E402
 using = cuda_compile.compiler("nvrtc") or cuda_compile.compiler()
 ptx = cuda_compile.compile_cuda("sm_90", "ptx", using).decode()
 entries = cuda_compile.ptx_entries(ptx)
-print("entry points:", sorted(entries) == sorted(cuda_compile.ENTRY_POINTS), sorted(entries))
+assert sorted(entries) == sorted(cuda_compile.ENTRY_POINTS)
+print("entry points:", ", ".join(sorted(entries)))
 body = ptx[ptx.index(".entry softmax_rows"):]
 body = body[:body.index("\n}\n")]
-print("softmax_rows: shuffle instructions present:", "shfl.sync.bfly.b32" in body)
+assert body.count("shfl.sync.bfly.b32") == 10        # five exchanges for the max, five for the sum
+print("softmax_rows: 10 butterfly shuffles (shfl.sync.bfly.b32)")
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -333,15 +348,22 @@ print("   ...")
 print("\n".join(line for line in lines if "shfl" in line))
 
 # %% [markdown]
-# The butterfly is there: ten `shfl.sync.bfly` instructions, the loop unrolled into five
+# The butterfly is there (asserted above): ten `shfl.sync.bfly` instructions, the loop unrolled into five
 # exchanges (offsets 16, 8, 4, 2, 1) for the maximum and five for the sum. The numba-cuda kernels compile to PTX too, without a GPU, by NVVM
 # (`tests/cuda/test_cuda_compile.py` checks that their GPU branch uses the same shuffles and that
 # `ptxas` assembles it for both architectures) -- what the simulator, which interprets Python,
 # never checks.
 #
-# ## 7. Where the port departs from the original, and why
+# ## 7. Where the port departs from the original
 #
-# | upstream (min_llm_inference) | the port | why |
+# Every departure has one reason: min_llm_inference runs a one-head model with a learned position
+# table; a Llama has grouped K/V heads, RoPE between projection and cache, and checkpoints that
+# store weights `[out, in]`; and the port must also run in a simulator without shuffles or
+# `float4`.
+#
+# > **Going deeper: the departures, one by one.**
+#
+# | min_llm_inference | the port | why |
 # |---|---|---|
 # | one attention head, `dim` wide | `N_h` query heads over `N_kv` K/V heads (GQA): `kt [slots, N_kv, d, S]`, a grid row per (row, head) | a Llama |
 # | `fill_new_kt_v_cache` projects K/V inside its tiled product and stores them | projections first (`gemm_nt`), `rope`, then `fill_kv` moves rows through a transposing tile | RoPE sits between projection and cache |
