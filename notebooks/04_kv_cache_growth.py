@@ -12,7 +12,7 @@
 #     language: python
 #     name: python3
 #   llamanb:
-#     builds: the KV cache, its layout and cost; decoding with it equals recomputing
+#     builds: the KV cache, its layout and growth; decoding with it equals recomputing
 #     modules:
 #     - llamanb.engine.kv
 #     part: I

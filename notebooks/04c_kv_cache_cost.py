@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     notebook_metadata_filter: llamanb
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -10,6 +11,11 @@
 #     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
+#   llamanb:
+#     builds: the KV cache's bytes per token, sequence and batch; when it outweighs the weights
+#     modules:
+#     - llamanb.model.config
+#     part: I
 # ---
 
 # %% [markdown]

@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     notebook_metadata_filter: llamanb
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -10,6 +11,12 @@
 #     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
+#   llamanb:
+#     builds: each kernel's tiles and L1 budget, here and at Llama-3.2-1B's shapes
+#     modules:
+#     - llamanb.npu.compiler.plan
+#     - llamanb.npu.compiler.array
+#     part: II
 # ---
 
 # %% [markdown]
