@@ -349,3 +349,27 @@ def test_chat_sampling_options_checked_before_any_work(tmp_path, args, words):
     assert r.returncode == 2 and r.stderr.strip() == f"llamanb: error: {r.stderr.strip()[16:]}"
     assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not (tmp_path / "cache").exists()                 # nothing loaded or converted
+
+
+@pytest.mark.parametrize("text, words", [
+    ("{not json", "not valid JSON"), ("[0.7]", "expected a JSON object"),
+    (b"\xff\xfe{}", "not UTF-8"), ('{"eos_token_id": "two"}', "eos_token_id must be a token id")])
+def test_a_malformed_generation_config_is_one_line(tmp_path, text, words):
+    """A generation_config.json that is there but broken was ignored: the model ran without the
+    stop ids it lists, and chat said "the model recommends none"."""
+    from conftest import make_tiny_checkpoint, run_cli_here
+
+    from llamanb.engine.chat import recommended_sampling
+
+    d = tmp_path / "tiny"
+    make_tiny_checkpoint(d, n_heads=4, n_kv_heads=2, tie=True, max_position_embeddings=16)
+    p = d / "generation_config.json"
+    p.write_bytes(text if isinstance(text, bytes) else text.encode())
+    r = run_cli_here(["generate", "--model", d, "--raw", "--prompt", "w3", "--max-new-tokens", "1"],
+                     cache=tmp_path / "cache")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines() == [f"llamanb: error: {p}: {r.stderr.split(f'{p}: ')[1].strip()}"]
+    assert words in r.stderr
+    if "eos_token_id" not in words:
+        with pytest.raises(LlamanbError, match="generation_config.json"):
+            recommended_sampling(d)

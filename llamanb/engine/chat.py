@@ -58,19 +58,16 @@ def recommended_sampling(source) -> tuple[dict, str]:
     `source` (a GGUF file or an HF checkpoint directory): what the file recommends -- a GGUF's
     general.sampling.* keys, an HF generation_config.json (do_sample false means greedy) --
     over CHAT_DEFAULT; values out of range are ignored."""
-    import json
     from pathlib import Path
 
     src, got = Path(source), {}
     if src.is_dir():
-        try:
-            cfg = json.loads((src / "generation_config.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            cfg = {}
-        if isinstance(cfg, dict):
-            got = {ours: cfg[k] for k, ours in _HF_KEYS.items() if k in cfg}
-            if cfg.get("do_sample") is False:
-                got["temperature"] = 0.0
+        from llamanb.io.hf_checkpoint import read_generation_config
+
+        cfg = read_generation_config(src)              # a broken one: one line, not "none"
+        got = {ours: cfg[k] for k, ours in _HF_KEYS.items() if k in cfg}
+        if cfg.get("do_sample") is False:
+            got["temperature"] = 0.0
     elif src.is_file():
         from llamanb.io.gguf import read_header
 
