@@ -373,3 +373,21 @@ def test_a_malformed_generation_config_is_one_line(tmp_path, text, words):
     if "eos_token_id" not in words:
         with pytest.raises(LlamanbError, match="generation_config.json"):
             recommended_sampling(d)
+
+
+def test_stats_add_up_after_each_finished_turn(smollm_engine):
+    """/stats counted a finished answer's last token twice (generated, then prefilled again by the
+    next turn) and left it out of the context: one off per finished turn. The conversation's
+    tokens, counted independently, are the template's rendering of it up to the last end of turn."""
+    eng = smollm_engine
+    tok = eng.model.tokenizer
+    chat = Chat(eng, context=512, max_new_tokens=48)
+    for n, msg in enumerate(["Say hello.", "Say goodbye.", "Say thanks."], start=1):
+        turn = chat.send(msg)
+        assert turn.stop_reason == "eos", turn          # a finished turn
+        s = chat.stats()
+        rendered = tok.apply_chat_template(chat.messages, add_generation_prompt=False)
+        last_eos = max(i for i, t in enumerate(rendered) if t in eng.config.eos_ids)
+        assert s["turns"] == n
+        assert s["context_used"] == last_eos + 1 == len(chat.ids) + 1
+        assert s["prefilled"] + s["generated"] == s["context_used"], s
