@@ -119,10 +119,37 @@ def _quit(p) -> None:
     assert p.exitstatus == 0
 
 
-def _spawn(*args, timeout=240, term="dumb"):
+def _spawn(*args, timeout=240, term="dumb", preexec_fn=None):
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", "TERM": term}
     return pexpect.spawn(sys.executable, ["-m", "llamanb", "chat", *args], cwd=str(REPO_ROOT),
-                         env=env, encoding="utf-8", timeout=timeout, dimensions=(40, 200))
+                         env=env, encoding="utf-8", timeout=timeout, dimensions=(40, 200),
+                         preexec_fn=preexec_fn)
+
+
+def _sigint_ignored():
+    """What a child of a shell's `&` inherits (and a test suite started that way passes on)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.slow
+def test_chat_started_with_sigint_ignored_still_stops_on_ctrl_c(smollm):
+    """Started as under `pytest ... &` (SIGINT inherited as ignored): Ctrl-C still stops the
+    answer, and at the prompt leaves with exit 0 -- the chat restores SIGINT itself."""
+    p = _spawn("--max-new-tokens", "400", "--greedy", preexec_fn=_sigint_ignored)
+    p.expect("you> ")
+    p.sendline("Write a long poem about the sea.")
+    p.expect("assistant> ")
+    p.expect(r"\w+ \w+")
+    p.sendintr()
+    p.expect("answer interrupted")
+    p.expect("you> ")
+    p.sendintr()
+    p.expect("bye")
+    p.expect(pexpect.EOF)
+    p.close()
+    assert p.exitstatus == 0, p.before
 
 
 @pytest.mark.slow
