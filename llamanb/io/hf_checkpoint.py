@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llamanb.model.config import LlamaConfig
+from llamanb.model.config import LlamaConfig, check_fits_memory
 from llamanb.errors import LlamanbError
 from llamanb.io.safetensors import SafetensorsFile
 
@@ -35,6 +35,7 @@ class HFSource:
             raise LlamanbError(f"{cfg_path}: {msg}") from None
         if stop:
             cfg = cfg.replace(eos_ids=tuple(dict.fromkeys(cfg.eos_ids + stop)))
+        check_fits_memory(cfg, str(cfg_path))          # before any tensor table is read
         self.config = cfg
         self.files = self._open_shards()
         self.where = {}
