@@ -200,8 +200,24 @@ def main(a) -> int:
           f"commands: {COMMANDS}; Ctrl-D or Ctrl-C to leave"
           + ("" if editing or _tty() is None else " (no readline here: no line editing)"),
           file=sys.stderr)
-    with foreground_group():
+    with foreground_group(), ctrl_c_interrupts():
         return _loop(chat, a)
+
+
+@contextlib.contextmanager
+def ctrl_c_interrupts():
+    """Ctrl-C is how the chat stops an answer or leaves: a process started with SIGINT ignored
+    (a shell's `&`, nohup, a test runner started that way) inherits the ignoring, and Python then
+    installs no KeyboardInterrupt handler. In a terminal the chat takes SIGINT back (it is the
+    terminal's foreground group, see foreground_group) and restores the old disposition after."""
+    if _tty() is None or signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _loop(chat, a) -> int:

@@ -372,20 +372,158 @@ def _os_error_line(e: OSError) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-def main(argv=None) -> int:
-    a = build_parser().parse_args(argv)
+class StdoutError(LlamanbError):
+    """Standard output failed (full, closed, an I/O error): the answer did not reach it."""
+
+
+def _stdout_problem(e: OSError) -> StdoutError:
+    import errno
+
+    why = {errno.ENOSPC: "it is full (No space left on device)",
+           errno.EBADF: "it is closed", errno.EDQUOT: "the disk quota is exceeded"}.get(
+        e.errno, f"{e.strerror or type(e).__name__}")
+    return StdoutError(f"cannot write to standard output: {why}; the answer is lost (redirect it "
+                       f"to a file with room, or a terminal)")
+
+
+class _GuardedStdout:
+    """sys.stdout for the length of a command: a write or flush that fails (a full disk under
+    `> /dev/full`, a descriptor closed meanwhile) becomes one line naming standard output; a
+    reader that went away (`| head`) stays a BrokenPipeError. Everything else is the stream's."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, s):
+        try:
+            return self._stream.write(s)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise _stdout_problem(e) from None
+
+    def flush(self):
+        try:
+            return self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise _stdout_problem(e) from None
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _printable_streams() -> None:
+    """Text that the terminal's encoding cannot show (PYTHONIOENCODING=ascii, a Latin-1 locale)
+    is printed with '?' in its place (stdout) or as an escape (stderr, Python's own default)
+    instead of a UnicodeEncodeError traceback."""
+    import codecs
+
+    for name, errors in (("stdout", "replace"), ("stderr", "backslashreplace")):
+        s = getattr(sys, name)
+        enc = getattr(s, "encoding", None) or "utf-8"
+        try:
+            utf8 = codecs.lookup(enc).name == "utf-8"
+        except LookupError:
+            utf8 = False
+        if (not utf8 and getattr(s, "errors", None) in ("strict", "surrogateescape")
+                and hasattr(s, "reconfigure")):             # the C locale: surrogateescape
+            s.reconfigure(errors=errors)
+
+
+def _drop_pending_stdout() -> None:
+    """After standard output failed: what is still buffered for it can never be written, so the
+    interpreter's last flush must not print 'Exception ignored' (and exit 120): point the
+    descriptor at /dev/null."""
     try:
-        return {"generate": cmd_generate, "chat": cmd_chat, "verify": cmd_verify,
+        fd = sys.stdout.fileno()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+MAX_THREADS = 1024          # kernels/cpu/pool.cc starts one thread per count, unchecked
+
+
+def _check_environment() -> None:
+    """Variables that change how llamanb runs, checked before any work (one line each)."""
+    threads = os.environ.get("LLAMANB_THREADS")
+    if threads is not None and threads.strip() != "":
+        try:
+            n = int(threads)
+        except ValueError:
+            n = 0
+        if not 1 <= n <= MAX_THREADS:
+            raise LlamanbError(f"LLAMANB_THREADS must be an integer from 1 to {MAX_THREADS} "
+                               f"(threads for the cpu backend, the caller included), got "
+                               f"{threads!r}; unset it for the cores this process may use")
+
+
+def main(argv=None) -> int:
+    if sys.stderr is None:                  # started with 2>&-: its messages have nowhere to go
+        sys.stderr = open(os.devnull, "w")
+    if sys.stdout is None:                  # started with >&-: the answer would vanish, exit 0
+        print("llamanb: error: standard output is closed (started with >&-?); the answer would "
+              "be lost: redirect it to a file or a terminal", file=sys.stderr)
+        return 2
+    _printable_streams()
+    a = build_parser().parse_args(argv)
+    real_stdout = sys.stdout
+    sys.stdout = _GuardedStdout(real_stdout)
+    try:
+        _check_environment()
+        code = {"generate": cmd_generate, "chat": cmd_chat, "verify": cmd_verify,
                 "bench": cmd_bench, "info": cmd_info, "batch": cmd_batch, "npu": cmd_npu,
                 "tcp": cmd_tcp, "cache": cmd_cache}[a.cmd](a)
+        sys.stdout.flush()                  # a full or closed stdout is said here, not at exit
+        return code
+    except StdoutError as e:
+        _drop_pending_stdout()
+        print(f"llamanb: error: {e}", file=sys.stderr)
+        return 2
     except LlamanbError as e:
         print(f"llamanb: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("\nllamanb: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
+    except BrokenPipeError:                 # the reader left (`| head`): nothing more to say
+        _drop_pending_stdout()
         return 0
-    except OSError as e:                 # a fault no check foresaw: still one line, naming the file
-        print(f"llamanb: error: {_os_error_line(e)}", file=sys.stderr)
+    except MemoryError:
+        print(f"llamanb: error: out of memory ({_memory_limit()}); run a smaller model or raise the "
+              "limit", file=sys.stderr)
         return 2
+    except OSError as e:                 # a fault no check foresaw: still one line, naming the file
+        import errno
+
+        if e.errno == errno.ENOMEM:
+            print(f"llamanb: error: out of memory ({_memory_limit()}): {_os_error_line(e)}",
+                  file=sys.stderr)
+        else:
+            print(f"llamanb: error: {_os_error_line(e)}", file=sys.stderr)
+        return 2
+    finally:
+        if sys.stdout.__class__ is _GuardedStdout:
+            sys.stdout = real_stdout
+
+
+def _memory_limit() -> str:
+    """The limit a MemoryError most likely met, in words: an address-space limit (ulimit -v)
+    where one is set, else the machine's memory."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            return f"this process may use {soft / 2**30:.2f} GiB of address space: ulimit -v"
+    except (ImportError, OSError, ValueError):
+        pass
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return f"the machine has {total / 2**30:.1f} GiB of memory"
+    except (ValueError, OSError, AttributeError):
+        return "the machine's memory ran out"

@@ -19,7 +19,7 @@ def choose_engine(model, backend: str, dtype: str = "float32"):
     """The engine for --backend; `auto` is the fastest ready one: cpu where a compiler is found
     (its kernels compiled once into the cache, said on one line), else numpy (one line says why).
     Greedy tokens are the same either way (tests/backends/test_cpu_backend.py, tests/test_cli.py)."""
-    from llamanb.cpu.backend import check_dtype
+    from llamanb.cpu.backend import QUANT_DTYPES, check_dtype
     from llamanb.engine.engine import Engine
 
     if backend != AUTO:
@@ -30,7 +30,7 @@ def choose_engine(model, backend: str, dtype: str = "float32"):
     missing = cpu_compiler_missing()
     if missing:
         check_dtype("numpy", dtype)
-        note(f"engine numpy: the faster cpu backend needs {missing[0]}")
+        note(without_compiler(missing[0]))
         return Engine(model, "numpy", dtype=dtype)
     from llamanb.cpu import kernels as cpu_kernels
 
@@ -40,6 +40,14 @@ def choose_engine(model, backend: str, dtype: str = "float32"):
     try:
         return Engine(model, "cpu", dtype=dtype)
     except (LlamanbError, OSError) as e:
-        check_dtype("numpy", dtype)
-        note(f"engine numpy: the cpu backend could not start ({e})")
+        if dtype in QUANT_DTYPES:     # only cpu runs it: its own reason (the file's format, ...)
+            raise LlamanbError(str(e)) from None
+        note(f"engine numpy, the reference: the cpu backend could not start ({e})")
         return Engine(model, "numpy", dtype=dtype)
+
+
+def without_compiler(missing: str) -> str:
+    """The line `auto` prints where the cpu backend cannot be built: what is missing, and that
+    the numpy reference engine runs instead."""
+    return (f"engine numpy, the reference: the faster cpu backend is compiled from C++ and needs "
+            f"{missing}, so the numpy engine runs instead")

@@ -119,10 +119,37 @@ def _quit(p) -> None:
     assert p.exitstatus == 0
 
 
-def _spawn(*args, timeout=240, term="dumb"):
+def _spawn(*args, timeout=240, term="dumb", preexec_fn=None):
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", "TERM": term}
     return pexpect.spawn(sys.executable, ["-m", "llamanb", "chat", *args], cwd=str(REPO_ROOT),
-                         env=env, encoding="utf-8", timeout=timeout, dimensions=(40, 200))
+                         env=env, encoding="utf-8", timeout=timeout, dimensions=(40, 200),
+                         preexec_fn=preexec_fn)
+
+
+def _sigint_ignored():
+    """What a child of a shell's `&` inherits (and a test suite started that way passes on)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.slow
+def test_chat_started_with_sigint_ignored_still_stops_on_ctrl_c(smollm):
+    """Started as under `pytest ... &` (SIGINT inherited as ignored): Ctrl-C still stops the
+    answer, and at the prompt leaves with exit 0 -- the chat restores SIGINT itself."""
+    p = _spawn("--max-new-tokens", "400", "--greedy", preexec_fn=_sigint_ignored)
+    p.expect("you> ")
+    p.sendline("Write a long poem about the sea.")
+    p.expect("assistant> ")
+    p.expect(r"\w+ \w+")
+    p.sendintr()
+    p.expect("answer interrupted")
+    p.expect("you> ")
+    p.sendintr()
+    p.expect("bye")
+    p.expect(pexpect.EOF)
+    p.close()
+    assert p.exitstatus == 0, p.before
 
 
 @pytest.mark.slow
@@ -349,3 +376,45 @@ def test_chat_sampling_options_checked_before_any_work(tmp_path, args, words):
     assert r.returncode == 2 and r.stderr.strip() == f"llamanb: error: {r.stderr.strip()[16:]}"
     assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not (tmp_path / "cache").exists()                 # nothing loaded or converted
+
+
+@pytest.mark.parametrize("text, words", [
+    ("{not json", "not valid JSON"), ("[0.7]", "expected a JSON object"),
+    (b"\xff\xfe{}", "not UTF-8"), ('{"eos_token_id": "two"}', "eos_token_id must be a token id")])
+def test_a_malformed_generation_config_is_one_line(tmp_path, text, words):
+    """A generation_config.json that is there but broken was ignored: the model ran without the
+    stop ids it lists, and chat said "the model recommends none"."""
+    from conftest import make_tiny_checkpoint, run_cli_here
+
+    from llamanb.engine.chat import recommended_sampling
+
+    d = tmp_path / "tiny"
+    make_tiny_checkpoint(d, n_heads=4, n_kv_heads=2, tie=True, max_position_embeddings=16)
+    p = d / "generation_config.json"
+    p.write_bytes(text if isinstance(text, bytes) else text.encode())
+    r = run_cli_here(["generate", "--model", d, "--raw", "--prompt", "w3", "--max-new-tokens", "1"],
+                     cache=tmp_path / "cache")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines() == [f"llamanb: error: {p}: {r.stderr.split(f'{p}: ')[1].strip()}"]
+    assert words in r.stderr
+    if "eos_token_id" not in words:
+        with pytest.raises(LlamanbError, match="generation_config.json"):
+            recommended_sampling(d)
+
+
+def test_stats_add_up_after_each_finished_turn(smollm_engine):
+    """/stats counted a finished answer's last token twice (generated, then prefilled again by the
+    next turn) and left it out of the context: one off per finished turn. The conversation's
+    tokens, counted independently, are the template's rendering of it up to the last end of turn."""
+    eng = smollm_engine
+    tok = eng.model.tokenizer
+    chat = Chat(eng, context=512, max_new_tokens=48)
+    for n, msg in enumerate(["Say hello.", "Say goodbye.", "Say thanks."], start=1):
+        turn = chat.send(msg)
+        assert turn.stop_reason == "eos", turn          # a finished turn
+        s = chat.stats()
+        rendered = tok.apply_chat_template(chat.messages, add_generation_prompt=False)
+        last_eos = max(i for i, t in enumerate(rendered) if t in eng.config.eos_ids)
+        assert s["turns"] == n
+        assert s["context_used"] == last_eos + 1 == len(chat.ids) + 1
+        assert s["prefilled"] + s["generated"] == s["context_used"], s

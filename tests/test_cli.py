@@ -189,9 +189,42 @@ def test_default_engine_without_a_compiler_is_numpy_with_one_line(cache, tiny_di
                  "2"], cache=cache, extra_env={"LLAMANB_BACKEND": "", "LLAMANB_CXX": "none"})
     assert p.returncode == 0, p.stderr
     notes = [ln for ln in p.stderr.splitlines() if ln.startswith("llamanb:")]
-    assert notes == ["llamanb: engine numpy: the faster cpu backend needs host C++ builds are "
-                     "turned off (LLAMANB_CXX=none)"], p.stderr
+    assert notes == ["llamanb: engine numpy, the reference: the faster cpu backend is compiled "
+                     "from C++ and needs host C++ builds, which are turned off (LLAMANB_CXX=none), "
+                     "so the numpy engine runs instead"], p.stderr
     assert "[numpy reference engine" in p.stderr
+
+
+def test_no_compiler_on_path_says_what_is_missing_and_that_numpy_runs(cache, tiny_dir, tmp_path):
+    """A newcomer without g++ read "the faster cpu backend needs no C++ compiler: 'g++' is not on
+    PATH"; the line names what is missing and the engine that runs instead."""
+    (tmp_path / "bin").mkdir()                               # a PATH with no compiler on it
+    env = {"LLAMANB_BACKEND": "", "LLAMANB_CXX": "", "CXX": "", "PATH": str(tmp_path / "bin")}
+    p = run_cli_here(["generate", "--model", tiny_dir, "--raw", "--prompt", "w3 w4",
+                      "--max-new-tokens", "2"], cache=cache, extra_env=env)
+    assert p.returncode == 0, p.stderr
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("llamanb:")]
+    assert notes == ["llamanb: engine numpy, the reference: the faster cpu backend is compiled "
+                     "from C++ and needs a C++ compiler (none of g++, c++, clang++ is on PATH; "
+                     "install g++ or name one in $LLAMANB_CXX), so the numpy engine runs "
+                     "instead"], p.stderr
+    info = run_cli_here(["info", "--preset", "smollm2-135m"], cache=cache, extra_env=env)
+    assert "cpu                host CPU  not ready, missing: a C++ compiler (none of g++" in info.stdout
+
+
+def test_quantised_dtype_on_a_file_without_those_blocks_says_so(llamanb_cache, tiny_dir):
+    """`generate --dtype q4_0` (auto engine) on a checkpoint that has no Q4_0 blocks: the reason
+    is the file, not the engine ("runs on --backend cpu" sent the user to what was running)."""
+    from llamanb.cpu.readiness import cpu_compiler_missing
+
+    if cpu_compiler_missing():
+        pytest.skip("no C++ compiler: auto cannot start the cpu backend here")
+    p = run_cli_here(["generate", "--model", tiny_dir, "--raw", "--prompt", "w3 w4", "--dtype",
+                      "q4_0"], cache=llamanb_cache, extra_env={"LLAMANB_BACKEND": ""})
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("llamanb: error:")]
+    assert len(errors) == 1 and "--dtype q4_0 runs a GGUF file's own Q4_0 blocks" in errors[0]
+    assert "was not loaded from a GGUF file" in errors[0] and "--backend cpu" not in errors[0]
 
 
 def test_info_and_the_build_find_the_same_compiler(tmp_path, monkeypatch):

@@ -16,12 +16,14 @@ import numpy as np
 
 from llamanb.engine.engine import Engine
 from llamanb.errors import LlamanbError
-from llamanb.platform.paths import reference_file
+from llamanb.platform.paths import REFERENCE_DIR, reference_file
 from llamanb.platform.progress import stages
 from llamanb.io.store import Model, load_model
 from llamanb.check.greedy import GreedyRun, engine_greedy
 
 REFERENCE_NAME = "hf_smollm2_reference.json"
+# The prompts `verify --live` asks transformers about: data/prompts.json of this checkout.
+PROMPTS_FILE = REFERENCE_DIR.parent / "prompts.json"
 
 
 def default_reference() -> Path:
@@ -133,19 +135,25 @@ def live_references(model: Model, steps: int, prompts_file: Path | None = None) 
     """Fresh references from transformers, in the shared reference file's schema."""
     from llamanb.check import hf_reference
 
-    prompts_file = prompts_file or Path(__file__).resolve().parents[1] / "data" / "prompts.json"
+    prompts_file = Path(prompts_file) if prompts_file else PROMPTS_FILE
     if not prompts_file.is_file():
-        raise LlamanbError(f"prompt list not found: {prompts_file}")
-    prompts = json.loads(prompts_file.read_text())["cases"]
+        raise LlamanbError(f"prompt list not found: {prompts_file} (it ships with the repository: "
+                           "restore it with `git checkout -- data/prompts.json`)")
+    try:
+        prompts = json.loads(prompts_file.read_text(encoding="utf-8"))["cases"]
+        prompts = [(str(p["name"]), bool(p["chat"]), str(p["text"])) for p in prompts]
+    except (ValueError, KeyError, TypeError) as e:          # JSON errors are ValueErrors
+        raise LlamanbError(f"{prompts_file}: not a prompt list ({type(e).__name__}: {e}; expected "
+                           '{"cases": [{"name", "chat", "text"}, ...]})') from None
     hf = hf_reference.load_hf(model)
     import torch
     import transformers
 
     cases = []
-    for p in prompts:
-        ids = model.tokenizer.encode_prompt(p["text"], chat=p["chat"])
+    for name, chat, text in prompts:
+        ids = model.tokenizer.encode_prompt(text, chat=chat)
         g, top5 = hf_reference.greedy_with_top5(hf, ids, steps, stop_ids=model.config.eos_ids)
-        cases.append({"name": p["name"], "chat": p["chat"], "text": p["text"], "prompt_ids": ids,
+        cases.append({"name": name, "chat": chat, "text": text, "prompt_ids": ids,
                       "greedy_ids": g, "greedy_text": model.tokenizer.decode(g), "top5": top5})
     return {"model": str(model.source.name),
             "reference": f"transformers {transformers.__version__}, torch {torch.__version__}, fp32 CPU",

@@ -58,19 +58,16 @@ def recommended_sampling(source) -> tuple[dict, str]:
     `source` (a GGUF file or an HF checkpoint directory): what the file recommends -- a GGUF's
     general.sampling.* keys, an HF generation_config.json (do_sample false means greedy) --
     over CHAT_DEFAULT; values out of range are ignored."""
-    import json
     from pathlib import Path
 
     src, got = Path(source), {}
     if src.is_dir():
-        try:
-            cfg = json.loads((src / "generation_config.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            cfg = {}
-        if isinstance(cfg, dict):
-            got = {ours: cfg[k] for k, ours in _HF_KEYS.items() if k in cfg}
-            if cfg.get("do_sample") is False:
-                got["temperature"] = 0.0
+        from llamanb.io.hf_checkpoint import read_generation_config
+
+        cfg = read_generation_config(src)              # a broken one: one line, not "none"
+        got = {ours: cfg[k] for k, ours in _HF_KEYS.items() if k in cfg}
+        if cfg.get("do_sample") is False:
+            got["temperature"] = 0.0
     elif src.is_file():
         from llamanb.io.gguf import read_header
 
@@ -99,6 +96,8 @@ class Turn:
     prefill_s: float
     decode_s: float
     per_token: list = field(default_factory=list, repr=False)
+    carried: int = 0                  # of `prefilled`: the previous answer's last token, which
+                                      # that turn generated but never fed (counted there)
 
     @property
     def decode_tok_s(self) -> float:
@@ -151,6 +150,9 @@ class Chat:
         self.messages: list[dict] = ([{"role": "system", "content": self.system}]
                                      if self.system else [])
         self.ids: list[int] = []                       # exactly what the cache holds
+        # the conversation's tokens past the cache: the last token of an answer is sampled but
+        # not fed (no step computes its keys); the next turn prefills it first
+        self.pending = 0
         self.cache.reset()
         self.turns: list[Turn] = []
 
@@ -159,7 +161,9 @@ class Chat:
         return getattr(self.engine.backend, "counters", None)
 
     def _cut(self, n: int) -> None:
-        """Keep the first n cached positions."""
+        """Keep the first n cached positions (the conversation keeps its tokens: those cut are
+        pending, to be prefilled again)."""
+        self.pending += max(0, len(self.ids) - n)
         self.ids = self.ids[:n]
         self.cache.truncate(0, n)
 
@@ -231,22 +235,31 @@ class Chat:
                 self._cut(min(int(cache.lengths[0]), keep))
                 raise
         # the cache holds a prefix of the conversation so far (the last token is never fed)
+        carried, self.pending = self.pending, len(full) + len(out) - int(cache.lengths[0])
         self.ids = (full + out)[:int(cache.lengths[0])]
         decode_s = time.perf_counter() - t0 - prefill_s
         answer = self.engine.model.tokenizer.decode([t for t in out if t not in self.stop],
                                                     skip_special_tokens=True)
         self.messages.append({"role": "assistant", "content": answer})
-        turn = Turn(keep, len(full) - keep, out, answer, reason, prefill_s, decode_s, per_token)
+        turn = Turn(keep, len(full) - keep, out, answer, reason, prefill_s, decode_s, per_token,
+                    carried)
         self.turns.append(turn)
         return turn
 
     def stats(self) -> dict:
-        """Totals over the conversation so far (and the device's counters, if it has them)."""
+        """Totals over the conversation so far (and the device's counters, if it has them).
+        context_used: the conversation's tokens, the answer's last one included (the cache holds
+        all but that one until the next turn feeds it); generated: the tokens the model wrote;
+        prefilled: the tokens the turns' messages and template added (a previous answer's last
+        token, prefilled again by the next turn, is counted once, as generated), so that
+        prefilled + generated = context_used wherever the template reproduces the answers'
+        tokens; reused: positions the turns found in the cache."""
         gen = sum(len(t.ids) for t in self.turns)
         dec_s = sum(t.decode_s for t in self.turns)
         steps = sum(max(0, len(t.ids) - 1) for t in self.turns)
-        d = {"turns": len(self.turns), "context_used": len(self.ids), "context": self.context,
-             "prefilled": sum(t.prefilled for t in self.turns),
+        d = {"turns": len(self.turns), "context_used": len(self.ids) + self.pending,
+             "context": self.context,
+             "prefilled": sum(t.prefilled - t.carried for t in self.turns),
              "reused": sum(t.reused for t in self.turns), "generated": gen,
              "prefill_s": sum(t.prefill_s for t in self.turns), "decode_s": dec_s,
              "decode_tok_s": steps / dec_s if dec_s > 0 and steps else float("nan")}

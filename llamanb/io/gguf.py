@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llamanb.model.config import LlamaConfig
+from llamanb.model.config import LlamaConfig, check_fits_memory
 from llamanb.errors import LlamanbError
 from llamanb.io.quants import dequantize
 from llamanb.model.rope_tables import half_split_to_interleaved, interleaved_to_half_split
@@ -239,7 +239,36 @@ class GGUFSource:
         self.tensors = {t.name: t for t in self.reader.tensors}
         self._check_size()
         self.config = self._config()
+        check_fits_memory(self.config, self.path.name)   # before the tensors are matched
+        self._refuse_unimplemented()
         self._check_tensors()
+
+    # GGUF keys of the llama architecture that change what is computed (llama.cpp's
+    # src/llama-model.cpp reads them for LLM_ARCH_LLAMA): a value other than the one llamanb
+    # implements is refused, naming the key, rather than left out.
+    def _refuse_unimplemented(self) -> None:
+        m, c, name = self.meta, self.config, self.path.name
+        experts = m.get("llama.expert_count")
+        if experts:
+            raise LlamanbError(f"{name}: llama.expert_count is {experts}: a mixture of experts, "
+                               "which llamanb does not implement")
+        kind = m.get("llama.rope.scaling.type")
+        if kind not in (None, "", "none"):
+            raise LlamanbError(f"{name}: llama.rope.scaling.type is {kind!r}; llamanb implements "
+                               "unscaled RoPE from a GGUF (load the HF checkpoint for llama3 "
+                               "scaling)")
+        dims = m.get("llama.rope.dimension_count")
+        if dims is not None and int(dims) != c.head_dim:
+            raise LlamanbError(f"{name}: llama.rope.dimension_count is {dims} but heads have "
+                               f"{c.head_dim} dimensions; llamanb rotates the whole head")
+        vlen = m.get("llama.attention.value_length")
+        if vlen is not None and int(vlen) != c.head_dim:
+            raise LlamanbError(f"{name}: llama.attention.value_length is {vlen} but "
+                               f"key_length is {c.head_dim}; llamanb implements equal lengths")
+        for t in self.tensors:
+            if t.startswith("blk.") and self.hf_name(t) is None:
+                raise LlamanbError(f"{name}: tensor {t} is not part of the Llama llamanb "
+                                   "implements (refused rather than computed without it)")
 
     def _check_size(self) -> None:
         """A file cut short (an interrupted download or copy) is named as such, with the sizes,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llamanb.model.config import LlamaConfig
+from llamanb.model.config import LlamaConfig, check_fits_memory
 from llamanb.errors import LlamanbError
 from llamanb.io.safetensors import SafetensorsFile
 
@@ -35,6 +35,7 @@ class HFSource:
             raise LlamanbError(f"{cfg_path}: {msg}") from None
         if stop:
             cfg = cfg.replace(eos_ids=tuple(dict.fromkeys(cfg.eos_ids + stop)))
+        check_fits_memory(cfg, str(cfg_path))          # before any tensor table is read
         self.config = cfg
         self.files = self._open_shards()
         self.where = {}
@@ -52,15 +53,14 @@ class HFSource:
             raise LlamanbError(f"{self.path}: tokenizer.json is missing")
 
     def _generation_eos(self) -> tuple[int, ...]:
-        p = self.path / "generation_config.json"
-        if not p.is_file():
-            return ()
-        try:
-            eos = json.loads(p.read_bytes().decode("utf-8")).get("eos_token_id")
-        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-            return ()                                   # optional: a broken one is ignored
-        ids = eos if isinstance(eos, list) else [eos]
-        return tuple(e for e in ids if isinstance(e, int) and not isinstance(e, bool) and e >= 0)
+        gen = read_generation_config(self.path)
+        eos = gen.get("eos_token_id")
+        ids = eos if isinstance(eos, list) else ([] if eos is None else [eos])
+        for e in ids:
+            if isinstance(e, bool) or not isinstance(e, int) or e < 0:
+                raise LlamanbError(f"{self.path / 'generation_config.json'}: eos_token_id must be "
+                                   f"a token id (or a list of them), got {e!r:.40}")
+        return tuple(ids)
 
     def _open_shards(self) -> list[SafetensorsFile]:
         index = self.path / "model.safetensors.index.json"
@@ -99,6 +99,19 @@ class HFSource:
             except UnicodeDecodeError as e:
                 raise LlamanbError(f"{f}: not UTF-8 text (byte offset {e.start})") from None
         return out
+
+
+def read_generation_config(directory: Path) -> dict:
+    """A checkpoint's generation_config.json as a dict ({} where there is none). It is optional,
+    but one that is there and broken is a one-line LlamanbError: ignoring it would run the model
+    without the stop ids and sampling it recommends, and say it recommends none."""
+    p = Path(directory) / "generation_config.json"
+    if not p.is_file():
+        return {}
+    raw = _read_json(p)
+    if not isinstance(raw, dict):
+        raise LlamanbError(f"{p}: expected a JSON object, got a JSON {type(raw).__name__}")
+    return raw
 
 
 def _read_json(path: Path):

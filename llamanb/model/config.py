@@ -136,6 +136,7 @@ class LlamaConfig:
         first, so a malformed file is one LlamanbError that names the field, not a traceback."""
         if not isinstance(cfg, dict):
             raise LlamanbError(f"config.json must hold a JSON object, got {type(cfg).__name__}")
+        _refuse_unimplemented(cfg)
         hidden = _hf_int(cfg, "hidden_size")
         n_heads = _hf_int(cfg, "num_attention_heads")
         n_kv = _hf_int(cfg, "num_key_value_heads", default=n_heads)
@@ -153,6 +154,7 @@ class LlamaConfig:
         if rs:
             theta = _hf_float(rs, "rope_theta", default=theta, minimum=0, strict=True,
                               where="rope_scaling.")
+            _refuse_partial_rotary(rs, "rope_scaling.")
             kind = rs.get("rope_type", rs.get("type", "default"))
             if kind == "llama3":
                 scaling = RopeScaling(
@@ -228,6 +230,67 @@ class LlamaConfig:
                 "high_freq_factor": rs.high_freq_factor,
                 "original_max_position_embeddings": rs.original_max_position_embeddings}
         return cfg
+
+
+# config.json fields of a transformers Llama that change what is computed, with the value that
+# llamanb's math implements (transformers' LlamaConfig defaults; its modeling_llama.py reads them:
+# attention_bias -> q/k/v/o_proj bias, mlp_bias -> gate/up/down_proj bias, hidden_act -> the
+# gate's activation). A checkpoint that sets another value is refused, naming the field, rather
+# than run with the term left out (a Llama with attention_bias ran with its biases dropped:
+# cosine -0.07 to transformers at the last layer). Fields that do not change inference
+# (attention_dropout, initializer_range, pretraining_tp -- a tensor-parallel split of the same
+# products --, use_cache, torch_dtype) are not checked.
+_IMPLEMENTED = {"attention_bias": (False,), "mlp_bias": (False,),
+                "hidden_act": ("silu", "swish")}
+
+
+def _refuse_unimplemented(cfg: dict) -> None:
+    for key, ok in _IMPLEMENTED.items():
+        v = cfg.get(key)
+        if v is not None and v not in ok:
+            raise LlamanbError(f"config.json: {key} is {v!r:.40}; llamanb implements only "
+                               f"{' or '.join(map(repr, ok))} (refused rather than computed "
+                               "without it)")
+    _refuse_partial_rotary(cfg, "")
+
+
+def _refuse_partial_rotary(d: dict, where: str) -> None:
+    """transformers' rope init (modeling_rope_utils.py) rotates int(head_dim * factor) dims."""
+    v = d.get("partial_rotary_factor")
+    if v is not None and v != 1:
+        raise LlamanbError(f"config.json: {where}partial_rotary_factor is {v!r:.40}; llamanb "
+                           "rotates the whole head (1.0) only")
+
+
+def check_fits_memory(cfg: "LlamaConfig", where: str) -> None:
+    """Refuse, from the config's numbers alone (closed form, nothing allocated), a model whose
+    float32 weights cannot fit in this machine's memory and swap: converting it would fill the
+    disk and running it would swap forever (a GGUF with block_count 10**9 hung with growing
+    memory before any message)."""
+    import os
+
+    need = cfg.weight_bytes("fp32")
+    try:
+        room = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return
+    room += _swap_bytes()
+    if need > room:
+        raise LlamanbError(f"{where}: the config describes {cfg.n_params():,} parameters "
+                           f"({cfg.n_layers:,} layers of hidden size {cfg.hidden:,}), "
+                           f"{human_bytes(need)} in float32; this machine has "
+                           f"{human_bytes(room)} of memory and swap")
+
+
+def _swap_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("SwapTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def _is_int(v) -> bool:

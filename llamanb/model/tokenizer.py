@@ -14,6 +14,7 @@ against transformers.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -94,6 +95,13 @@ def as_text(text, what: str = "prompt") -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
+        # Under a locale that is not UTF-8 (LC_ALL=C without Python's UTF-8 mode) Python decodes
+        # argv and stdin with that locale's codec and surrogateescape, so UTF-8 text arrives as
+        # escapes too: the bytes themselves say whether it was UTF-8.
+        try:
+            return os.fsencode(text).decode("utf-8")
+        except (UnicodeEncodeError, UnicodeDecodeError):
+            pass
         ch = ord(text[e.start])
         # surrogateescape maps an undecodable byte b to U+DC00 + b
         what_byte = f"byte 0x{ch - 0xDC00:02x}" if 0xDC80 <= ch <= 0xDCFF else f"U+{ch:04X}"
