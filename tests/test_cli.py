@@ -170,8 +170,12 @@ def test_default_engine_is_cpu_with_numpy_tokens(smollm, llamanb_cache):
     so on its status line; its greedy tokens are the numpy reference's, token for token."""
     from llamanb.cpu.readiness import cpu_compiler_missing
 
+    from llamanb.engine_choice import ready_devices
+
     if cpu_compiler_missing():
         pytest.skip("no C++ compiler here: the default is numpy (test below)")
+    if ready_devices():
+        pytest.skip(f"{ready_devices()[0]} is ready here: auto takes it (tests/test_engine_choice.py)")
     args = ["generate", "--max-new-tokens", "24", "--temperature", "0", "--no-stream",
             "--prompt", "Name three planets of the solar system."]
     auto = run_cli(args, cache=llamanb_cache, extra_env={"LLAMANB_BACKEND": ""})
