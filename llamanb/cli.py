@@ -68,7 +68,8 @@ def _backend_arg(p, default: str | None = None) -> None:
     names = ", ".join({**BACKENDS, **LAZY})
     if default is None:
         p.add_argument("--backend", default=os.environ.get("LLAMANB_BACKEND") or AUTO, metavar="NAME",
-                       help=f"{AUTO} (default, or $LLAMANB_BACKEND): cpu where a C++ compiler is "
+                       help=f"{AUTO} (default, or $LLAMANB_BACKEND): cuda or npu2 where `info` "
+                            f"calls one ready (float32 --dtype), else cpu where a C++ compiler is "
                             f"found (built once), else numpy, the reference. Any of: {names}. "
                             "npu2* and galaxy-* run bf16; --dtype applies to numpy and cpu")
     else:
