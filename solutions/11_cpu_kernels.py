@@ -1,5 +1,4 @@
 """Solutions to the exercises of notebook 11 (the CPU's kernels)."""
-import numpy as np
 
 
 def weight_bytes(cfg, fmt):
@@ -18,14 +17,3 @@ def tile_registers(mr, npan):
     Why: the tile keeps 2 accumulators (one panel is two vectors wide) for each row and panel for
     the whole of K, loads the panels' k-th row (2 vectors each) and broadcasts one x[i, k]."""
     return 2 * mr * npan + 2 * npan + 1
-
-
-def q4_1_decode(block):
-    """The 32 float32 weights of one 20-byte Q4_1 block.
-    Why: d and m are float16 (exact in float32); byte j carries weight j (low nibble) and weight
-    j + 16 (high nibble); d * q is exact in float32, so w = d * q + m rounds once."""
-    b = np.asarray(block, np.uint8)
-    d, m = b[:4].view(np.float16).astype(np.float32)
-    qs = b[4:20]
-    q = np.concatenate([qs & 0x0F, qs >> 4]).astype(np.float32)
-    return d * q + m

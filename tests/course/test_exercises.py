@@ -24,7 +24,8 @@ SOLUTIONS = {
     "ch04b": "04b_sampling", "ch04c": "04c_kv_cache_cost", "ch05": "05_npu_kernels",
     "ch05b": "05b_npu_tiles", "ch06": "06_elf_stitching",
     "ch07": "07_buffer_objects", "ch08": "08_tcp_mapping", "ch09": "09_galaxy_mesh",
-    "ch10": "10_continuous_batching", "ch11": "11_cpu_kernels", "ch12": "12_cuda_kernels",
+    "ch10": "10_continuous_batching", "ch11": "11_cpu_kernels", "ch11b": "11b_quantised_weights",
+    "ch12": "12_cuda_kernels",
     "ch13": "13_hardware_chat", "chA": "A_cost_models",
 }
 
@@ -409,6 +410,22 @@ def _q4_1_fused_in_float16(block):                 # computes in float16 and con
     return (d * q + m).astype(np.float32)
 
 
+def _q8_round_half_away(x):                          # llama.cpp's roundf: halves away from zero
+    xb = np.asarray(x, np.float32).reshape(-1, 32)
+    d = (np.abs(xb).max(axis=1) / np.float32(127)).astype(np.float32)
+    v = xb / np.where(d == 0, 1, d)[:, None]
+    q = np.clip(np.sign(v) * np.floor(np.abs(v.astype(np.float64)) + 0.5), -127, 127).astype(np.int8)
+    return q.reshape(-1), d, (d * q.astype(np.int32).sum(axis=1)).astype(np.float32)
+
+
+def _q8_float16_scales(x):                          # llama.cpp's block_q8_1 keeps d and s as fp16
+    xb = np.asarray(x, np.float32).reshape(-1, 32)
+    d = (np.abs(xb).max(axis=1) / np.float32(127)).astype(np.float32)
+    q = np.clip(np.rint(xb / np.where(d == 0, 1, d)[:, None]), -127, 127).astype(np.int8)
+    s = d * q.astype(np.int32).sum(axis=1)
+    return q.reshape(-1), d.astype(np.float16).astype(np.float32), s.astype(np.float16).astype(np.float32)
+
+
 # ---- chapter 12 -------------------------------------------------------------------------------
 def _kt_untransposed(slot, head, c, j, n_kv, d, S):
     """V's layout [slots, N_kv, S, d] instead of the transposed K cache's."""
@@ -509,8 +526,10 @@ WRONG = [
     ("ch11", "weight_bytes", _bytes_untied_twice, "expected"),
     ("ch11", "weight_bytes", _bytes_no_block_scales, "expected"),
     ("ch11", "tile_registers", _registers_no_broadcast, "expected"),
-    ("ch11", "q4_1_decode", _q4_1_interleaved, "values differ"),
-    ("ch11", "q4_1_decode", _q4_1_fused_in_float16, "values differ"),
+    ("ch11b", "q4_1_decode", _q4_1_interleaved, "values differ"),
+    ("ch11b", "q4_1_decode", _q4_1_fused_in_float16, "values differ"),
+    ("ch11b", "q8_blocks", _q8_round_half_away, "(halves: d = 1"),
+    ("ch11b", "q8_blocks", _q8_float16_scales, "values differ"),
     ("ch12", "kt_offset", _kt_untransposed, "expected 13, got 21"),
     ("ch12", "fill_grid", _grid_first_segment, "segments [1, 40, 3]"),
     ("ch12", "fill_grid", _grid_no_heads, "expected ((4, 1, 3), (16, 16)), got ((4, 1, 1), (16, 16))"),

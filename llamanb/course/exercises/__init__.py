@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 
 CHAPTERS = ("ch01", "ch01b", "ch02", "ch03", "ch03b", "ch04", "ch04b", "ch04c", "ch05", "ch05b", "ch06",
-            "ch07", "ch08", "ch09", "ch10", "ch11", "ch12", "ch13", "chA")
+            "ch07", "ch08", "ch09", "ch10", "ch11", "ch11b", "ch12", "ch13", "chA")
 
 
 def chapter(name: str):

@@ -1,11 +1,9 @@
-"""Chapter 11 exercises: what a decode step reads, what a register tile holds, one Q4_1 block.
+"""Chapter 11 exercises: what a decode step reads, what a register tile holds.
 
     weight_bytes(cfg, fmt) -> bytes of matrix weights one decode step streams, for fmt one of
         "float32", "bf16", "q8_0", "q4_1"; against a count over llamanb.model.weights.tensor_specs
     tile_registers(mr, npan) -> vector registers a register tile of mr rows x npan panels holds
         during one k step (kernels/cpu/matmul.cc's micro); against the closed form
-    q4_1_decode(block) -> the 32 float32 weights of one 20-byte Q4_1 block; against the `gguf`
-        package's dequantisation, bit for bit, on the shipped model's blocks and random ones
 """
 from __future__ import annotations
 
@@ -57,43 +55,4 @@ tile_registers = Exercise(
          "panel rows of weights loaded for this k, and one register for the broadcast x[i, k]")
 
 
-def _gguf_q4_1(block: np.ndarray) -> np.ndarray:
-    import gguf
-
-    return np.asarray(gguf.quants.dequantize(np.asarray(block, np.uint8).reshape(1, 20),
-                                             gguf.GGMLQuantizationType.Q4_1),
-                      dtype=np.float32).reshape(32)
-
-
-def _q4_1_cases() -> list[Case]:
-    from llamanb.io.gguf import tensor_index
-    from llamanb.io.store import default_model_path
-
-    blocks = []
-    try:                                      # real blocks: the first of a few shipped tensors
-        path = default_model_path()
-        ix = tensor_index(path)
-        for name in ("blk.0.attn_q.weight", "blk.7.ffn_down.weight", "blk.29.attn_v.weight"):
-            qtype, _, off, _ = ix[name]
-            if qtype == "Q4_1":
-                with open(path, "rb") as f:
-                    f.seek(off)
-                    blocks.append((f"first block of {name}", np.frombuffer(f.read(20), np.uint8)))
-    except Exception:                         # no embedded model here: random blocks only
-        pass
-    rng = np.random.default_rng(11)
-    for i in range(6):
-        b = rng.integers(0, 256, 20, dtype=np.uint8)
-        dm = (rng.standard_normal(2) * 2.0 ** rng.integers(-20, 2, 2)).astype(np.float16)
-        b[:4] = dm.view(np.uint8)
-        blocks.append((f"random block {i + 1} (d={float(dm[0]):.3g}, m={float(dm[1]):.3g})", b))
-    return [Case(label, (b.copy(),), _gguf_q4_1(b)) for label, b in blocks]
-
-
-q4_1_decode = Exercise(
-    "11.3", "q4_1_decode", _q4_1_cases, rtol=0, atol=0,
-    hint="bytes 0-1 are d and 2-3 are m (float16, little-endian: .view(np.float16)); byte 4 + j "
-         "holds weight j in its low nibble and weight j + 16 in its high one; w = d * q + m in "
-         "float32")
-
-EXERCISES = (weight_bytes, tile_registers, q4_1_decode)
+EXERCISES = (weight_bytes, tile_registers)
