@@ -13,7 +13,7 @@
 #     name: python3
 #   llamanb:
 #     builds: 'this CPU''s kernels: the roofline, packed panels, register tiles, bf16,
-#       Q4_1'
+#       threads'
 #     modules:
 #     - llamanb.cpu
 #     part: I

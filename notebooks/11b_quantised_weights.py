@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     notebook_metadata_filter: llamanb
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -10,6 +11,12 @@
 #     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
+#   llamanb:
+#     builds: the GGUF's 4-bit blocks decoded in registers, 8-bit activations and integer
+#       dot products
+#     modules:
+#     - llamanb.cpu
+#     part: I
 # ---
 
 # %% [markdown]
