@@ -249,8 +249,8 @@ assert q_diff <= qa.size // 100                        # the quants: nearly alwa
 halves = np.float32([127, 0.5, 1.5, 2.5, -0.5, -2.5])  # d = 1: x / d on halves
 assert np.rint(halves).tolist() == [127, 0, 2, 2, -0.0, -2]                 # the kernels'
 assert (np.sign(halves) * np.floor(np.abs(halves) + 0.5)).tolist() == [127, 1, 2, 3, -1, -3]
-print(f"of {qa.size // 32} blocks, {d_diff} have a different d (float16 against float32); of "
-      f"{qa.size} quants, {q_diff} differ; on exact halves the two roundings part")
+print(f"of {qa.size // 32} blocks, {d_diff} have a different d (float16 against float32)")
+print(f"of {qa.size} quants, {q_diff} differ; on exact halves the two roundings part")
 
 # %% [markdown]
 # ## 5. Measured: what the fewer bytes buy here
