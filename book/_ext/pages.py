@@ -17,7 +17,9 @@ static page needs them, and MathJax served by the site itself.
 """
 from __future__ import annotations
 
+import ast
 import json
+import pkgutil
 import re
 import shutil
 from pathlib import Path
@@ -102,9 +104,37 @@ def _table(entries, link_prefix: str) -> list[str]:
     return rows
 
 
+def _summary(path: Path) -> str:
+    """The first sentence of a module's docstring, read from its source (nothing imported)."""
+    doc = (ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or "").strip()
+    first = " ".join(doc.split("\n\n")[0].split())         # its first paragraph, on one line
+    m = re.match(r"(.+?\.)(\s|$)", first)                     # up to its first full stop
+    return (m.group(1) if m else first).replace("|", "\\|")
+
+
+def _rooms(repo: Path, module: str) -> str:
+    """A table of a package's modules and subpackages (the package's rooms), each linked to its page."""
+    path = repo.joinpath(*module.split("."))
+    if not path.is_dir():
+        return ""
+    rows = [f"**[{module}](generated/{module}.rst)**: {_summary(path / '__init__.py')}", "",
+            "| module | what it holds |", "|---|---|"]
+    for info in sorted(pkgutil.iter_modules([str(path)]), key=lambda i: (not i.ispkg, i.name)):
+        if info.name.startswith("_"):
+            continue
+        name = f"{module}.{info.name}"
+        file = path / info.name / "__init__.py" if info.ispkg else path / f"{info.name}.py"
+        rows.append(f"| [{name}](generated/{name}.rst) | {_summary(file)} |")
+    return "\n".join(rows) + "\n"
+
+
 def write_generated_pages(app) -> None:
-    src = Path(app.srcdir)
-    for part in included_parts(app):
+    src, repo = Path(app.srcdir), Path(app.config.book_repo)
+    parts = included_parts(app)
+    for stale in (src / "parts").glob("*.md"):        # a part this build does not have (a subset's)
+        if stale.stem not in {p.key for p in parts}:
+            stale.unlink()
+    for part in parts:
         lines = [f"# {part.title}", ""]
         lines += _table(part.entries, "../")
         lines += ["", "```{toctree}", ":hidden:", ""]
@@ -118,11 +148,14 @@ def write_generated_pages(app) -> None:
             if not any(stub.stem == m or stub.stem.startswith(m + ".") for m in api_modules):
                 stub.unlink()
     modules = "\n".join(f"   {m}" for m in api_modules)
+    rooms = "\n".join(_rooms(repo, m) for m in api_modules)
     _write_if_changed(src / "api" / "index.md", f"""# API reference
 
 The `llamanb` package, generated from its docstrings: each module's page lists what it defines.
 The package imports without its optional dependencies; the CUDA kernels (numba) and the TCL kernels
 (Furiosa's compiler) are documented with those two imported as stand-ins.
+
+{rooms}
 
 ```{{eval-rst}}
 .. autosummary::
