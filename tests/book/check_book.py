@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from urllib.parse import unquote, urljoin, urlsplit
+from urllib.parse import unquote, urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import booksite  # noqa: E402
