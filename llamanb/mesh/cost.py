@@ -519,14 +519,18 @@ def _validation_figures() -> list[Figure]:
     ]
 
 
-# What each held-back figure can tell. "consistency": it measures what the model was calibrated on
-# (the batch-32 decode step is the one decoder_perf_targets_6u.json measured, batch 32, position
-# 127; the 128K rows re-test the two constants solved at 64K), so a small error is close to true by
-# construction. "independent": no calibration input measures it (TTFT at 128 rows from per-op
-# targets, and at 4K and 32K, grown from 128 rows by FLOPs and bytes).
+# What each held-back figure can tell. "consistency": it measures what the model was calibrated on,
+# or leans on a calibration figure as much as half a percent per percent of it (sensitivity()):
+# the batch-32 decode step is the one decoder_perf_targets_6u.json measured (batch 32, position
+# 127); the 32K and 128K TTFTs move +0.84 and +1.10 % per 1 % of the 64K TTFT, the 128K decode
+# -1.13 % per 1 % of the 64K decode, so they mostly re-test the two constants solved at 64K.
+# "independent": no calibration input measures it and no calibration figure carries as much as
+# half of it (TTFT at 128 rows from per-op targets; at 4K grown from 128 rows by FLOPs and bytes,
+# +0.24 % per 1 % of the 64K TTFT). INDEPENDENT_BELOW is the rule; a test holds the table to it.
+INDEPENDENT_BELOW = 0.5
 CHECK_KIND = {
     "TTFT, 128-token prompt": "independent", "TTFT, 4K prompt": "independent",
-    "TTFT, 32K prompt": "independent", "README TTFT, batch 32, 128 tokens": "independent",
+    "TTFT, 32K prompt": "consistency", "README TTFT, batch 32, 128 tokens": "independent",
     "TTFT, 128K prompt": "consistency", "decode b1, 128K prompt (avg of 128)": "consistency",
     "decode b32, 128-token prompts (avg of 128)": "consistency",
     "README first decoded token, batch 32": "consistency", "README throughput, batch 32": "consistency",

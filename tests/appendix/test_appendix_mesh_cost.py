@@ -57,7 +57,20 @@ def test_validation_table_recomputed_and_within_25_percent_or_named():
     r = by["README TTFT, batch 32, 128 tokens"]
     assert round((r[2] - r[1]) / LLAMA3_70B.n_layers * 1e6) == 178
     kinds = {n: cost.CHECK_KIND[n] for n in want}
-    assert sum(k == "independent" for k in kinds.values()) == 4
+    assert sum(k == "independent" for k in kinds.values()) == 3
+
+
+def test_a_check_called_independent_leans_on_no_calibration_figure():
+    """A held-back figure is "independent" only if no calibration figure moves its prediction by
+    INDEPENDENT_BELOW % or more per 1 %: the 32K TTFT (+0.84 per 1 % of the 64K TTFT) re-tests
+    the 64K row and is a consistency check, not an independent one."""
+    s = cost.sensitivity(rel=0.01)
+    lean = {n: max(abs(outs[n]) for outs in s.values()) for n in cost.CHECK_KIND}
+    for name, kind in cost.CHECK_KIND.items():
+        if kind == "independent":
+            assert lean[name] < cost.INDEPENDENT_BELOW, (name, lean[name])
+    assert cost.CHECK_KIND["TTFT, 32K prompt"] == "consistency"
+    assert round(lean["TTFT, 32K prompt"], 2) == 0.84 and round(lean["TTFT, 4K prompt"], 2) == 0.24
 
 
 def test_sensitivities_the_text_quotes():
