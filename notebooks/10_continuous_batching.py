@@ -25,7 +25,7 @@
 # **What you will build.** One decode step of SmolLM2-135M reads all 538 MB of its weights to
 # produce one token. A second request decoding in the same step does not read them a second time:
 # its row joins the matrix products. (Whether that row is also free in *time* depends on the
-# machine; section 6 measures it, and on this CPU it is not.) Serving engines therefore batch
+# machine; chapter 10b measures it.) Serving engines therefore batch
 # requests, and since Orca (Yu et al., OSDI '22) they decide the batch again at *every* iteration
 # ("iteration-level scheduling"): a request that finishes hands its slot to a waiting one in the
 # very next step, instead of the batch waiting for its longest member. To batch requests of
@@ -37,9 +37,8 @@
 #
 # You will derive the schedules of static and continuous batching and check `llamanb.serve`'s
 # scheduler against them, step through its decisions, compare the paged KV cache's memory with
-# contiguous caches, prove that batching never changes a request's tokens (even across a
-# preemption), map a small CUDA inferencer (xyg-coder/min_llm_inference) onto the engine, and
-# measure what batching buys here.
+# contiguous caches, and prove that batching never changes a request's tokens, even across a
+# preemption. What batching buys in time on this machine is the next chapter, 10b.
 
 # %% [markdown]
 # ## 0. Setup
@@ -187,12 +186,6 @@ plt.show()
 # 3. waiting requests are admitted in arrival order while slots, rows and blocks last; a request
 #    is admitted only if the pool can hold its whole prompt now.
 #
-# Decision 1 is vLLM's: "the latest requests are preempted first", all of a sequence's blocks at
-# once (paper §4.5; `preempted_req = self.running.pop()` in `vllm/v1/core/sched/scheduler.py`).
-# Decision 2 is in neither paper (both run a prompt whole): it is "chunked prefill" (Sarathi-Serve,
-# Agrawal et al. 2024), as vLLM's V1 token budget does. Orca admits the opposite way: it reserves
-# KV room for a request's *maximum* length (section 3's contiguous layout), so it never preempts.
-#
 # Then `BatchRunner.step` is three lines: schedule, `engine.step` over all pieces, and sample /
 # retire. The first steps of the continuous run, as the runner recorded them:
 
@@ -201,8 +194,8 @@ runner_c = runs["continuous"][0]
 for h in runner_c.history[:4] + runner_c.history[10:13]:
     rows = ", ".join(f"{s}: {n} {kind} x{m}" for s, n, kind, m in h.rows)
     print(f"step {h.index:2d} | slot {rows} | blocks {h.blocks_used:2d}"
-          + (f" | admitted {', '.join(h.admitted)}" if h.admitted else "")
-          + (f" | finished {', '.join(h.finished)}" if h.finished else ""))
+          + (f"\n{'':8}| admitted {', '.join(h.admitted)}" if h.admitted else "")
+          + (f"\n{'':8}| finished {', '.join(h.finished)}" if h.finished else ""))
 
 # %% [markdown]
 # Step through the continuous run with the slider (live notebook): left, each slot's request and
@@ -291,6 +284,15 @@ plt.show()
 # %%
 q5_slot = next(s for s, n in owner_of_slot[24].items() if n == "q5")
 print(f"q5's block table after step 24: {tables_c[24][q5_slot]}")
+assert tables_c[24][q5_slot] != list(range(min(tables_c[24][q5_slot]), max(tables_c[24][q5_slot]) + 1))
+
+# %% [markdown]
+# **Going deeper: whose decisions these are.** Decision 1 is vLLM's: "the latest requests are
+# preempted first", all of a sequence's blocks at once (Kwon et al., SOSP '23, §4.5;
+# `preempted_req = self.running.pop()` in `vllm/v1/core/sched/scheduler.py`). Decision 2 is in
+# neither paper (both run a prompt whole): it is "chunked prefill" (Sarathi-Serve, Agrawal et al.
+# 2024), as vLLM's V1 token budget does. Orca admits the opposite way: it reserves KV room for a
+# request's *maximum* length (section 3's contiguous layout), so it never preempts.
 
 # %% [markdown]
 # ## 3. The paged KV cache: blocks on demand
@@ -313,13 +315,8 @@ print(f"{per_position} bytes per position ({per_position / 1024:.0f} KiB); "
 # %% [markdown]
 # Memory over the continuous run, in positions: what the pool hands out (whole blocks), what the
 # sequences actually hold, and what contiguous per-slot caches would reserve. A contiguous cache
-# must give every slot room for the longest request it may get (here `100 + 30` positions), or for
-# the model's whole context (8192) if it cannot know. The vLLM paper (Kwon et al., "Efficient
-# Memory Management for Large Language Model Serving with PagedAttention", SOSP 2023, Fig. 2)
-# measured that reservation in the authors' own re-implementation of Orca under three rules:
-# sized to the maximum length, Orca (Max), 20.4 % of the KV memory held tokens; rounded up to a
-# power of two, Orca (Pow2), 26.8 %; sized to the true output length, Orca (Oracle), 38.2 %;
-# vLLM, 96.3 %. The same share for this small run is printed last.
+# must give every slot room for the longest request it may get, or for the model's whole context
+# if it cannot know. The share of the memory that holds tokens is printed last.
 
 # %%
 held = [h.blocks_used * 16 for h in runner_c.history]
@@ -351,6 +348,14 @@ ax.set_ylim(0, 1.15 * contiguous)
 ax.legend(fontsize=8, loc="lower left")
 ax.set_title("KV-cache memory over the continuous run", fontsize=10)
 plt.show()
+assert max(held) < contiguous and np.mean(tokens) / np.mean(held) > np.mean(tokens) / contiguous
+
+# %% [markdown]
+# **Going deeper: the same share in the vLLM paper.** Kwon et al. ("Efficient Memory Management
+# for Large Language Model Serving with PagedAttention", SOSP 2023, Fig. 2) measured it in the
+# authors' own re-implementation of Orca under three rules: sized to the maximum length, Orca
+# (Max), 20.4 % of the KV memory held tokens; rounded up to a power of two, Orca (Pow2), 26.8 %;
+# sized to the true output length, Orca (Oracle), 38.2 %; vLLM, 96.3 %.
 
 # %% [markdown]
 # ## 4. Batching never changes a request's tokens
@@ -422,7 +427,7 @@ print(f"max |logit difference| {diff:.1e} < half the top-two gap {half_gap:.2f} 
       f"(the difference depends on the machine's BLAS kernels)")
 
 # %% [markdown]
-# ## 5. The design of a small CUDA inferencer, mapped onto the engine
+# ### Going deeper: a small CUDA inferencer's batched step, mapped onto the engine
 #
 # xyg-coder/min_llm_inference is a small CUDA inferencer (one self-attention block, greedy
 # decoding) that serves a batch of slots with continuous batching. Its design notes
@@ -447,13 +452,11 @@ print(f"max |logit difference| {diff:.1e} < half the top-two gap {half_gap:.2f} 
 # device; `llamanb` samples on the host instead, so each request can have its own temperature and
 # seed.
 #
-# Where the notes and the code disagree, the code is what runs; the differences (what
-# `new_batch_idx` holds, and which rows `fill_new_kt_v_cache` fills) are sourced in
-# `docs/corrections.md`, section "Batching (chapter 10)". The one that matters for correctness:
-# the notes fill rows `1 .. lengths-1`, which would skip position 0; the code fills `0 ..
-# lengths-1`. Measured on the real model: filling positions `0 .. n-2` and then running the
-# newest row as a decode gives the prefill's logits; a cache whose position 0 was never filled
-# does not.
+# Where its notes and its code disagree, the code is what runs (`docs/corrections.md`, "Batching
+# (chapter 10)"). The one that matters for correctness: the notes fill rows `1 .. lengths-1`,
+# which would skip position 0; the code fills `0 .. lengths-1`. On the real model: filling
+# positions `0 .. n-2` and then running the newest row as a decode gives the prefill's logits; a
+# cache whose position 0 was never filled does not.
 
 # %%
 engine = Engine(model)
@@ -488,85 +491,14 @@ print(f"position 0 missing:   logits off by more than 10, next token "
 # decision 1; `docs/corrections.md` has the details.
 
 # %% [markdown]
-# ## 6. What batching buys: throughput
-#
-# Every step reads every weight once. *If* a decode step's time were that weight read alone, the
-# number of steps would be the whole cost, and batching would divide it by the tokens per step
-# counted in section 1 (one at a time: 1.00).
-#
-# The papers measured that on GPUs serving large models, where a decode step is bound by reading
-# the weights. Orca: "36.9× throughput improvement at the same level of latency" against NVIDIA
-# FasterTransformer on GPT-3 175B (abstract); vLLM: "2-4×" against FasterTransformer and Orca at
-# the same latency (abstract), from fitting more sequences into the same memory.
-#
-# On a CPU the premise fails: a batched step is not free. Its rows are a GEMM instead of a GEMV
-# (the multiply-adds grow with the rows and are no longer hidden behind the weight reads), a step
-# with prompt rows is padded to the BLAS row multiple for bit-identical prefill, and each
-# sequence's attention is its own call. On a quiet machine, `bench --batching` (README, 16
-# requests, medians of interleaved rounds) measured continuous batching at 8 slots at 1.68x one
-# request at a time and 1.17x static batching.
-#
-# Measured here, as a demo: 6 short requests served one at a time (`generate`), and by static
-# and continuous batching with 4 slots (`llamanb.bench.batching`, the functions `python -m
-# llamanb bench --batching` runs). Each round runs all three, in a rotated order, so each
-# batched run is compared with the one-at-a-time run of its own round (paired); the figure shows
-# every round's ratio and their median. Timings depend on the machine and its load, so the
-# numbers are not stored and the figure claims no order; what holds on any machine is the
-# counted tokens per weight pass beside it (the diamonds), the ceiling a weight-bound step
-# would reach.
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-from llamanb.bench.batching import batched, one_at_a_time
-from llamanb.platform.progress import stages
-from llamanb.serve.workload import mixed_workload
-
-work = mixed_workload(tok.encode("The old lighthouse stood at the end of a narrow spit of rock, "
-                                 "where the harbour met the open sea."), 6, seed=1,
-                      prompt_range=(8, 40), new_range=(4, 12))
-MODES = {"one at a time": lambda: one_at_a_time(engine, work)[0],
-         "static, 4 slots": lambda: batched(engine, work, 4, "static")[0],
-         "continuous, 4 slots": lambda: batched(engine, work, 4, "continuous")[0]}
-ROUNDS = 3
-samples = {m: [] for m in MODES}
-with stages(prefix="benchmark") as say:           # a line per run while it runs, gone after
-    for rnd in range(ROUNDS):                     # rotated order: no mode always runs first
-        for m in list(MODES)[rnd:] + list(MODES)[:rnd]:
-            say(f"round {rnd + 1} of {ROUNDS}: {m}, {len(work)} requests")
-            samples[m].append(MODES[m]())
-one = samples["one at a time"]
-ratios = {m: [r["tok_s"] / o["tok_s"] for r, o in zip(samples[m], one)] for m in list(MODES)[1:]}
-counted = {m: sum(k for _, k in work) / samples[m][0]["steps"] for m in ratios}  # tokens per pass
-for m, rs in ratios.items():
-    print(f"{m:>20}: {np.median(rs):.2f}x one at a time (rounds {min(rs):.2f}-{max(rs):.2f}); "
-          f"counted {counted[m]:.2f} tokens per weight pass")
-cont = samples["continuous, 4 slots"]
-step_ratio = [c["full_decode_step_s"] / o["decode_step_s"] for c, o in zip(cont, one)]
-print(f"a 4-row decode step takes {np.median(step_ratio):.1f}x a 1-row one (median of "
-      f"{ROUNDS} rounds): 4x the tokens for that much time")
-fig, ax = plt.subplots(figsize=(8.5, 2.4))
-for y, (m, rs) in enumerate(ratios.items()):
-    ax.plot(rs, [y] * len(rs), "o", color="C0", alpha=0.5, label="a round" if y == 0 else None)
-    ax.plot([np.median(rs)] * 2, [y - 0.3, y + 0.3], color="C0", lw=2,
-            label="median" if y == 0 else None)
-    ax.plot(counted[m], y, "D", color="C1", label="counted tokens / weight pass" if y == 0 else None)
-ax.axvline(1.0, color="grey", ls="--", lw=0.8)
-ax.set_yticks(range(len(ratios)), list(ratios))
-ax.set_ylim(-0.6, len(ratios) - 0.4)
-ax.set_xlim(0, 1.15 * max(max(counted.values()), max(max(r) for r in ratios.values())))
-ax.set_xlabel("throughput / one at a time (measured, this machine and run)")
-ax.set_title(f"{len(work)} requests, {ROUNDS} paired rounds: a noisy demo; diamonds are counted",
-             fontsize=10)
-ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-plt.show()
-
-# %% [markdown]
 # **What you built.** A scheduler that re-decides the batch at every step, admits in arrival
 # order when blocks allow, chunks long prompts, and preempts the newest request when memory runs
 # out; a paged cache that holds only the blocks sequences use; and the proof that none of it
 # changes a single token. `python -m llamanb batch FILE --check` runs the same machinery on a file
-# of requests and checks every answer against generating it alone; `python -m llamanb bench
-# --batching` measures the throughput table.
+# of requests and checks every answer against generating it alone.
+#
+# **Next — 10b · What batching buys:** the same scheduler, timed on this machine against one
+# request at a time.
 
 # %% [markdown]
 # ## Exercises
