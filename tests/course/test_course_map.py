@@ -29,7 +29,7 @@ def stream_text(ipynb: Path, marker: str) -> str:
 def test_every_chapter_is_tagged_and_lands_in_modules_that_exist():
     chs = cm.chapters()
     stems = sorted(p.stem for p in NOTEBOOKS.glob("*.py") if cm.NAME.match(p.stem))
-    assert [c.stem for c in chs] == stems and len(stems) == 21
+    assert [c.stem for c in chs] == stems and len(stems) == 22
     for c in chs:
         assert c.part in cm.PARTS and c.builds and c.modules, c.stem
         for m in c.modules:
