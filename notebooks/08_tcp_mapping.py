@@ -487,8 +487,8 @@ plt.show()
 # Two throughput figures are attributed to Furiosa's RNGD product page (FuriosaSDK, FP8, batch not
 # stated): Llama 3.1 70B on 8 cards and Llama 3.1 8B on one card (printed below). They are
 # third-party figures: the only public copy we found is b-lab.team's summary of 20 April 2025, and
-# no publication of these numbers by Furiosa itself (appendix A; docs/corrections.md). `llamanb.tcp.predict` builds each run from the stored cycles of fp8
-# kernels, adds the data movement they lack, fits nothing, and computes every plausible reading of
+# no publication of these numbers by Furiosa itself (appendix A; docs/corrections.md).
+# `llamanb.tcp.predict` builds each run from the stored cycles of fp8 kernels, adds the data movement they lack, fits nothing, and computes every plausible reading of
 # what was not published (batch, where sampling runs, the keys attention sees, the 70B stage
 # hand-off). The cell asserts what it finds: **neither published figure falls inside its
 # predicted range; both lie above it**. The block compiled one unfused kernel at a time is slower
