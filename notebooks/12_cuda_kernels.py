@@ -203,7 +203,11 @@ print(f"warp-style and textbook softmax over {length} keys agree to 1e-12")
 # it has no warp-level barrier (`syncwarp`), so its reduction needs a block-wide one that *every*
 # thread must reach -- no kernel that reduces may let a thread return early; and two
 # `cuda.shared.array` calls on one source line are given the same buffer, so each allocation
-# sits on its own line.
+# sits on its own line. A third cost a failed build: the simulator hands out that buffer to
+# whichever thread asks first, by a look-up and a store with no lock between them, so two threads
+# of a block can each get a buffer of their own and read the other's slots as leftover bytes --
+# rarely, when Python switches threads between the two. `llamanb.cuda.sim_shared` puts a lock
+# there; on a GPU a block's `__shared__` memory exists before any of its threads runs.
 #
 # ## 4. The CUDA simulator runs a tiny Llama through the engine
 #

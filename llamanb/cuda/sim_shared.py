@@ -22,11 +22,12 @@ np.empty's leftover bytes in its place. The output of that block is then wrong b
 nothing (recycled memory that happens to hold the same values) to NaN. It is not a race in the
 kernels: a GPU gives a block one shared allocation before any thread runs (the CUDA C++ twin,
 kernels/cuda/llama_kernels.cu, declares them `__shared__`), and each kernel writes every shared
-slot it reads, and reads it only after a barrier. It shows rarely: chapter 12's tiny Llama failed its accuracy
-check once in eight builds on a loaded machine. With `sys.setswitchinterval(1e-6)` and every
-launch of that chapter cell run twice on the same inputs, 12 launches over 47 runs gave two
-different outputs, always in block 0 (of rmsnorm, qkt, softmax_rows, softmax_v), and 5 runs failed
-the check; tests/cuda/test_cuda_sim_shared.py makes it happen at will by widening the window.
+slot it reads, and reads it only after a barrier. It shows rarely: chapter 12's tiny Llama failed
+its accuracy check once in eight builds on a loaded machine. With `sys.setswitchinterval(1e-6)`
+and every launch of that chapter cell run twice on the same inputs, 12 launches over 47 runs gave
+two different outputs, always in block 0 (of rmsnorm, qkt, softmax_rows, softmax_v), and 5 runs
+failed the check; tests/cuda/test_cuda_sim_shared.py makes it happen at will by widening the
+window.
 
 `install()` replaces the method with the same lookup under a lock (the dynamic-shared-memory
 path, shape 0, which reads no caller frame, is left to the original). The key stays upstream's:

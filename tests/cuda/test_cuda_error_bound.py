@@ -78,7 +78,8 @@ def test_gemm_nt_launch_bound():
 
     k = kernels.build(kernels.SIM_TILE)
     rng = np.random.default_rng(2)
-    a, w = rng.standard_normal((3, 9)).astype(np.float32), rng.standard_normal((5, 9)).astype(np.float32)
+    a = rng.standard_normal((3, 9)).astype(np.float32)
+    w = rng.standard_normal((5, 9)).astype(np.float32)
     c0 = rng.standard_normal((3, 5)).astype(np.float32)
     c = c0.copy()
     k.gemm_nt[(2, 1), (k.tile, k.tile)](a, w, c, 1)
