@@ -38,7 +38,8 @@ Importing this module imports numba: import it after `llamanb.cuda.runtime.load`
 simulator or GPU for the process). `build(tile)` makes the kernels for a tile edge; the warp reduction is chosen in ONE
 place, `_warp_reductions`: register shuffles (`shfl_xor_sync`) on a GPU, a shared-memory tree
 under numba-cuda's simulator, which has no shuffles. Each `cuda.shared.array` sits on its own
-source line: the simulator gives two allocations on one line the same buffer.
+source line: the simulator gives two allocations on one line the same buffer. (Its allocation
+races between the threads of a block unless `runtime.load` installed `sim_shared`'s lock.)
 """
 from __future__ import annotations
 

@@ -37,6 +37,10 @@ def load(simulated: bool):
         want, got = ("the simulator", "a GPU") if simulated else ("a GPU", "the simulator")
         raise LlamanbError(f"numba was already imported for {got} in this process; "
                            f"run {want} in a fresh process (NUMBA_ENABLE_CUDASIM is read once)")
+    if simulated:
+        from llamanb.cuda import sim_shared
+
+        sim_shared.install()        # the simulator's shared-array allocation races without it
     if not simulated and not cuda.is_available():
         raise LlamanbError("backend 'cuda' needs an NVIDIA GPU and its driver; numba-cuda finds "
                            "no CUDA device here (backend 'cuda-simulated' runs the same kernels "
