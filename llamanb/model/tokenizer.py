@@ -212,8 +212,8 @@ class ChatTokenizer:
         examples/main/main.cpp:856-858, src/llama-vocab.cpp:2155). Its conversation mode cannot
         tell them apart and parses the whole rendered turn ("TODO: one inconvenient of current
         chat template implementation is that we can't distinguish between user input and special
-        tokens (prefix/postfix)", examples/main/main.cpp:855-857; tools/main/main.cpp on today's
-        ggml-org/llama.cpp alike), as does transformers' apply_chat_template. Here the template is
+        tokens (prefix/postfix)", examples/main/main.cpp:855-857; tools/main/main.cpp at
+        ggml-org/llama.cpp 0284db4 alike), as does transformers' apply_chat_template. Here the template is
         rendered with every marker a message spells stood in for by a private-use character, so
         the markers left are the template's.
 
