@@ -12,6 +12,8 @@ In a terminal:
 - the prompt is read with GNU readline where Python has it (line editing, arrow keys, history);
   readline reads key by key, so a pasted message of any length arrives whole (a terminal's own
   line editor stops at 4,095 characters), and a multi-line paste is one message (bracketed paste);
+  the line scrolls sideways rather than wrapping, so a paste taller than the terminal still
+  edits cleanly (wrapped, readline would redraw it rows too high once its start scrolled away);
 - while an answer streams, the terminal neither echoes nor buffers keys into it (echo off; keys
   typed meanwhile are dropped when the answer ends);
 - the chat runs as the terminal's foreground process group, so Ctrl-C reaches the chat alone:
@@ -68,6 +70,10 @@ def setup_readline() -> bool:
         return False
     with contextlib.suppress(Exception):
         readline.parse_and_bind("set enable-bracketed-paste on")
+        # One row, scrolled sideways: a message that wraps to more rows than the terminal has
+        # (a long paste) pushes the prompt's row off the top, and readline's redraw, which moves
+        # the cursor up to that row, then lands every edit rows too high (a garbled screen).
+        readline.parse_and_bind("set horizontal-scroll-mode on")
     return True
 
 

@@ -446,21 +446,11 @@ def _drop_pending_stdout() -> None:
         pass
 
 
-MAX_THREADS = 1024          # kernels/cpu/pool.cc starts one thread per count, unchecked
-
-
 def _check_environment() -> None:
     """Variables that change how llamanb runs, checked before any work (one line each)."""
-    threads = os.environ.get("LLAMANB_THREADS")
-    if threads is not None and threads.strip() != "":
-        try:
-            n = int(threads)
-        except ValueError:
-            n = 0
-        if not 1 <= n <= MAX_THREADS:
-            raise LlamanbError(f"LLAMANB_THREADS must be an integer from 1 to {MAX_THREADS} "
-                               f"(threads for the cpu backend, the caller included), got "
-                               f"{threads!r}; unset it for the cores this process may use")
+    from llamanb.cpu.kernels import threads_from_env
+
+    threads_from_env()
 
 
 def main(argv=None) -> int:

@@ -68,6 +68,29 @@ def _cpu_digest() -> str:
     return hashlib.sha256("\n".join(sorted(set(keep))).encode()).hexdigest()[:12]
 
 
+THREADS_VAR = "LLAMANB_THREADS"
+MAX_THREADS = 1024          # kernels/cpu/pool.cc starts one thread per count, unchecked
+
+
+def threads_from_env() -> int | None:
+    """$LLAMANB_THREADS as the kernels' pool will read it (None: unset or blank, one thread per
+    core this process may use). kernels/cpu/pool.cc reads it with atoi, which takes "abc" for 0
+    (every core, silently) and "100000" for 100,000 threads: anything but an integer from 1 to
+    MAX_THREADS is a one-line LlamanbError, here, before the pool starts."""
+    value = os.environ.get(THREADS_VAR)
+    if value is None or not value.strip():
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_THREADS:
+        raise LlamanbError(f"{THREADS_VAR} must be an integer from 1 to {MAX_THREADS} (threads "
+                           f"for the cpu backend, the caller included), got {value!r}; unset it "
+                           "for the cores this process may use")
+    return n
+
+
 MARCH_VAR = "LLAMANB_CPU_MARCH"
 _MARCH_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,40}$")
 
@@ -627,6 +650,7 @@ def load(kernels_dir: Path = KERNELS_DIR, flavour_name: str | None = None) -> Ke
     """The kernels of one build flavour (default: $LLAMANB_CPU_MARCH, else native), built at
     first use; a LlamanbError (one line, naming the numpy backend) when they cannot be built."""
     wanted = check_flavour(flavour_name, "march") if flavour_name else flavour()
+    threads_from_env()                         # the pool reads it when the library first runs
     cxx, why = cxx_build.compiler()
     if cxx is None:
         raise LlamanbError(f"backend 'cpu' compiles C++ at first use, but {why} "

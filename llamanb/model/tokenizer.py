@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from datetime import datetime
 from pathlib import Path
 
@@ -147,8 +148,35 @@ class ChatTokenizer:
     def vocab_size(self) -> int:
         return self.tok.get_vocab_size(with_added_tokens=True)
 
-    def encode(self, text: str | bytes, add_special_tokens: bool = True) -> list[int]:
-        return self.tok.encode(as_text(text, "text"), add_special_tokens=add_special_tokens).ids
+    def encode(self, text: str | bytes, add_special_tokens: bool = True,
+               parse_special: bool = True) -> list[int]:
+        """Token ids of `text`. parse_special (llama.cpp's name for it, llama_tokenize in
+        include/llama.h): a special token's text, such as "<|im_end|>", becomes that token; with
+        False it is ordinary text, encoded byte by byte like any other."""
+        tok = self.tok if parse_special else self._plain_tok
+        return tok.encode(as_text(text, "text"), add_special_tokens=add_special_tokens).ids
+
+    @cached_property
+    def _plain_tok(self):
+        """A copy of the tokenizer that reads special tokens' text as text (its own object: the
+        setting is the tokenizer's, not a call's, and the shared one must keep parsing them)."""
+        from tokenizers import Tokenizer
+
+        plain = Tokenizer.from_str(self.tok.to_str())
+        plain.encode_special_tokens = True
+        return plain
+
+    @cached_property
+    def _specials(self) -> dict[str, int]:
+        """The special (control) tokens' texts and ids: what a message must not be able to write."""
+        return {t.content: i for i, t in self.tok.get_added_tokens_decoder().items() if t.special}
+
+    @cached_property
+    def _special_re(self):
+        import re
+
+        names = sorted(self._specials, key=len, reverse=True)     # the longest match first
+        return re.compile("|".join(map(re.escape, names))) if names else None
 
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
         return self.tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
@@ -173,8 +201,76 @@ class ChatTokenizer:
             raise LlamanbError(f"chat template failed: {e}") from None
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
-        # The template writes the special tokens itself (HF tokenizes it with add_special_tokens=False).
-        return self.encode(self.render_chat(messages, add_generation_prompt), add_special_tokens=False)
+        """The conversation's ids: the markers the template writes (<|im_start|>, <|im_end|>, ...)
+        are special tokens; what the messages say is text, even where it spells a marker, so a
+        message cannot end its turn or open another one (a "system" turn, say).
+
+        llama.cpp keeps its own markers special and the user's text plain where it can tell them
+        apart: its interactive mode tokenizes --in-prefix and --in-suffix with parse_special true
+        and the typed line with parse_special false, and llama_tokenize's tokenizer skips control
+        tokens when parse_special is false (ggerganov/llama.cpp at c392e50,
+        examples/main/main.cpp:856-858, src/llama-vocab.cpp:2155). Its conversation mode cannot
+        tell them apart and parses the whole rendered turn ("TODO: one inconvenient of current
+        chat template implementation is that we can't distinguish between user input and special
+        tokens (prefix/postfix)", examples/main/main.cpp:855-857; tools/main/main.cpp at
+        ggml-org/llama.cpp 0284db4 alike), as does transformers' apply_chat_template. Here the template is
+        rendered with every marker a message spells stood in for by a private-use character, so
+        the markers left are the template's.
+
+        Where no message spells a marker (nearly always) the ids are the rendered text's, encoded
+        as transformers and llama.cpp encode it. Where one does, the text between two of the
+        template's markers that holds it is encoded with parse_special off."""
+        text, forged = self._render_marking(messages, add_generation_prompt)
+        enc = self.tok.encode(text, add_special_tokens=False)
+        if not forged:
+            return enc.ids
+        special_ids = set(self._specials.values())
+        out, start, run, plain = [], 0, [], False
+        for i, (a, b) in zip(enc.ids, enc.offsets):
+            if i in special_ids and a not in forged:           # the template's own marker
+                out += self.encode(text[start:a], False, parse_special=False) if plain else run
+                out.append(i)
+                start, run, plain = b, [], False
+            else:
+                run.append(i)
+                plain = plain or i in special_ids
+        out += self.encode(text[start:], False, parse_special=False) if plain else run
+        return out
+
+    def _render_marking(self, messages: list[dict], add_generation_prompt: bool) -> tuple[str, set]:
+        """(the rendered conversation, the character offsets in it where a special token's text
+        comes from a message rather than from the template)."""
+        text = self.render_chat(messages, add_generation_prompt)
+        find = self._special_re
+        texts = [m["content"] for m in messages
+                 if isinstance(m, dict) and isinstance(m.get("content"), str)]
+        spelled = sorted({x for t in texts for x in find.findall(t)}) if find else []
+        if not spelled:
+            return text, set()
+        # each special token a message spells -> a private-use character found nowhere else
+        seen = set((self.chat_template or "") + "".join(texts))
+        free = (chr(c) for c in range(0xE000, 0xF900) if chr(c) not in seen)
+        stand_in = dict(zip(spelled, free))
+        if len(stand_in) < len(spelled):
+            raise LlamanbError("the messages spell special tokens and use every private-use "
+                               "character, so the tokens cannot be told apart from the template's")
+        back = {c: name for name, c in stand_in.items()}
+        masked = [{**m, "content": find.sub(lambda x: stand_in.get(x.group(), x.group()),
+                                            m["content"])}
+                  if isinstance(m, dict) and isinstance(m.get("content"), str) else m
+                  for m in messages]
+        parts, forged, n = [], set(), 0
+        for ch in self.render_chat(masked, add_generation_prompt):
+            if ch in back:
+                forged.add(n)
+                ch = back[ch]
+            parts.append(ch)
+            n += len(ch)
+        if "".join(parts) != text:       # the template changed the message (cut it, say)
+            raise LlamanbError(f"a message spells {spelled[0]!r}, a special token of this model, "
+                               "and the chat template changes message text, so it cannot be kept "
+                               "as text: leave it out")
+        return text, forged
 
     def encode_prompt(self, text: str | bytes, chat: bool = True,
                       system: str | bytes | None = None) -> list[int]:

@@ -332,6 +332,23 @@ def test_march_variable_picks_the_flavour(monkeypatch):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("value", ["abc", "0", "-3", "2.5", "100000"])
+def test_bad_llamanb_threads_through_the_api_is_one_line(monkeypatch, smollm, value):
+    """Engine(model, "cpu") checks $LLAMANB_THREADS as the CLI does, with the same line, before the
+    pool starts: kernels/cpu/pool.cc reads it with atoi ('abc' meant every core, silently;
+    100000 a thread each)."""
+    from llamanb import cli
+    from llamanb.engine.engine import Engine
+
+    monkeypatch.setenv("LLAMANB_THREADS", value)
+    with pytest.raises(LlamanbError, match="LLAMANB_THREADS") as api:
+        Engine(smollm, "cpu")
+    with pytest.raises(LlamanbError) as by_cli:
+        cli._check_environment()
+    assert str(api.value) == str(by_cli.value) and "\n" not in str(api.value)
+    assert repr(value) in str(api.value)
+
+
 def test_avx512_kernels_compile_here(kernels):
     """The AVX-512 paths (vec.h: 16-lane vectors, 32-wide panels, the 512-bit bfloat16 unpack)
     cannot run on a CPU without AVX-512, but they must compile: built for an AVX-512 target
