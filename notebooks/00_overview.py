@@ -85,9 +85,9 @@ from llamanb.readiness import readiness
 
 rows = readiness()                            # every backend, in the order the course meets them
 WHERE = {"host CPU": "#dbe9f6", "emulated": "#f0f0f0", "device": "#f6e3c8"}
-fig, ax = plt.subplots(figsize=(9.4, 3.6))                # narrower than Lab's column: drawn 1:1
+fig, ax = plt.subplots(figsize=(9.4, 3.9))                # narrower than Lab's column: drawn 1:1
 ax.set_xlim(0, 11)
-ax.set_ylim(0, 4.2)
+ax.set_ylim(0, 4.65)
 ax.axis("off")
 stages = [("prompt\n(text)", ""), ("tokenizer\nids [S]", ""), ("embed()\n[S, H]", "b"),
           ("layers():\nL × block()\n[S, H]", "b"), ("head()\nlogits [k, V]", "b"), ("sample\nnext id", "")]
@@ -97,9 +97,10 @@ for i, (label, seam) in enumerate(stages):
     ax.text(x + 0.775, 3.4, label, ha="center", va="center", fontsize=8)
     if i < len(stages) - 1:
         ax.annotate("", (x + 1.8, 3.4), (x + 1.57, 3.4), arrowprops=dict(arrowstyle="->"))
-ax.annotate("", (0.85, 3.92), (9.95, 3.92),
-            arrowprops=dict(arrowstyle="->", connectionstyle="arc3,rad=0.1", ls="--"))
-ax.text(5.4, 4.08, "decode: append the token and step again (one row, KV cache)", ha="center", fontsize=8)
+ax.plot([9.95, 9.95, 0.85], [3.87, 4.2, 4.2], "k--", lw=1)      # the decode loop, inside the axes
+ax.annotate("", (0.85, 3.87), (0.85, 4.2), arrowprops=dict(arrowstyle="->", ls="--"))
+ax.text(5.4, 4.27, "decode: append the token and step again (one row, KV cache)", ha="center",
+        va="bottom", fontsize=8)
 ax.text(0.1, 2.45, "Engine.step: pads the step, keeps the cache's lengths,\nsends only the logit rows "
         "to head()", fontsize=8, va="center")
 ax.annotate("", (5.5, 1.95), (5.5, 2.9), arrowprops=dict(arrowstyle="<->", color="firebrick"))
@@ -141,8 +142,9 @@ print(len(rows), "backends;", sum(r.runs_on == "device" for r in rows), "of them
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-for r in rows:
-    print(r.line())
+from llamanb.readiness import readiness_report
+
+print(readiness_report(rows))                 # wrapped to Lab's 120 columns
 
 # %% [markdown]
 # The CPU itself (this cell's output differs from machine to machine, so it is not compared):

@@ -38,6 +38,7 @@
 # closed-form arithmetic.
 
 # %%
+import textwrap
 import warnings
 
 import matplotlib.pyplot as plt
@@ -167,7 +168,7 @@ handles = [layer0.get_submodule(n).register_forward_hook(record(n)) for n in hoo
 hf_hidden = hidden_states(hf, ids)          # one forward pass: hooks fire, hidden states returned
 for h in handles:
     h.remove()
-print("hooked:", sorted(captured))
+print(textwrap.fill("hooked: " + ", ".join(sorted(captured)), 100, subsequent_indent=" " * 8))
 
 # %% [markdown]
 # Every intermediate is checked with the same helper: shape equal, values within tolerance

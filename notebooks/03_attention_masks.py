@@ -405,8 +405,8 @@ for name, (same_before, changed_j) in results.items():
 np.testing.assert_allclose(A["llamanb: block 0"], A["residual add 2"], rtol=0, atol=1e-4)
 leak = np.abs(rows(A["P V without mask"], slice(0, j)) - rows(B["P V without mask"], slice(0, j))).max()
 assert leak > 1e-4
-print("our step-by-step layer 0 matches llamanb's block within 1e-4; without the mask, earlier rows "
-      "move by more than 1e-4 (both asserted)")
+print("our step-by-step layer 0 matches llamanb's block within 1e-4;\n"
+      "without the mask, earlier rows move by more than 1e-4 (both asserted)")
 
 # %% [markdown]
 # The unmasked scores of earlier rows do change — query `i < j` is multiplied with the new key

@@ -65,7 +65,7 @@ print(f"{cfg.name}: {cfg.n_layers} layers, hidden {cfg.hidden}, FFN {cfg.ffn}, v
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-print(f"this build: flavour {k.flavour}, instruction sets {', '.join(k.isa)}; "
+print(f"this build: flavour {k.flavour}, instruction sets {', '.join(k.isa)};\n"
       f"{k.vector_width} float32 lanes a vector, panels of {k.panel_width} columns, "
       f"{k.threads} threads")
 
@@ -272,7 +272,7 @@ bound = K_ * u / (1 - K_ * u) * float(np.abs(x_bf.astype(np.float64) * w_bf).sum
 assert abs(chain - exact) <= bound and abs(pairs - exact) <= bound
 mine = k.matmul(x_bf[None], k.pack(w_bf[None], bf16=True), np.zeros((1, 1), np.float32))[0, 0]
 assert mine == pairs                                   # the kernels' bf16 product, bit for bit
-print(f"k order and pairs both within the float32 bound {bound:.2e} of the exact product; "
+print(f"k order and pairs both within the float32 bound {bound:.2e} of the exact product;\n"
       f"the kernels' bf16 product is the pairs order's bits")
 
 # %% [markdown]

@@ -44,6 +44,7 @@
 # is asserted.
 
 # %%
+import textwrap
 import warnings
 
 warnings.filterwarnings("ignore")
@@ -131,8 +132,16 @@ print(f"turn 1 prefilled all {turn.prefilled} prompt tokens; turn 2 kept the cac
 
 # %%
 # NBVAL_IGNORE_OUTPUT
+def said(who: str, text: str) -> str:
+    """A turn as the chat shows it, wrapped at a space to the notebook's column (the model's
+    tokens are unchanged: only the printed line breaks)."""
+    return textwrap.fill(f"{who}> {text}", 110, subsequent_indent=" " * (len(who) + 2),
+                         break_long_words=False, replace_whitespace=False)
+
+
 for q, t in ((PROMPT, turn), ("Say it in five words.", turn2)):
-    print(f"you> {q}\nassistant> {t.text}")
+    print(said("you", q))
+    print(said("assistant", t.text))
     print(f"  [{t.stop_reason}; kept {t.reused} cached positions, prefilled {t.prefilled} in "
           f"{1e3 * t.prefill_s:.0f} ms, "
           f"decode {t.decode_tok_s:.1f} tokens/s on {engine.backend.name}]")
@@ -254,8 +263,10 @@ assert all(c == 2 * cfg.n_layers + 1 for c in calls[1:])
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-print(f"you> {PROMPT}\nassistant> {npu_turn.text}")
-print(f"[{npu_turn.stop_reason}; {len(npu_turn.ids)} tokens; {npu.backend.description}]")
+print(said("you", PROMPT))
+print(said("assistant", npu_turn.text))
+print(textwrap.fill(f"[{npu_turn.stop_reason}; {len(npu_turn.ids)} tokens; {npu.backend.description}]",
+                    110, subsequent_indent=" "))
 
 # %%
 fig, axes = plt.subplots(3, 1, figsize=(9, 5.2), sharex=True)
@@ -365,7 +376,7 @@ for r in runs:
         assert r.run.ids == runs[0].run.ids, r.name
     assert r.passes, r.name
 print(f"{', '.join(IDENTICAL)}: the numpy reference's tokens exactly; all {len(runs)} backends "
-      f"pass the top-5 rule against numpy; per token (the prefill's share included):")
+      f"pass the top-5 rule against numpy;\nper token (the prefill's share included):")
 for r in runs:
     per = "the host computes; nothing crosses a device boundary" if r.units_per_token is None else (
         f"{r.units_per_token:.1f} {r.activity}"
@@ -380,10 +391,13 @@ for r in runs:
 # NBVAL_IGNORE_OUTPUT
 print(sidebyside.table(runs))
 print()
+answers: dict[str, list[str]] = {}
 for r in runs:
     n = len(r.run.ids)
-    print(f"{r.name:<16} {r.seconds:6.2f} s for {n} tokens ({n / r.seconds:5.1f} tok/s) | "
-          f"{tok.decode(r.run.ids, skip_special_tokens=True)!r}")
+    print(f"{r.name:<16} {r.seconds:6.2f} s for {n} tokens ({n / r.seconds:5.1f} tok/s)")
+    answers.setdefault(tok.decode(r.run.ids, skip_special_tokens=True), []).append(r.name)
+for answer, names in answers.items():                  # each distinct answer once, with its backends
+    print(said(", ".join(names), repr(answer)))
 # %% [markdown]
 # ## 6. Llama-3.2-1B
 #
@@ -401,11 +415,12 @@ if big:
     m1b = load_model(big)
     e1b = choose_engine(m1b, "auto")
     t = Chat(e1b, context=512, max_new_tokens=16).send(PROMPT)
-    print(f"{m1b.config.name} on {e1b.backend.description}:\n  {t.text!r}\n  "
-          f"prefill {1e3 * t.prefill_s:.0f} ms, decode {t.decode_tok_s:.1f} tokens/s")
+    print(textwrap.fill(f"{m1b.config.name} on {e1b.backend.description}:", 110, subsequent_indent="  "))
+    print(said("  assistant", t.text))
+    print(f"  prefill {1e3 * t.prefill_s:.0f} ms, decode {t.decode_tok_s:.1f} tokens/s")
 else:
-    print("LLAMANB_MODEL is not set: to run this chapter on Llama-3.2-1B, start Jupyter with "
-          "LLAMANB_MODEL=/path/to/Llama-3.2-1B-Instruct")
+    print("LLAMANB_MODEL is not set: to run this chapter on Llama-3.2-1B, start Jupyter with\n"
+          "  LLAMANB_MODEL=/path/to/Llama-3.2-1B-Instruct")
 
 # %% [markdown]
 # ## 7. The course in one page

@@ -37,6 +37,60 @@ def kernel_notice():
     return notice
 
 
+# The widget's output is drawn in Lab's output column, which breaks a longer line mid-word
+# (tests/lab/test_output_width.py: about 120 characters); the box's border and padding take a few.
+COLUMNS = 110
+
+
+class _Wrapped:
+    """Text streamed into an Output in pieces (a token at a time, cut anywhere), broken at a space
+    before a line outgrows `columns`, the next line indented under the speaker's text. Only the
+    display breaks: the model's text is written unchanged otherwise. A word is written once it is
+    whole (the next space or newline, or `flush`), so that a break never falls inside it."""
+
+    def __init__(self, write, columns: int = COLUMNS):
+        self.write, self.columns = write, columns
+        self.col = self.indent = self.gap = 0
+        self.word = ""
+
+    def line(self, who: str, text: str = "") -> None:
+        """Start a line `who> ` and stream `text` after it; continuation lines indent under it."""
+        self.flush()
+        self.indent = len(who) + 2
+        self.write(f"{who}> ")
+        self.col = self.indent
+        self.piece(text)
+
+    def piece(self, text: str) -> None:
+        for ch in text:
+            if ch not in " \n":
+                self.word += ch
+                continue
+            self._put_word()
+            if ch == " ":
+                self.gap += 1
+            else:                                 # the model's own line break
+                self.write(" " * self.gap + "\n")
+                self.col, self.gap = 0, 0
+
+    def flush(self) -> None:
+        self._put_word()
+        if self.gap:
+            self.write(" " * self.gap)
+            self.col, self.gap = self.col + self.gap, 0
+
+    def _put_word(self) -> None:
+        if not self.word:
+            return
+        if self.col + self.gap + len(self.word) > self.columns and self.col > self.indent:
+            self.write("\n" + " " * self.indent + self.word)
+            self.col = self.indent + len(self.word)
+        else:
+            self.write(" " * self.gap + self.word)
+            self.col += self.gap + len(self.word)
+        self.word, self.gap = "", 0
+
+
 def chat_widget(chat):
     from ipywidgets import HTML, Button, HBox, Layout, Output, Text, VBox
 
@@ -50,12 +104,18 @@ def chat_widget(chat):
         if not message.strip():
             return
         text.value = ""
-        out.append_stdout(f"you> {message}\nassistant> ")
+        shown = _Wrapped(out.append_stdout)
+        shown.line("you", message)
+        shown.flush()
+        out.append_stdout("\n")
+        shown.line("assistant")
         try:
-            turn = chat.send(message, on_token=lambda t, piece: out.append_stdout(piece))
+            turn = chat.send(message, on_token=lambda t, piece: shown.piece(piece))
         except Exception as e:                       # shown in the widget, not raised away
+            shown.flush()
             out.append_stdout(f"\n({type(e).__name__}: {e})\n")
             return
+        shown.flush()
         out.append_stdout("\n")
         s = chat.stats()
         extra = (f", {s['calls']} device calls, {s['bytes_to_device']:,} B to / "

@@ -14,6 +14,7 @@ Three kinds of time, three columns, never added together:
 """
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
 from llamanb.npu.cost import BY_KEY, CALIBRATION, PUBLISHED_DECODE_KERNELS, PUBLISHED_KERNELS
@@ -79,12 +80,23 @@ def _ms(v: float | None) -> str:
     return "--" if v is None else f"{v:.2f}"
 
 
+def _caption(width: int, *kinds: str) -> list[str]:
+    """A table's caption, "per call, ms." and then one line per kind of time, each wrapped (at a
+    space, indented under its name) to the table's own width, so that the caption never runs
+    wider than the table it describes (a notebook's column holds about 120 characters)."""
+    lines = ["per call, ms."]
+    for kind in kinds:
+        lines += textwrap.wrap(kind, width, initial_indent="  ", subsequent_indent=" " * 13,
+                               break_long_words=False, break_on_hyphens=False)
+    return lines
+
+
 def table(groups: list[GroupRow], measured_what: str) -> str:
     """The profile table. `measured_what` says what the measured columns timed."""
     head = (f"{'phase':<8}{'group':<16}{'calls':>6}{'B to/call':>11}{'B from/call':>12} | "
             f"{'write':>7}{'run':>8}{'read':>7}{'measured':>9} | {'estimated':>9} | {'published':>9}")
-    lines = [f"per call, ms. measured: {measured_what}; estimated: NPU2 cost model (calibrated); "
-             f"published: Llama-3.2-1B on NPU2 ({SOURCE})", head, "-" * len(head)]
+    lines = [*_caption(len(head), f"measured: {measured_what}", "estimated: NPU2 cost model (calibrated)",
+                       f"published: Llama-3.2-1B on NPU2 ({SOURCE})"), head, "-" * len(head)]
     for g in groups:
         lines.append(f"{g.phase:<8}{g.group:<16}{g.calls:>6}{g.bytes_to:>11,}{g.bytes_from:>12,} | "
                      f"{g.write_ms:>7.2f}{g.run_ms:>8.2f}{g.read_ms:>7.2f}{g.measured_ms:>9.2f} | "
@@ -123,8 +135,8 @@ FITTED = {("prefill" if BY_KEY[k].design == "prefill" else "decode", BY_KEY[k].c
 def spec_table(groups: list[GroupRow]) -> str:
     head = (f"{'phase':<8}{'group':<16}{'calls':>6}{'write B/call':>13} | {'measured':>9} | "
             f"{'estimated':>9} | {'published':>9} | {'est/pub':>7} | {'role':<10}")
-    lines = ["per call, ms. measured: none (not run); estimated: the NPU2 cost model (calibrated "
-             f"on the rows marked 'fitted', the others predicted); published: {SOURCE}",
+    lines = [*_caption(len(head), "measured: none (not run)", "estimated: the NPU2 cost model (calibrated "
+                       "on the rows marked 'fitted', the others predicted)", f"published: {SOURCE}"),
              head, "-" * len(head)]
     for g in groups:
         ratio = "--" if g.published_ms is None else f"{g.estimated_ms / g.published_ms:.2f}"

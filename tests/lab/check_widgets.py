@@ -499,7 +499,7 @@ def main(argv: list[str]) -> int:
         load = os.getloadavg()[0]
         print(f"\nRun All to idle in JupyterLab {lab_version()}, Debian chromium, "
               f"{os.cpu_count()} cores, load average {load:.1f} at the end:\n")
-        print("| chapter | " + " | ".join(n[:2] for n in times) + " |")
+        print("| chapter | " + " | ".join(n.split("_")[0] for n in times) + " |")
         print("|---|" + "---|" * len(times))
         print("| seconds in Lab | " + " | ".join(f"{t:.0f}" for t in times.values()) + " |")
     print(f"{len(names) - failed} passed, {failed} failed (screenshots in {SHOTS})")

@@ -62,20 +62,10 @@ def test_the_check_sees_a_wide_line(tmp_path):
     assert [(n, w) for n, w, _ in wide_lines(tmp_path / "99_x.ipynb")] == [(1, LIMIT + 1), (1, LIMIT + 2)]
 
 
-# Chapters whose printed lines have not been brought under LIMIT yet (issue 44, item 7): each is
-# checked to still hold a wide line, so that the list only shrinks; every other chapter must fit.
-NOT_YET = {"01_llama_math_numpy", "11_cpu_kernels", "13_hardware_chat"}
-
-
 def test_every_printed_line_fits_labs_column():
     over = [f"{p.stem} cell {n}: {w} > {LIMIT}: {line[:60]}..." for p in NOTEBOOKS
-            if p.stem not in NOT_YET for n, w, line in wide_lines(p)]
+            for n, w, line in wide_lines(p)]
     assert not over, f"{len(over)} printed lines wider than Lab's column:\n" + "\n".join(over)
-
-
-def test_the_list_of_chapters_not_yet_fitted_only_shrinks():
-    fitted = [p.stem for p in NOTEBOOKS if p.stem in NOT_YET and not wide_lines(p)]
-    assert not fitted, f"these chapters fit now: take them out of NOT_YET: {fitted}"
 
 
 if __name__ == "__main__":

@@ -55,3 +55,22 @@ def test_derived_bytes_equal_the_runtime_counts(tiny):
     assert profile.derived_bytes(b.groups["rms_gemms_rope"].spec, cfg, S) == (
         2 * S * (H + (Nh + Nkv) * d), 2 * S * (Nh + 2 * Nkv) * d)
     assert isinstance(sum([pre, dec], Counters()), Counters)
+
+
+def test_tables_fit_a_notebook_column_and_keep_their_caption():
+    """Both tables, captions included, fit Lab's output column (tests/lab/test_output_width.py's
+    120 characters; the captions ran to 222 and 214 in chapter 13), and the caption still names
+    every kind of time and the source, whole words only."""
+    from llamanb.model.config import PRESETS
+
+    rows = profile.spec_rows(PRESETS["llama3.2-1b"], 2048, 1024)
+    what = "host time emulating the NPU2 (numpy), not device time"
+    for text, must in ((profile.table(rows, what), [what, "NPU2 cost model (calibrated)"]),
+                       (profile.spec_table(rows), ["none (not run)", "the others predicted"])):
+        lines = text.splitlines()
+        assert max(map(len, lines)) <= min(120, len(lines[-1].rstrip()) + 10), text
+        caption = " ".join(ln.strip() for ln in lines[:lines.index(next(ln for ln in lines
+                                                                        if ln.startswith("phase")))])
+        assert caption.startswith("per call, ms.")
+        for words in must + ["measured:", "estimated:", "published:", profile.SOURCE]:
+            assert words in caption, (words, caption)
