@@ -99,7 +99,7 @@ check-pairs: $(VENV)/.test-installed
 # Convert the model, and build the cpu backend's kernels into the cache (where a compiler exists).
 warm: $(VENV)/.run-installed
 	$(PY) -c "import llamanb; m = llamanb.load_model(); llamanb.Engine(m); \
-	  from llamanb.platform.hardware import cpu_compiler_missing; cpu_compiler_missing() or llamanb.Engine(m, 'cpu')"
+	  from llamanb.cpu.readiness import cpu_compiler_missing; cpu_compiler_missing() or llamanb.Engine(m, 'cpu')"
 
 # What a notebook kernel would otherwise do on its first run: convert the model, and build
 # matplotlib's font cache (whose message would land in a cell's output).
