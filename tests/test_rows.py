@@ -1,4 +1,4 @@
-"""Where a step's rows sit (llamanb.engine.rows), the registry's first use, and one dtype table."""
+"""Where a step's rows sit (llamanb.engine.rows), and the registry's first use."""
 import numpy as np
 import pytest
 
@@ -58,10 +58,3 @@ def test_a_bad_option_is_one_line_even_on_a_backends_first_use(smollm, monkeypat
     monkeypatch.delitem(BACKENDS, "tcp", raising=False)
     with pytest.raises(LlamanbError, match="backend 'tcp'.*bogus"):
         Engine(smollm, "tcp", bogus=1)
-
-
-def test_the_cli_lists_the_cpu_tracks_own_dtype_table():
-    from llamanb import cli
-    from llamanb.cpu.backend import CpuBackend
-
-    assert cli.DTYPES is CpuBackend.DTYPES
