@@ -12,7 +12,8 @@
 #     language: python
 #     name: python3
 #   llamanb:
-#     builds: the KV cache's bytes per token, sequence and batch; when it outweighs the weights
+#     builds: the KV cache's bytes per token, sequence and batch; when it outweighs
+#       the weights
 #     modules:
 #     - llamanb.model.config
 #     part: I

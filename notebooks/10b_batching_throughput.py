@@ -77,6 +77,7 @@ counted = {f"{p}, {SLOTS} slots": need / dry_steps(p) for p in ("static", "conti
 for m, c in counted.items():
     print(f"{m:>20}: {need} tokens in {need / c:.0f} steps = {c:.2f} tokens per weight pass")
 assert 1 < counted["static, 4 slots"] <= counted["continuous, 4 slots"] <= SLOTS
+assert all(need / c >= max(k for _, k in work) for c in counted.values())   # a token a step at most
 
 # %% [markdown]
 # ## 2. The papers' premise, and this CPU's
