@@ -224,9 +224,12 @@ print("special tokens: BOS", cfg.bos_id, repr(tok.decode([cfg.bos_id])),
 
 # %%
 from llamanb.engine.generate import generate
+from llamanb.platform.progress import stages
 
 engine = Engine(model)
-result = generate(engine, ids, max_new_tokens=48)
+with stages() as say:                                    # a line while it runs, gone after
+    say("prefill, then up to 48 greedy tokens on the numpy engine")
+    result = generate(engine, ids, max_new_tokens=48)
 print(result.text)
 print("stop reason:", result.stop_reason, "| tokens generated:", len(result.ids))
 
@@ -283,7 +286,6 @@ del reader
 
 # %%
 from llamanb.check.hf_reference import greedy_with_top5, load_hf
-from llamanb.platform.progress import stages
 
 with stages(prefix="transformers") as say:               # a line while it runs, gone after
     say("importing torch and transformers, loading the converted checkpoint")
