@@ -114,23 +114,28 @@ print(source[source.index("    c = weights.config"):])
 # and so the same next token at every position.
 
 # %%
-import torch
+from llamanb.platform.progress import stages
 
-from llamanb.check.hf_reference import hidden_states, load_hf
+with stages(prefix="transformers") as say:              # a line while it runs, gone after
+    say("importing torch and transformers, loading the converted checkpoint")
+    import torch
 
-model = load_model()                      # SmolLM2-135M-Instruct, memory-mapped from the cache
-engine = Engine(model)
-W, c = model.weights, model.config
-torch.manual_seed(0)
-hf = load_hf(model, via="converted")
-hf.config._attn_implementation = "eager"  # plain matmul attention
+    from llamanb.check.hf_reference import hidden_states, load_hf
 
-ids = model.tokenizer.encode_prompt(
-    "Rotary embeddings tell each attention head where a token sits in the sentence.", chat=False)
-S = len(ids)
-exact = reference.forward(W, ids)                                  # [S, V] float64
-with torch.no_grad():
-    hf_logits = hf(torch.tensor([ids]), use_cache=False).logits[0].numpy()   # [S, V] float32
+    model = load_model()                      # SmolLM2-135M-Instruct, memory-mapped from the cache
+    engine = Engine(model)
+    W, c = model.weights, model.config
+    torch.manual_seed(0)
+    hf = load_hf(model, via="converted")
+    hf.config._attn_implementation = "eager"  # plain matmul attention
+
+    ids = model.tokenizer.encode_prompt(
+        "Rotary embeddings tell each attention head where a token sits in the sentence.", chat=False)
+    S = len(ids)
+    say(f"the float64 reference and transformers, each over the {S}-token prompt")
+    exact = reference.forward(W, ids)                                  # [S, V] float64
+    with torch.no_grad():
+        hf_logits = hf(torch.tensor([ids]), use_cache=False).logits[0].numpy()   # [S, V] float32
 rel_logits = float(np.abs(hf_logits - exact).max() / np.abs(exact).max())
 assert exact.shape == hf_logits.shape == (S, c.vocab)
 assert np.array_equal(exact.argmax(-1), hf_logits.argmax(-1))      # the same next token everywhere
@@ -356,7 +361,9 @@ from llamanb.model.ops import rms_norm as llamanb_rms_norm
 from llamanb.engine.step import Step
 
 collected = []
-engine.forward(ids, engine.new_cache(S), collect=collected)        # L + 1 arrays of [S, H]
+with stages() as say:
+    say(f"llamanb's forward over the prompt, keeping all {c.n_layers + 1} hidden states")
+    engine.forward(ids, engine.new_cache(S), collect=collected)    # L + 1 arrays of [S, H]
 assert len(collected) == len(hf_hidden) == c.n_layers + 1
 ours_states = collected[:-1] + [llamanb_rms_norm(collected[-1], W.final_norm, c.rms_eps)]
 rel_err = np.array([np.linalg.norm(a - b) / np.linalg.norm(b) if np.linalg.norm(b) else 0.0

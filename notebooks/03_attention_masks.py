@@ -189,21 +189,25 @@ print("einsum against the naive loop: within 1e-6 (asserted)")
 # `o_proj` captures its input: the attention output, heads concatenated.
 
 # %%
-import torch
-from transformers.models.llama.modeling_llama import repeat_kv
+from llamanb.platform.progress import stages
 
-from llamanb.check.hf_reference import load_hf
+with stages(prefix="transformers") as say:              # a line while it runs, gone after
+    say("importing torch and transformers, loading the converted checkpoint")
+    import torch
+    from transformers.models.llama.modeling_llama import repeat_kv
 
-hf = load_hf(model, via="converted")
-hf.set_attn_implementation("eager")
+    from llamanb.check.hf_reference import load_hf
+
+    hf = load_hf(model, via="converted")
+    hf.set_attn_implementation("eager")
+    say("its forward over the prompt, layer 0's attention output captured")
+    captured = {}
+    hook = hf.model.layers[0].self_attn.o_proj.register_forward_pre_hook(
+        lambda module, args: captured.update(attn=args[0][0].numpy().copy()))
+    with torch.inference_mode():
+        hf(torch.tensor([ids]))
+    hook.remove()
 print("transformers attention implementation:", hf.config._attn_implementation)
-
-captured = {}
-hook = hf.model.layers[0].self_attn.o_proj.register_forward_pre_hook(
-    lambda module, args: captured.update(attn=args[0][0].numpy().copy()))
-with torch.inference_mode():
-    hf(torch.tensor([ids]))
-hook.remove()
 hf_attn = captured["attn"]                                    # [S, N_h d_h]
 print("HF o_proj input", hf_attn.shape)
 np.testing.assert_allclose(attn, hf_attn, rtol=0, atol=1e-5)
