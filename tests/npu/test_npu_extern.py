@@ -8,11 +8,13 @@ the summation error bound everywhere.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -256,18 +258,23 @@ def test_cache_hit_and_rebuild_on_changed_source(tmp_path):
 @needs_gxx
 def test_concurrent_builds_leave_one_complete_library(tmp_path):
     """Two processes build the same sources into an empty cache at once: both succeed, one
-    library remains, no temporary file is left, and it loads."""
-    code = ("import sys; from pathlib import Path; from llamanb import cxx_build as hostbuild; "
+    library and its integrity record remain, no temporary file is left, the record matches the
+    library, and it loads."""
+    code = ("import sys; from pathlib import Path; from llamanb.platform import cxx_build as hostbuild; "
             "b = hostbuild.build(hostbuild.KERNELS_DIR, Path(sys.argv[1])); print(b.path)")
     root = Path(__file__).resolve().parents[2]
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=root,
                               stdout=subprocess.PIPE, text=True) for _ in range(2)]
     paths = {p.communicate(timeout=300)[0].strip() for p in procs}
     assert all(p.returncode == 0 for p in procs) and len(paths) == 1
-    assert [f.name for f in tmp_path.iterdir()] == [Path(paths.pop()).name]
+    lib = Path(paths.pop())
+    assert sorted(f.name for f in tmp_path.iterdir()) == sorted([lib.name, lib.name + ".json"])
+    rec = json.loads((tmp_path / (lib.name + ".json")).read_text())
+    assert rec["file"]["size"] == lib.stat().st_size
+    assert rec["file"]["crc32"] == zlib.crc32(lib.read_bytes())
     import ctypes
 
-    assert hasattr(ctypes.CDLL(str(next(tmp_path.iterdir()))), "matvec_bf16")
+    assert hasattr(ctypes.CDLL(str(lib)), "matvec_bf16")
 
 
 @pytest.mark.parametrize("how", ["env", "path"])
