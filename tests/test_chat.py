@@ -341,7 +341,9 @@ def _tmux(sock, *args) -> str:
 
 
 def _screen_once(sock, want: str, timeout: float = 240) -> tuple[list[str], int, int]:
-    """(the screen's rows, cursor column, cursor row) once `want` is on screen."""
+    """(the screen's rows, cursor column, cursor row) once `want` is on screen (a row as
+    captured has no trailing spaces: `want` must not end in one)."""
+    assert want == want.rstrip(), want
     import time
 
     t0 = time.monotonic()
@@ -373,7 +375,7 @@ def test_a_paste_taller_than_the_terminal_edits_without_garbling(smollm, tmp_pat
     _tmux(sock, "-f", "/dev/null", "new-session", "-d", "-s", "c", "-x", "80", "-y", "12",
           f"cd {shlex.quote(str(REPO_ROOT))} && exec env {cmd}")
     try:
-        _screen_once(sock, "you> ")
+        _screen_once(sock, "you>")          # capture-pane trims a row's trailing space
         words = " ".join(f"w{i:03d}" for i in range(300))          # 1,499 characters: 19 rows
         (tmp_path / "paste").write_text(words)
         _tmux(sock, "load-buffer", "-b", "p", str(tmp_path / "paste"))
