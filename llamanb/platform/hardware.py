@@ -1,44 +1,17 @@
-"""What this machine can run: the numpy reference always; an AMD NPU or a Tenstorrent card only when
-both the software stack and the device are present.
+"""What a machine has, asked without importing anything: whether a Python module can be found
+(`importlib.util.find_spec` looks a module up without running it) and which device nodes exist,
+checked on the filesystem; and `Readiness`, the verdict each track's readiness.py gives from them.
+The hardware backends import their stacks lazily, when one is actually asked for, so `import
+llamanb` works on any laptop.
 
-Nothing is imported here: `importlib.util.find_spec` looks a module up without running it, and
-device nodes are checked on the filesystem. The hardware backends import their stacks lazily,
-when one is actually asked for, so `import llamanb` works on any laptop.
-
-    AMD NPU2 (XDNA 2)   python: pyxrt (XRT bindings) + air (mlir-air)   device: /dev/accel/accel*
-                        bound to the amdxdna driver
-    Tenstorrent         python: ttnn                                    device: /dev/tenstorrent/*
+    AMD NPU2 (XDNA 2)   device: /dev/accel/accel* bound to the amdxdna driver  (amd_npu_devices)
+    Tenstorrent         device: /dev/tenstorrent/*                              (tenstorrent_devices)
 """
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-
-
-@dataclass(frozen=True)
-class Target:
-    name: str
-    modules: dict[str, bool]            # python module -> importable
-    devices: list[str] = field(default_factory=list)
-    needs_device: bool = True
-
-    @property
-    def software(self) -> bool:
-        return all(self.modules.values())
-
-    @property
-    def usable(self) -> bool:
-        return self.software and (bool(self.devices) or not self.needs_device)
-
-    def summary(self) -> str:
-        mods = ", ".join(f"{m} {'found' if ok else 'absent'}" for m, ok in self.modules.items())
-        if not self.needs_device:
-            dev = "runs on the CPU"
-        else:
-            dev = f"device {', '.join(self.devices)}" if self.devices else "no device"
-        verdict = "present" if self.usable else "absent"
-        return f"{self.name:<22} {verdict:<8} ({mods}; {dev})"
 
 
 def has_module(name: str) -> bool:
@@ -60,19 +33,6 @@ def amd_npu_devices(root: Path = Path("/sys/class/accel")) -> list[str]:
 
 def tenstorrent_devices(root: Path = Path("/dev/tenstorrent")) -> list[str]:
     return [str(p) for p in sorted(root.iterdir())] if root.is_dir() else []
-
-
-def probe() -> list[Target]:
-    return [
-        Target("numpy (reference)", {"numpy": has_module("numpy")}, needs_device=False),
-        Target("AMD NPU2 (MLIR-AIR)", {"pyxrt": has_module("pyxrt"), "air": has_module("air")},
-               amd_npu_devices()),
-        Target("Tenstorrent (ttnn)", {"ttnn": has_module("ttnn")}, tenstorrent_devices()),
-    ]
-
-
-def report() -> str:
-    return "\n".join(t.summary() for t in probe())
 
 
 # ---------------------------------------------------------------- readiness, backend by backend
