@@ -66,18 +66,25 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanit
 
 test: test-unit test-notebooks test-portability
 
+# Each session runs in TEST_JOBS pytest-xdist workers (2: the 2-core machines this suite is sized
+# for; a worker is a session of its own, with its own copy of the seeded cache). A test file stays
+# on one worker (--dist loadfile: its module fixtures are built once), and so does a notebook
+# (--dist loadscope: nbval runs a notebook's cells in order in one kernel). TEST_JOBS=0: one process.
+TEST_JOBS ?= 2
+XDIST = -n $(TEST_JOBS)
+
 # The unit and portability sessions each start from a copy of what `warm` made (the converted
 # model and the native kernels, keyed by their sources: tests/conftest.py seed_session_cache)
 # instead of converting and compiling them again.
 SEED := LLAMANB_TEST_SEED_CACHE="$${LLAMANB_CACHE:-$$HOME/.cache/llamanb}"
 
 test-unit: $(VENV)/.test-installed apt-deps warm
-	$(SEED) $(PY) -m pytest -q --durations=15
+	$(SEED) $(PY) -m pytest -q --durations=15 $(XDIST) --dist loadfile
 
 # The notebooks: each .py/.ipynb pair must hold the same cells, and every stored output must be
 # reproduced (nbval strict mode).
 test-notebooks: check-pairs notebook-env apt-deps
-	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(NBVAL) notebooks
+	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(XDIST) --dist loadscope $(NBVAL) notebooks
 
 # The numerics-sensitive tests and notebooks again, with OpenBLAS and torch forced to a second
 # kernel family this CPU can run (AVX-512 machine: the AVX2 kernels; AVX2 machine: AVX without FMA;
@@ -90,8 +97,8 @@ PORTABLE_NOTEBOOKS := notebooks/00_overview.ipynb notebooks/01_llama_math_numpy.
   notebooks/03_attention_masks.ipynb notebooks/03b_padded_prefill.ipynb \
   notebooks/04_kv_cache_growth.ipynb notebooks/04b_sampling.ipynb notebooks/09_galaxy_mesh.ipynb
 test-portability: notebook-env
-	$(SEED) $(PY) tests/run_portability.py -q -p no:cacheprovider $(PORTABLE_TESTS)
-	$(PY) tests/run_portability.py -q -p no:cacheprovider $(NBVAL) $(PORTABLE_NOTEBOOKS)
+	$(SEED) $(PY) tests/run_portability.py -q -p no:cacheprovider $(XDIST) --dist loadfile $(PORTABLE_TESTS)
+	$(PY) tests/run_portability.py -q -p no:cacheprovider $(XDIST) --dist loadscope $(NBVAL) $(PORTABLE_NOTEBOOKS)
 
 check-pairs: $(VENV)/.test-installed
 	$(PY) -m llamanb.course.notebooks check
