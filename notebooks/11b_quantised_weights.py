@@ -295,8 +295,8 @@ print(f"column 0..3 integer sums {isum[:4].tolist()}: numpy == the kernel's IDot
 # multiplies the same unsigned and signed bytes and adds all four products of a 32-bit lane to that
 # lane's 32-bit accumulator: no 16-bit intermediate, no saturation (it wraps at 32 bits; the
 # `vpdpbusds` form saturates there instead; Intel's Intrinsics Guide, `_mm256_dpbusd_epi32`). A
-# block is then 16 instructions where it was 16 `vpmaddubsw`, 16 `vpaddw` and 2 `vpmaddwd`; the
-# same sums:
+# block is then 16 instructions a row where it was 16 `vpmaddubsw` with their 16-bit adds and 2
+# `vpmaddwd`; the same sums:
 
 # %%
 def dpbusd(acc, u, s):              # vpdpbusd: acc (int32) + 4 u8 x s8 products a lane
@@ -357,20 +357,25 @@ hw = k.dot_u8s8(u255, s127)
 assert maddubs(u255, s127)[0] == INT16_MAX and (hw is None or (hw == INT16_MAX).all())
 assert dpbusd(np.zeros(VW, np.int32), u255, s127)[0] == 4 * 255 * 127
 for f, p in pair.items():
-    print(f"{f}: a pair at most {p:5d}; 8 groups {8 * p:6d} {'<=' if 8 * p <= INT16_MAX else '>'} "
-          f"{INT16_MAX}")
+    print(f"{f}: a pair at most {p:5d}; a 16-bit lane holds {INT16_MAX // p} such pairs")
 print(f"u8 255 x s8 127, a pair: vpmaddubsw {INT16_MAX} (saturated, not {2 * 255 * 127}); "
       f"vpdpbusd's lane {4 * 255 * 127}")
 
 # %% [markdown]
-# > **Going deeper: llama.cpp's Q8_1, bit by bit.** The recipe above is llama.cpp's *idea*, not
-# > its bits. Its reference `quantize_row_q8_1_ref` (ggml-org/llama.cpp,
-# > `ggml/src/ggml-quants.c:303-336` at 01243c5) computes `d = amax / 127` in float32 but *stores*
-# > `d` and `s = sum * d` as float16 (`GGML_FP32_TO_FP16`, lines 319 and 334), and rounds with
-# > `roundf(x * (1/d))` (lines 327-328): halves away from zero, after a multiplication by the
-# > reciprocal. The kernels keep float32 `d` and `s` and round `x / d` half to even (`nearbyint`,
-# > `kernels/cpu/quant.h`); llama.cpp's per-architecture copies (`ggml-cpu/arch/*/quants.c`) vary
-# > again. The two recipes on the same activations:
+# > **Going deeper: llama.cpp's Q8_1, bit by bit.** Sections 4 and 5 follow llama.cpp's idea
+# > (Q4_1 x Q8_1 in ggml-cpu), not its bits. Its `block_q8_1` stores `d` and `s = d sum(q)` as
+# > float16 (ggml-org/llama.cpp, `ggml/src/ggml-common.h:258-269`); its reference
+# > `quantize_row_q8_1_ref` rounds `roundf(x * (1/d))`, halves away from zero
+# > (`ggml/src/ggml-quants.c:302-335`); its x86 copy multiplies by `127 / max` and rounds half to
+# > even (`ggml/src/ggml-cpu/arch/x86/quants.c:400-502`, lines 429 and 439-442). Its
+# > `ggml_vec_dot_q4_1_q8_1` (lines 859-916) lays one block of one row across a register --
+# > `vpmaddubsw` + `vpmaddwd`, or `vpdpbusd` where AVX512-VNNI or AVX-VNNI is compiled in
+# > (`mul_sum_us8_pairs_float`, lines 105-119) -- scales it by `d0 d1` with an FMA and sums the
+# > lanes once a row, `m s` in a scalar beside it (lines 886-908); the kernels here put a column in
+# > each lane and need no horizontal sum. (Line numbers at llama.cpp 0c1e570, the copy
+# > llama-cpp-python 0.3.36 vendors.) The kernels keep float32 `d` and `s` and round `x / d` half
+# > to even (`nearbyint`, `kernels/cpu/quant.h`). The reference recipe and the kernels' on the
+# > same activations:
 
 # %%
 d32 = (np.abs(xb).max(-1) / np.float32(127)).astype(np.float32)
