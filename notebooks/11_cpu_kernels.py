@@ -30,7 +30,8 @@
 # reads and measure the bandwidth (the roofline); pack the weights into *panels* that one pass
 # streams; see how *register tiles* keep the arithmetic out of the way, how bfloat16 weights halve
 # the bytes, and how threads share a step without changing a bit. Chapter 11b goes on to fewer
-# bytes still: the GGUF's own 4-bit blocks, decoded in registers.
+# bytes still: the GGUF's own 4-bit blocks, decoded in registers, then met in integers -- one
+# block's integer dot product worked by hand, `vpmaddubsw` by `vpmaddubsw`.
 #
 # Each step is derived in numpy, then asserted against the kernels; this machine's timings sit in
 # cells of their own.

@@ -27,8 +27,9 @@
 # chapter runs them *as stored*: you will decode one block by hand, watch the kernels decode whole
 # matrices inside the matrix product (never expanded in memory) and give the float32 engine's
 # logits bit for bit; then meet the weights in integers -- 8-bit activations and integer dot
-# products -- and bound exactly what that costs in accuracy. Each step is derived in numpy and
-# asserted against the kernels and against the `gguf` package.
+# products -- bound exactly what that costs in accuracy, and work one block's integer dot product
+# by hand, instruction by instruction (`vpmaddubsw`, `vpmaddwd`, and VNNI's `vpdpbusd`). Each step
+# is derived in numpy and asserted against the kernels and against the `gguf` package.
 
 # %%
 import warnings
@@ -200,26 +201,20 @@ print("act8 vs the exact product: within the derived bound everywhere, beyond fl
       "summation bound somewhere")
 
 # %% [markdown]
-# On AVX2 (and AVX-512BW) a group of 4 `k` is one `vpmaddubsw` -- 32 unsigned quant bytes times
-# the row's 4 activation bytes broadcast to every lane, adjacent products summed to 16 bits -- and
-# after the 8 groups of a block one `vpmaddwd` against ones sums each lane's pairs into column
-# `j`'s 32-bit total. Q4_1's pairs stay under 16 bits, checked below. This is the engine's default
-# for `--dtype q4_1`; `activations="float32"` (or `LLAMANB_CPU_ACTIVATIONS=float32`) keeps the
-# bit-exact path of section 3. It still passes the reference gate of chapter 3
+# This is the engine's default for `--dtype q4_1` (how the kernel forms each block's integer sum is
+# section 5); `activations="float32"` (or `LLAMANB_CPU_ACTIVATIONS=float32`) keeps the bit-exact
+# path of section 3. It still passes the reference gate of chapter 3
 # (`verify --backend cpu --dtype q4_1`), at the price of 8-bit activations: larger logit
 # differences than the float path's, measured here against the float32 engine.
 
 # %%
-pair_max = 2 * 15 * 127                                  # two products of a 4-bit and an 8-bit value
-assert pair_max * 8 <= np.iinfo(np.int16).max            # 8 groups' pairs summed: still int16
 engines["q4_1 int8"] = Engine(model, "cpu", dtype="q4_1")
 logits["q4_1 int8"] = engines["q4_1 int8"].prefill(ids, engines["q4_1 int8"].new_cache(len(ids) + 16))
 top5 = set(np.argsort(logits["q4_1"].reshape(-1))[-5:])
 assert int(np.argmax(logits["q4_1 int8"])) in top5
 gap = {n: float(np.abs(logits[n] - logits["float32"]).max()) for n in ("q4_1", "q4_1 int8")}
 assert gap["q4_1"] == 0 < gap["q4_1 int8"]
-print(f"largest 16-bit pair sum {pair_max * 8} <= {np.iinfo(np.int16).max}; the int8 engine's "
-      f"first choice is in the float path's top 5")
+print("the int8 engine's first choice is in the float path's top 5")
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -227,14 +222,160 @@ print(f"largest logit difference from the float32 engine: q4_1 (float activation
       f"q4_1 int8 {gap['q4_1 int8']:.3g}")
 
 # %% [markdown]
-# > **Going deeper: llama.cpp's Q8_1, bit by bit.** The recipe above is llama.cpp's *idea*, not
-# > its bits. Its reference `quantize_row_q8_1_ref` (ggml-org/llama.cpp,
-# > `ggml/src/ggml-quants.c:303-336` at 01243c5) computes `d = amax / 127` in float32 but *stores*
-# > `d` and `s = sum * d` as float16 (`GGML_FP32_TO_FP16`, lines 319 and 334), and rounds with
-# > `roundf(x * (1/d))` (lines 327-328): halves away from zero, after a multiplication by the
-# > reciprocal. The kernels keep float32 `d` and `s` and round `x / d` half to even (`nearbyint`,
-# > `kernels/cpu/quant.h`); llama.cpp's per-architecture copies (`ggml-cpu/arch/*/quants.c`) vary
-# > again. The two recipes on the same activations:
+# ## 5. One block, as the instructions form it
+#
+# Section 4's integer sum is exact whoever computes it; *how* the kernel computes it decides what
+# it costs, and where it could go wrong. One block -- the first 32 `k` of the first 16 columns of
+# section 3's matrix, times row 0's first activation block -- step by step in numpy, each step
+# held bit for bit to the compiled code: `Kernels.q4_1_block_isum` runs `quant.h`'s `IDot<q4_1_t>`
+# (the decode, the 8 steps and the sums that the matmul runs) on one panel block,
+# `Kernels.dot_u8s8` one `vpmaddubsw`, and `Kernels.matmul(..., act8=True)` with `K = 32` the
+# whole product of one block (the two probes: `kernels/cpu/quant_probe.cc`).
+#
+# **Unpack.** In a panel block (section 3), group `g` is `4 VW` bytes: lane `j`'s 4 bytes hold
+# `k = 4g .. 4g+3` of column `j` in their low nibbles and of column `j + VW` in their high ones.
+# x86 has no shift of bytes, so the kernel shifts 16-bit lanes right by 4 (`vpsrlw`) and masks
+# with 15, which drops the bits that crossed over from the neighbouring byte:
+
+# %%
+VW, NP = k.vector_width, k.panel_width
+g16 = np.asarray(rows)[:16, :20]                                     # 16 columns' first blocks
+one = k.pack_quant(g16, "Q4_1", 32)                                  # one panel block (K = 32)
+pb = one.data.reshape(-1)
+groups = pb[8 * VW:].reshape(8, VW, 4)                               # [g, lane j, byte t]
+lo = groups & 15
+hi = (groups.view("<u2") >> 4).view(np.uint8).reshape(8, VW, 4) & 15  # vpsrlw 4, then & 15
+assert np.array_equal(hi, groups >> 4)                               # = a shift of each byte
+q_w = np.concatenate([lo, hi], axis=1)                               # [g, column, t] 0..15
+q_gguf = np.concatenate([g16[:, 4:] & 15, g16[:, 4:] >> 4], axis=1)  # [16, 32]: section 2's
+assert np.array_equal(q_w.transpose(1, 0, 2).reshape(NP, 32)[:16], q_gguf)
+qa0 = qa[0, 0]                                                       # row 0's first block
+print("group g, lane j: column j's 4 quants (low nibbles), column j + VW's (high): "
+      "the GGUF's quants, regrouped")
+
+# %% [markdown]
+# **Multiply and pair.** `vpmaddubsw` multiplies each *unsigned* byte of its first operand by the
+# *signed* byte beside it in the second, and adds adjacent products into a 16-bit lane, with
+# signed saturation to [-32768, 32767] (Intel's Intrinsics Guide, `_mm256_maddubs_epi16`). The
+# kernel's second operand is the activation block's 4 bytes of group `g`, broadcast to every 32-bit
+# lane, so lane `j`'s two 16-bit halves get `q[4g] qa[4g] + q[4g+1] qa[4g+1]` and the next pair.
+# In numpy (exercise 11b.3), against the instruction on all 16 vectors of this block; the 8 groups
+# then add up in 16 bits (`vpaddw`):
+
+# %%
+def maddubs(u, s):                  # vpmaddubsw: u8 x s8, adjacent pairs, saturated to int16
+    p = u.astype(np.int32) * s.astype(np.int32)
+    return np.clip(p[0::2] + p[1::2], -32768, 32767).astype(np.int16)
+
+
+acc16 = np.zeros((2, 2 * VW), np.int16)                              # lo, hi: 2 VW int16 each
+for g in range(8):
+    xg = np.tile(qa0[4 * g:4 * g + 4], VW)                           # broadcast to every lane
+    for h, part in enumerate((lo, hi)):
+        ours = maddubs(part[g].reshape(-1), xg)
+        hw = k.dot_u8s8(part[g].reshape(-1), xg)                     # None: no byte dot product
+        assert hw is None or np.array_equal(hw, ours)
+        acc16[h] += ours                                             # vpaddw (wraps; never here)
+print("numpy's vpmaddubsw == the instruction on each of the block's 16 vectors")
+
+# %% [markdown]
+# **Widen.** After the 8 groups each 16-bit lane holds 8 pairs' sum; one `vpmaddwd` against a
+# vector of ones adds each 32-bit lane's two halves into a 32-bit total: column `j`'s integer sum.
+# It is what the kernel's `IDot` returns (whichever instructions this build uses), and what `q @ qa`
+# gives in plain integers:
+
+# %%
+isum = acc16.reshape(2, VW, 2).astype(np.int32).sum(-1).reshape(NP)  # vpmaddwd against ones
+assert np.array_equal(isum, k.q4_1_block_isum(pb, qa0))              # the kernel's IDot
+assert np.array_equal(isum[:16], q_gguf.astype(np.int64) @ qa0.astype(np.int64))
+print(f"column 0..3 integer sums {isum[:4].tolist()}: numpy == the kernel's IDot == q @ qa")
+
+# %% [markdown]
+# **VNNI: one instruction.** `vpdpbusd` (AVX512-VNNI; AVX-VNNI's VEX form on newer client cores)
+# multiplies the same unsigned and signed bytes and adds all four products of a 32-bit lane to that
+# lane's 32-bit accumulator: no 16-bit intermediate, no saturation (it wraps at 32 bits; the
+# `vpdpbusds` form saturates there instead; Intel's Intrinsics Guide, `_mm256_dpbusd_epi32`). A
+# block is then 16 instructions a row where it was 16 `vpmaddubsw` with their 16-bit adds and 2
+# `vpmaddwd`; the same sums:
+
+# %%
+def dpbusd(acc, u, s):              # vpdpbusd: acc (int32) + 4 u8 x s8 products a lane
+    p = u.astype(np.int64) * s.astype(np.int64)
+    return (acc + p.reshape(-1, 4).sum(-1)).astype(np.int32)
+
+
+acc32 = np.zeros((2, VW), np.int32)
+for g in range(8):
+    xg = np.tile(qa0[4 * g:4 * g + 4], VW)
+    for h, part in enumerate((lo, hi)):
+        acc32[h] = dpbusd(acc32[h], part[g].reshape(-1), xg)
+assert np.array_equal(acc32.reshape(NP), isum)
+print("vpdpbusd's int32 lanes == vpmaddubsw + vpaddw + vpmaddwd's, bit for bit")
+
+# %% [markdown]
+# **Scale.** Then the float terms, as the matmul folds them: `t = d da` rounded to float32, then
+# `acc = isum t` (one rounding), then `y = acc + m sa` -- which GCC fuses (`-ffp-contract=fast`)
+# into one FMA where the target has one: a single rounding of the exact `acc + m sa`. Numpy forms
+# that sum in float64 (exactly, checked with fractions) and rounds once; against the kernel's
+# product of one block, every column bit for bit:
+
+# %%
+from fractions import Fraction
+
+dw1 = np.zeros(NP, np.float32)
+mw1 = np.zeros(NP, np.float32)
+dw1[:16] = g16[:, 0:2].copy().view(np.float16)[:, 0]
+mw1[:16] = g16[:, 2:4].copy().view(np.float16)[:, 0]
+da0, sa0 = da[0, 0], sa[0, 0]
+acc = isum.astype(np.float32) * (dw1 * da0)                          # two float32 roundings
+exact1 = acc.astype(np.float64) + mw1.astype(np.float64) * np.float64(sa0)
+assert all(Fraction(float(e)) == Fraction(float(a)) + Fraction(float(m_)) * Fraction(float(sa0))
+           for e, a, m_ in zip(exact1, acc, mw1))                     # float64 held it exactly
+fused, unfused = exact1.astype(np.float32), acc + mw1 * sa0
+y1 = k.matmul(np.ascontiguousarray(x[:1, :32]), one, np.zeros((1, 16), np.float32), act8=True)[0]
+assert np.array_equal(y1.view(np.uint32),
+                      (fused if "FMA" in k.isa else unfused)[:16].view(np.uint32))
+print(f"d da isum + m sa, as the kernel rounds it: 16 of 16 columns bit for bit "
+      f"({int((fused != unfused)[:16].sum())} would differ without the fused multiply-add)")
+
+# %% [markdown]
+# **Where 8 bits could saturate.** Q4_1's quants are 0..15 and the activations -127..127, so a
+# pair is at most `2 x 15 x 127 = 3810`, and a block's 8 groups `30480 < 32767`: the kernel adds
+# them in 16 bits and widens once a block. The bound is the format's: with 5-bit quants (Q5_0)
+# 8 groups would pass 32767, and Q8_0's signed quants (`vpmaddubsw` takes `|q|`, the activation
+# gets `q`'s sign) leave room for one pair only, so both widen every group (`quant.h`). Full bytes
+# are where the instruction itself saturates -- `255 x 127` twice is 64770 -- while `vpdpbusd`
+# holds any four byte products (`4 x 255 x 128 < 2^31`):
+
+# %%
+INT16_MAX = int(np.iinfo(np.int16).max)
+pair = {"Q4_1": 2 * 15 * 127, "Q5_0": 2 * 31 * 127, "Q8_0": 2 * 128 * 127}
+assert pair["Q4_1"] * 8 <= INT16_MAX < pair["Q5_0"] * 8              # a block's 8 groups in int16
+assert pair["Q8_0"] <= INT16_MAX < 2 * pair["Q8_0"]                  # one pair fits, two do not
+u255, s127 = np.full(4 * VW, 255, np.uint8), np.full(4 * VW, 127, np.int8)
+hw = k.dot_u8s8(u255, s127)
+assert maddubs(u255, s127)[0] == INT16_MAX and (hw is None or (hw == INT16_MAX).all())
+assert dpbusd(np.zeros(VW, np.int32), u255, s127)[0] == 4 * 255 * 127
+for f, p in pair.items():
+    print(f"{f}: a pair at most {p:5d}; a 16-bit lane holds {INT16_MAX // p} such pairs")
+print(f"u8 255 x s8 127, a pair: vpmaddubsw {INT16_MAX} (saturated, not {2 * 255 * 127}); "
+      f"vpdpbusd's lane {4 * 255 * 127}")
+
+# %% [markdown]
+# > **Going deeper: llama.cpp's Q8_1, bit by bit.** Sections 4 and 5 follow llama.cpp's idea
+# > (Q4_1 x Q8_1 in ggml-cpu), not its bits. Its `block_q8_1` stores `d` and `s = d sum(q)` as
+# > float16 (ggml-org/llama.cpp, `ggml/src/ggml-common.h:258-269`); its reference
+# > `quantize_row_q8_1_ref` rounds `roundf(x * (1/d))`, halves away from zero
+# > (`ggml/src/ggml-quants.c:302-335`); its x86 copy multiplies by `127 / max` and rounds half to
+# > even (`ggml/src/ggml-cpu/arch/x86/quants.c:400-502`, lines 429 and 439-442). Its
+# > `ggml_vec_dot_q4_1_q8_1` (lines 859-916) lays one block of one row across a register --
+# > `vpmaddubsw` + `vpmaddwd`, or `vpdpbusd` where AVX512-VNNI or AVX-VNNI is compiled in
+# > (`mul_sum_us8_pairs_float`, lines 105-119) -- scales it by `d0 d1` with an FMA and sums the
+# > lanes once a row, `m s` in a scalar beside it (lines 886-908); the kernels here put a column in
+# > each lane and need no horizontal sum. (Line numbers at llama.cpp 0c1e570, the copy
+# > llama-cpp-python 0.3.36 vendors.) The kernels keep float32 `d` and `s` and round `x / d` half
+# > to even (`nearbyint`, `kernels/cpu/quant.h`). The reference recipe and the kernels' on the
+# > same activations:
 
 # %%
 d32 = (np.abs(xb).max(-1) / np.float32(127)).astype(np.float32)
@@ -253,7 +394,7 @@ print(f"of {qa.size // 32} blocks, {d_diff} have a different d (float16 against 
 print(f"of {qa.size} quants, {q_diff} differ; on exact halves the two roundings part")
 
 # %% [markdown]
-# ## 5. Measured: what the fewer bytes buy here
+# ## 6. Measured: what the fewer bytes buy here
 #
 # Sixteen greedy decode steps of each engine; the roofline is chapter 11's (measured bandwidth /
 # the bytes each engine reads a token; the KV cache's share left out). This machine's numbers:
@@ -279,7 +420,7 @@ for dt, e in engines.items():
 # %% [markdown]
 # ## Exercises
 #
-# Two functions to write, each checked against the `gguf` package or the closed form of section 4:
+# Three functions to write, each checked against the `gguf` package or a closed form (sections 4, 5):
 # replace `raise NotImplementedError`, run the cell, then the check below it. Solutions:
 # `solutions/11b_*.py`.
 
@@ -316,3 +457,20 @@ def q8_blocks(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 # %%
 ch11b.q8_blocks(q8_blocks)
+
+
+# %% [markdown]
+# ### 11b.3 One `vpmaddubsw`
+#
+# Write `maddubs(u, s)`: `u` uint8 and `s` int8, both of length `2n` -> int16 `[n]`, lane `i` the
+# sum of products `2i` and `2i + 1`, saturated as the instruction saturates (checked on Q4_1's
+# range, on full bytes and where it saturates). *Hint:* section 5; what does `255 x 127` twice
+# become in 16 bits?
+
+# %%
+def maddubs(u: np.ndarray, s: np.ndarray) -> np.ndarray:
+    raise NotImplementedError  # your code here
+
+
+# %%
+ch11b.maddubs(maddubs)

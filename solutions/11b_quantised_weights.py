@@ -24,3 +24,11 @@ def q8_blocks(x):
     q = np.where(d[:, None] == 0, 0, np.clip(np.rint(xb / safe[:, None]), -127, 127)).astype(np.int8)
     s = (d * q.astype(np.int32).sum(axis=1).astype(np.float32)).astype(np.float32)
     return q.reshape(-1), d, s
+
+
+def maddubs(u, s):
+    """vpmaddubsw on one vector: u8 x s8, adjacent products summed, saturated to int16.
+    Why: each product is at most 255 x 128 in size, so two need 17 bits; the instruction keeps 16
+    and saturates, where a plain int16 cast would wrap."""
+    p = np.asarray(u, np.uint8).astype(np.int32) * np.asarray(s, np.int8).astype(np.int32)
+    return np.clip(p[0::2] + p[1::2], -32768, 32767).astype(np.int16)

@@ -615,6 +615,30 @@ class Kernels:
                                      x.shape[1], eps, int(rnd))
         return out
 
+    # ---- probes of the 8-bit path on one block (kernels/cpu/quant_probe.cc; chapter 11b) ----
+    def q4_1_block_isum(self, block: np.ndarray, qa: np.ndarray) -> np.ndarray:
+        """One Q4_1 panel block (uint8, pack_quant's [p, b]: NP columns x 32 k) times one block of
+        32 int8 activations -> the NP columns' int32 integer sums, by quant.h's IDot<q4_1_t>."""
+        block = np.ascontiguousarray(block, np.uint8)
+        qa = np.ascontiguousarray(qa, np.int8)
+        assert block.shape == (QUANT_FORMATS["Q4_1"][2] * self.panel_width,) and qa.shape == (32,)
+        out = np.empty(self.panel_width, np.int32)
+        fn = self.lib.llamanb_cpu_q4_1_block_isum
+        fn.argtypes, fn.restype = [ctypes.c_void_p] * 3, None
+        fn(block.ctypes.data, qa.ctypes.data, out.ctypes.data)
+        return out
+
+    def dot_u8s8(self, u: np.ndarray, s: np.ndarray) -> np.ndarray | None:
+        """quant.h's dot_u8s8 (vpmaddubsw) on one vector: u uint8 [4 VW] times s int8 [4 VW],
+        adjacent products summed and saturated -> int16 [2 VW]; None where the build has no byte
+        dot product (int_dot_bytes False)."""
+        u, s = np.ascontiguousarray(u, np.uint8), np.ascontiguousarray(s, np.int8)
+        assert u.shape == s.shape == (4 * self.vector_width,)
+        out = np.empty(2 * self.vector_width, np.int16)
+        fn = self.lib.llamanb_cpu_dot_u8s8
+        fn.argtypes, fn.restype = [ctypes.c_void_p] * 3, ctypes.c_int
+        return out if fn(u.ctypes.data, s.ctypes.data, out.ctypes.data) else None
+
 
 @lru_cache(maxsize=None)
 def _load(kernels_dir: Path, cache: Path, wanted: str) -> Kernels | str:

@@ -426,6 +426,16 @@ def _q8_float16_scales(x):                          # llama.cpp's block_q8_1 kee
     return q.reshape(-1), d.astype(np.float16).astype(np.float32), s.astype(np.float16).astype(np.float32)
 
 
+def _maddubs_wraps(u, s):                            # casts to int16 without saturating
+    p = np.asarray(u, np.uint8).astype(np.int32) * np.asarray(s, np.int8).astype(np.int32)
+    return (p[0::2] + p[1::2]).astype(np.int16)
+
+
+def _maddubs_signed_u(u, s):                         # reads u as signed bytes
+    p = np.asarray(u, np.uint8).view(np.int8).astype(np.int32) * np.asarray(s, np.int8)
+    return np.clip(p[0::2] + p[1::2], -32768, 32767).astype(np.int16)
+
+
 # ---- chapter 12 -------------------------------------------------------------------------------
 def _kt_untransposed(slot, head, c, j, n_kv, d, S):
     """V's layout [slots, N_kv, S, d] instead of the transposed K cache's."""
@@ -530,6 +540,8 @@ WRONG = [
     ("ch11b", "q4_1_decode", _q4_1_fused_in_float16, "values differ"),
     ("ch11b", "q8_blocks", _q8_round_half_away, "(halves: d = 1"),
     ("ch11b", "q8_blocks", _q8_float16_scales, "values differ"),
+    ("ch11b", "maddubs", _maddubs_wraps, "(u = 255, s = 127 and -128"),
+    ("ch11b", "maddubs", _maddubs_signed_u, "(full bytes"),
     ("ch12", "kt_offset", _kt_untransposed, "expected 13, got 21"),
     ("ch12", "fill_grid", _grid_first_segment, "segments [1, 40, 3]"),
     ("ch12", "fill_grid", _grid_no_heads, "expected ((4, 1, 3), (16, 16)), got ((4, 1, 1), (16, 16))"),

@@ -1,4 +1,5 @@
-"""Chapter 11b exercises: one Q4_1 block decoded, one activation row quantised to 8-bit blocks.
+"""Chapter 11b exercises: one Q4_1 block decoded, one activation row quantised to 8-bit blocks,
+one byte dot product instruction.
 
     q4_1_decode(block) -> the 32 float32 weights of one 20-byte Q4_1 block; against the `gguf`
         package's dequantisation, bit for bit, on the shipped model's blocks and random ones
@@ -6,6 +7,9 @@
         blocks as kernels/cpu/quant.h's quantize_q8 makes them; against the closed form
         d = max|x| / 127 (float32), q = round-half-even(x / d), s = d * sum(q) (0 for a zero block),
         which chapter 11b asserts equal to the kernels' bits
+    maddubs(u, s) -> int16 [n]: vpmaddubsw on u uint8 [2n] and s int8 [2n]; against the closed
+        form clip(u[2i] s[2i] + u[2i+1] s[2i+1], -32768, 32767) in int64 (Intel's Intrinsics
+        Guide, _mm256_maddubs_epi16), which chapter 11b asserts equal to the instruction's bits
 """
 from __future__ import annotations
 
@@ -85,4 +89,29 @@ q8_blocks = Exercise(
          "nearbyint), clipped to [-127, 127], 0 where d is 0; s = d * (the block's integer sum of "
          "q) in float32; return (q as int8 [K], d [K/32], s [K/32])")
 
-EXERCISES = (q4_1_decode, q8_blocks)
+
+
+def _maddubs_cases() -> list[Case]:
+    rng = np.random.default_rng(113)
+
+    def case(label, u, s):
+        u, s = np.asarray(u, np.uint8), np.asarray(s, np.int8)
+        pair = u.astype(np.int64) * s.astype(np.int64)
+        expected = np.clip(pair[0::2] + pair[1::2], -32768, 32767).astype(np.int16)
+        return Case(label, (u.copy(), s.copy()), expected)
+
+    return [case("Q4_1's range: u in 0..15, s in -127..127",
+                 rng.integers(0, 16, 32), rng.integers(-127, 128, 32)),
+            case("full bytes: u in 0..255, s in -128..127",
+                 rng.integers(0, 256, 64), rng.integers(-128, 128, 64)),
+            case("u = 255, s = 127 and -128 (saturates both ways)",
+                 [255, 255, 255, 255, 200, 100], [127, 127, -128, -128, 127, 127]),
+            case("u = 200, s = -1 (u is unsigned)", [200, 0, 128, 128], [-1, 0, 1, -1])]
+
+
+maddubs = Exercise(
+    "11b.3", "maddubs", _maddubs_cases, rtol=0, atol=0,
+    hint="widen before multiplying (u as unsigned, s as signed, both to int32); add products 2i "
+         "and 2i + 1; clip to [-32768, 32767] before the cast to int16 (it saturates, not wraps)")
+
+EXERCISES = (q4_1_decode, q8_blocks, maddubs)
