@@ -10,6 +10,9 @@ prompt steps padded to the BLAS row multiple, decode-only steps unpadded):
     static          BatchRunner(policy="static"): a batch of `slots` requests is admitted only
                     when the previous batch has finished, so it waits for its longest member
     continuous      BatchRunner: a finished request's slot is refilled in the next step
+    continuous lof  the same with the queue ordered longest output first (order="longest-first",
+                    SGLang's "lof" policy; llamanb.serve.scheduler), at 8 slots: the long
+                    requests start first, so the drain is not one latecomer decoding alone
 
 Throughput = generated tokens / wall seconds from the first step to the last token. Latency is
 per request, from t = 0 (all arrived together) to its last token; time to first token likewise.
@@ -30,7 +33,11 @@ import numpy as np
 from llamanb.bench.report import decide, rounds_text, verdict_text
 
 SLOT_COUNTS = (1, 2, 4, 8, 16)
-TARGETS = {"continuous / one at a time, 8 slots": 3.0, "continuous / static, 8 slots": 1.3}
+TARGETS = {"continuous / one at a time, 8 slots": 3.0, "continuous / static, 8 slots": 1.3,
+           "continuous lof / one at a time, 8 slots": 3.0}
+# the batched modes: (name in the table, BatchRunner policy, queue order)
+MODES = {"static": ("static", "fifo"), "continuous": ("continuous", "fifo"),
+         "continuous_lof": ("continuous", "longest-first")}
 
 
 def _summary(tokens: int, seconds: float, lat: list[float], ttft: list[float]) -> dict:
@@ -59,12 +66,13 @@ def one_at_a_time(engine, work) -> tuple[dict, list[list[int]]]:
     return out, outs
 
 
-def batched(engine, work, slots: int, policy: str) -> tuple[dict, list[list[int]]]:
+def batched(engine, work, slots: int, policy: str, order: str = "fifo") -> tuple[dict, list[list[int]]]:
     """Also splits the run's time: steps that carry prompt rows, and decode-only steps (the
     median time of those that ran every slot, `full_decode_step_s`; NaN if none did)."""
     from llamanb.serve.runner import BatchRunner
 
-    runner = BatchRunner(engine, slots=slots, block=16, kv_positions=16 * 1024, policy=policy)
+    runner = BatchRunner(engine, slots=slots, block=16, kv_positions=16 * 1024, policy=policy,
+                         order=order)
     reqs = [runner.add(p, k, stop_ids=()) for p, k in work]
     t0 = time.perf_counter()
     runner.run()
@@ -105,6 +113,8 @@ def measure(model_spec, runs: int, n_requests: int = 16, slot_counts=SLOT_COUNTS
     unit = model.tokenizer.encode(PROMPT_TEXT, add_special_tokens=False)
     work = mixed_workload(unit, n_requests, **workload)
     modes = [("one_at_a_time", 1)] + [(p, s) for s in slot_counts for p in ("static", "continuous")]
+    if 8 in slot_counts:
+        modes.insert(modes.index(("continuous", 8)) + 1, ("continuous_lof", 8))
     samples = {m: [] for m in modes}
     agree = {}
     for rnd in range(runs + 1):
@@ -114,7 +124,7 @@ def measure(model_spec, runs: int, n_requests: int = 16, slot_counts=SLOT_COUNTS
                 res, outs = one_at_a_time(engine, work)
                 ref = outs
             else:
-                res, outs = batched(engine, work, mode[1], mode[0])
+                res, outs = batched(engine, work, mode[1], *MODES[mode[0]])
                 agree[mode] = sum(a == b for a, b in zip(outs, ref))
             progress(f"  {tag} [{mode[0]}, {mode[1]} slots]: {res['tok_s']:.1f} tok/s")
             if rnd:
@@ -130,17 +140,23 @@ def measure(model_spec, runs: int, n_requests: int = 16, slot_counts=SLOT_COUNTS
         # decided as bench --backend cpu decides between engines: a paired sample per round (the
         # modes of one round met the same state of the machine), met when the lower quartile
         # clears the target over at least MIN_ROUNDS rounds, undecided with fewer
-        c = table["continuous/8"]["samples_tok_s"]
-        for name, other in (("continuous / one at a time, 8 slots", "one_at_a_time/1"),
-                            ("continuous / static, 8 slots", "static/8")):
+        for name, mode, other in (
+                ("continuous / one at a time, 8 slots", "continuous/8", "one_at_a_time/1"),
+                ("continuous / static, 8 slots", "continuous/8", "static/8"),
+                ("continuous lof / one at a time, 8 slots", "continuous_lof/8", "one_at_a_time/1")):
+            ours = table[mode]["samples_tok_s"]
             ratios.append({"name": name, "target": TARGETS[name],
-                           **decide([a / b for a, b in zip(c, table[other]["samples_tok_s"])],
+                           **decide([a / b for a, b in zip(ours, table[other]["samples_tok_s"])],
                                     TARGETS[name])})
         one, c8 = table["one_at_a_time/1"], table["continuous/8"]
         bound = {"ceiling": ceiling(one, c8, 8),
                  "prefill_share_one_at_a_time": one["prefill_s"] / one["seconds"],
                  "decode_step_1_row_s": one["decode_step_s"],
-                 "decode_step_8_rows_s": c8["full_decode_step_s"]}
+                 "decode_step_8_rows_s": c8["full_decode_step_s"],
+                 # a token a step per request at most, 8 tokens a step at most
+                 "steps_at_least": max(max(k for _, k in work), -(-sum(k for _, k in work) // 8)),
+                 "steps": {m: table[m]["steps"] for m in ("static/8", "continuous/8",
+                                                         "continuous_lof/8")}}
     else:
         bound = None
     return {"workload": {"requests": len(work), "prompt_tokens": [len(p) for p, _ in work],
@@ -178,6 +194,10 @@ def report(res: dict) -> str:
                      f"({b['decode_step_8_rows_s'] / b['decode_step_1_row_s']:.2f}x the time for 8x the "
                      f"tokens); with every decode-only step full, continuous at 8 slots would reach "
                      f"{b['ceiling']:.2f}x one at a time")
+        lines.append("steps at 8 slots: " + ", ".join(f"{m.split('/')[0].replace('_', ' ')} {n:.0f}"
+                                                      for m, n in b["steps"].items()) +
+                     f"; no schedule takes fewer than {b['steps_at_least']} (a token a step "
+                     "per request, 8 a step)")
     lines.append("same tokens: requests whose tokens equal one-at-a-time generation (rows in a "
                  "batch round differently from a lone GEMV decode unless the engine is "
                  "batch-invariant; `llamanb batch --check` checks identity with it)")

@@ -12,6 +12,8 @@ from llamanb.errors import LlamanbError
 
 
 def add_parser(sub, model_arg, positive_int) -> None:
+    from llamanb.serve.scheduler import ORDERS
+
     b = sub.add_parser("batch", help="many requests through one engine (continuous batching)")
     model_arg(b)
     b.add_argument("file", help="requests: a JSON list or JSON lines (see llamanb/serve/workload.py)")
@@ -24,6 +26,9 @@ def add_parser(sub, model_arg, positive_int) -> None:
     b.add_argument("--token-budget", type=positive_int, default=256, help="rows per step at most")
     b.add_argument("--static", action="store_true",
                    help="static batching (a batch waits for its longest member), for comparison")
+    b.add_argument("--order", choices=ORDERS, default="fifo",
+                   help="the queue's order: arrival, or most max_new_tokens first (a shorter drain "
+                   "when requests ask for very different lengths)")
     b.add_argument("--check", action="store_true",
                    help="also generate each request alone; exit 1 on any difference")
 
@@ -45,7 +50,8 @@ def main(a) -> int:
     # tokens cannot depend on its neighbours (and --check can ask for identity, not closeness)
     engine = Engine(model, batch_invariant=True)
     runner = BatchRunner(engine, slots=a.slots, block=a.block, kv_positions=a.kv_positions,
-                         token_budget=a.token_budget, policy="static" if a.static else "continuous")
+                         token_budget=a.token_budget, policy="static" if a.static else "continuous",
+                         order=a.order)
     reqs = [runner.add(s.prompt_ids, s.max_new_tokens, s.params, name=s.name) for s in specs]
     t0 = time.perf_counter()
     runner.run()

@@ -34,16 +34,19 @@ class StepRecord:
 
 class BatchRunner:
     def __init__(self, engine, slots: int = 8, block: int = 16, kv_positions: int = 4096,
-                 token_budget: int = 256, chunk: int = BLOCK_Q, policy: str = "continuous"):
+                 token_budget: int = 256, chunk: int = BLOCK_Q, policy: str = "continuous",
+                 order: str = "fifo"):
         """slots: requests running at once. block: positions per KV block. kv_positions: the
-        pool's size in positions (all requests together). token_budget: rows per step at most."""
+        pool's size in positions (all requests together). token_budget: rows per step at most.
+        order: the queue's, "fifo" or "longest-first" (most max_new_tokens first; scheduler.py)."""
         for name, v in (("slots", slots), ("block", block), ("kv_positions", kv_positions)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise LlamanbError(f"{name} must be an integer >= 1, got {v!r}")
         self.engine = engine
         self.cache = engine.new_cache(engine.config.max_seq, slots=slots, block=block,
                                       n_blocks=-(-kv_positions // block))
-        self.scheduler = Scheduler(self.cache, token_budget, chunk, policy, query_tile=engine.query_tile)
+        self.scheduler = Scheduler(self.cache, token_budget, chunk, policy,
+                                   query_tile=engine.query_tile, order=order)
         self.history: list[StepRecord] = []
 
     def add(self, prompt, max_new_tokens: int = 64, params: SamplingParams = SamplingParams(),

@@ -3,9 +3,10 @@
     running requests, oldest first:   one row each (decode or replay), or the next prompt chunk
     memory short for a decode row?    preempt the newest running request (it goes back to the
                                       front of the queue, keeps its tokens, frees its blocks)
-    rows and slots left?              admit waiting requests in arrival order (FIFO, no
-                                      overtaking), each only if the pool can hold its whole
-                                      prompt now -- its blocks are taken at admission
+    rows and slots left?              admit waiting requests in queue order (no overtaking:
+                                      the head waits rather than be passed), each only if the
+                                      pool can hold its whole prompt now -- its blocks are
+                                      taken at admission
 
 A step holds at most `token_budget` rows. A long prompt goes in chunks of a multiple of `chunk`
 rows, so it cannot stall the decoding rows behind it for more than one step's worth of work.
@@ -18,6 +19,17 @@ in vllm/v1/core/sched/scheduler.py). Chunking prompts into steps that also carry
 chunked prefill (Sarathi-Serve), not in either paper. vLLM recovers a preempted request by one
 prefill over prompt + generated tokens; this scheduler replays the generated tokens one per step
 instead (request.py), because that prefill is not bit-identical to the decode steps.
+
+The queue's order is arrival (`order="fifo"`, vLLM's FCFS) or, with `order="longest-first"`,
+the most new tokens asked for first, ties in arrival order -- SGLang's "lof" policy (longest output
+first: `CacheAgnosticPolicy.LOF`, which sorts the waiting queue by `-max_new_tokens` in
+`SchedulePolicy._sort_by_longest_output`, python/sglang/srt/managers/schedule_policy.py). Either
+way a preempted request goes back to the front. Longest-first is list scheduling's LPT rule: every
+request runs one token a step once admitted, so the last steps of a queue served in arrival order
+are often one long latecomer decoding alone, a full weight pass for one token; started first, the
+long requests end together and the short ones fill the slots they leave. It knows only the
+requests' `max_new_tokens` (an upper bound where a stop token may end a request sooner), and it
+trades the short requests' waiting time for the total.
 
 `policy="static"` is the baseline that continuous batching replaces: when no request runs, up to
 `slots` waiting requests are admitted together (as memory allows) and nobody else joins until all
@@ -40,6 +52,7 @@ from llamanb.engine.kv.paged import PagedKVCache
 from llamanb.serve.request import Request, Status
 
 POLICIES = ("continuous", "static")
+ORDERS = ("fifo", "longest-first")
 
 
 @dataclass
@@ -71,12 +84,14 @@ class Plan:
 
 class Scheduler:
     def __init__(self, cache: PagedKVCache, token_budget: int = 256, chunk: int = BLOCK_Q,
-                 policy: str = "continuous", query_tile: int = BLOCK_Q):
+                 policy: str = "continuous", query_tile: int = BLOCK_Q, order: str = "fifo"):
         if not isinstance(cache, PagedKVCache):
             raise LlamanbError("the scheduler needs a paged KV cache (engine.new_cache(..., "
                                "block=, n_blocks=))")
         if policy not in POLICIES:
             raise LlamanbError(f"policy must be one of {POLICIES}, got {policy!r}")
+        if order not in ORDERS:
+            raise LlamanbError(f"order must be one of {ORDERS}, got {order!r}")
         if chunk < 1 or chunk % query_tile:
             raise LlamanbError(f"chunk must be a multiple of {query_tile} (the backend's attention "
                                f"query tile, Backend.query_tile), got {chunk}")
@@ -84,6 +99,7 @@ class Scheduler:
             raise LlamanbError(f"token_budget {token_budget} must be >= the chunk ({chunk}) "
                                f"and the slot count ({cache.slots})")
         self.cache, self.budget, self.chunk, self.policy = cache, token_budget, chunk, policy
+        self.order = order
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []           # in admission order
         self.free_slots = list(range(cache.slots - 1, -1, -1))
@@ -103,7 +119,12 @@ class Scheduler:
         if len(req.prompt) + req.max_new_tokens > self.cache.max_seq:
             raise LlamanbError(f"request {req.name}: {len(req.prompt)} + {req.max_new_tokens} "
                                f"tokens exceed the {self.cache.max_seq}-position context")
-        self.waiting.append(req)
+        i = len(self.waiting)
+        if self.order == "longest-first":   # behind the preempted, and behind no shorter request
+            while i and not self.waiting[i - 1].preemptions and \
+                    self.waiting[i - 1].max_new_tokens < req.max_new_tokens:
+                i -= 1
+        self.waiting.insert(i, req)
 
     @property
     def busy(self) -> bool:

@@ -13,17 +13,21 @@ def test_batching_table_counts_and_ratios(smollm):
                            new_range=(2, 5))
     want = sum(res["workload"]["max_new_tokens"])            # no stop ids: every token is made
     t = res["table"]
-    assert set(t) == {"one_at_a_time/1", "static/8", "continuous/8"}
+    assert set(t) == {"one_at_a_time/1", "static/8", "continuous/8", "continuous_lof/8"}
     for row in t.values():
         assert row["tokens"] == want
         assert abs(row["tok_s"] - want / row["seconds"]) < 1e-9 * row["tok_s"]
         assert 0 < row["ttft_p50_s"] <= row["latency_p50_s"] <= row["latency_p90_s"]
-    # four requests in eight slots: static and continuous admit all four at once, so both run
-    # as many steps as the longest request needs tokens (its prompt fits one step)
-    assert t["continuous/8"]["steps"] == t["static/8"]["steps"] == max(res["workload"]["max_new_tokens"])
+    # four requests in eight slots: every mode admits all four at once, so each runs as many
+    # steps as the longest request needs tokens (its prompt fits one step)
+    longest = max(res["workload"]["max_new_tokens"])
+    assert t["continuous/8"]["steps"] == t["static/8"]["steps"] == t["continuous_lof/8"]["steps"] == longest
+    assert res["bound"]["steps_at_least"] == longest
     r = {x["name"]: x["value"] for x in res["ratios"]}
     assert r["continuous / one at a time, 8 slots"] == t["continuous/8"]["tok_s"] / t["one_at_a_time/1"]["tok_s"]
     assert r["continuous / static, 8 slots"] == t["continuous/8"]["tok_s"] / t["static/8"]["tok_s"]
+    assert r["continuous lof / one at a time, 8 slots"] == \
+        t["continuous_lof/8"]["tok_s"] / t["one_at_a_time/1"]["tok_s"]
     c = t["continuous/8"]
     assert 0 < c["prompt_steps_s"] <= c["seconds"]
     assert c["decode_rows_in_other_steps"] <= want
@@ -36,6 +40,7 @@ def test_batching_table_counts_and_ratios(smollm):
     assert all(x["spread"]["n"] == 1 and x["pass"] is None for x in res["ratios"])
     text = batching.report(res)
     assert "continuous" in text and "target >= 3.0x" in text and "UNDECIDED (fewer than 7" in text
+    assert f"continuous lof {longest}; no schedule takes fewer than {longest}" in text
 
 
 def test_decode_only_steps_run_unpadded_unless_batch_invariant(smollm, monkeypatch):

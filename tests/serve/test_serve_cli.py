@@ -17,7 +17,8 @@ def test_batch_check_passes(smollm, tmp_path):
          "temperature": 0.8, "seed": 5},
         {"messages": [{"role": "user", "content": "Say hi."}], "max_new_tokens": 3},
     ]))
-    p = run_cli_here(["batch", f, "--slots", "2", "--max-new-tokens", "5", "--check"],
+    p = run_cli_here(["batch", f, "--slots", "2", "--max-new-tokens", "5", "--check",
+                      "--order", "longest-first"],
                 cache=os.environ["LLAMANB_CACHE"])
     assert p.returncode == 0, p.stderr[-2000:]
     assert "=== request 1:" in p.stdout and "=== story:" in p.stdout and "=== request 3:" in p.stdout

@@ -8,7 +8,8 @@ against the paged cache's own state or closed-form block arithmetic, step by ste
   either free or in exactly one table, and a table holds ceil(length / block) blocks;
 - at most `slots` requests run and at most `token_budget` rows go into a step;
 - a prompt is cut only at multiples of the chunk;
-- admission is first come, first served, and a preempted request is the next one admitted;
+- admission is first come, first served (or, ordered longest-first, by max_new_tokens, ties in
+  arrival order), and a preempted request is the next one admitted;
 - every request finishes with exactly max_new_tokens tokens (no stop ids), however often it was
   preempted, and its tokens are the ones the same random logits give it without preemption.
 """
@@ -57,10 +58,21 @@ def check_pool(cache):
         assert len(t) >= -(-int(cache.lengths[s]) // cache.block)
 
 
-def run_workload(seed, slots, n_blocks, block, budget, policy="continuous"):
+def check_queue_order(sched):
+    """The waiting queue: preempted requests first (in the order they were first admitted), then
+    the rest in arrival order (fifo) or by max_new_tokens, most first, ties in arrival order."""
+    q = list(sched.waiting)
+    back = [r for r in q if r.preemptions]
+    assert q[:len(back)] == back
+    rest = q[len(back):]
+    key = (lambda r: r.id) if sched.order == "fifo" else (lambda r: (-r.max_new_tokens, r.id))
+    assert rest == sorted(rest, key=key)
+
+
+def run_workload(seed, slots, n_blocks, block, budget, policy="continuous", order="fifo"):
     rng = np.random.default_rng(seed)
     cache = PagedKVCache(CFG, 2048, n_blocks=n_blocks, block=block, slots=slots)
-    sched = Scheduler(cache, token_budget=budget, chunk=128, policy=policy)
+    sched = Scheduler(cache, token_budget=budget, chunk=128, policy=policy, order=order)
     reqs = []
     logits_of, log, admitted = FakeLogits(), [], []
     pending = [Request([int(t) for t in rng.integers(3, 40, int(rng.integers(1, 300)))],
@@ -78,6 +90,7 @@ def run_workload(seed, slots, n_blocks, block, budget, policy="continuous"):
                 pending.pop(0)
         if not sched.busy:
             continue
+        check_queue_order(sched)
         head = sched.waiting[0] if sched.waiting else None
         if not sched.running:
             batch_finishing = False                        # static: a new batch may form
@@ -101,7 +114,8 @@ def run_workload(seed, slots, n_blocks, block, budget, policy="continuous"):
         check_pool(cache)
         steps += 1
         assert steps < 5000
-    assert admitted == reqs                               # first admissions in arrival order
+    if order == "fifo":
+        assert admitted == reqs                           # first admissions in arrival order
     for r in reqs:
         assert r.finished and len(r.output) == r.max_new_tokens
         # the same request alone, with the same logits: what preemption must not change
@@ -118,6 +132,50 @@ def test_random_workloads_tight_pool(seed):
     reqs = run_workload(seed, slots=4, n_blocks=30, block=16, budget=256)
     if seed < 7:
         assert sum(r.preemptions for r in reqs) > 0        # the tight pool does preempt
+
+
+def test_random_workloads_longest_first():
+    """The same invariants with the queue ordered longest-first: the pool, the budget, preempted
+    requests resuming first, every request's tokens as alone."""
+    preempting = [sum(r.preemptions for r in run_workload(seed, slots=4, n_blocks=30, block=16,
+                                                          budget=256, order="longest-first")) > 0
+                  for seed in range(8)]
+    assert sum(preempting) >= 3                            # the tight pool does preempt
+
+
+def test_longest_first_admits_by_max_new_tokens():
+    """Queued together, requests are admitted most new tokens first, ties in arrival order; a
+    later, longer arrival goes ahead of the shorter ones still waiting but never ahead of a
+    preempted request."""
+    cache = PagedKVCache(CFG, 512, n_blocks=64, block=16, slots=2)
+    sched = Scheduler(cache, token_budget=256, order="longest-first")
+    reqs = [Request([5, 6], k, name=n) for n, k in (("a", 3), ("b", 9), ("c", 3), ("d", 5))]
+    for r in reqs:
+        sched.add(r)
+    assert [r.name for r in sched.waiting] == ["b", "d", "a", "c"]
+    plan = sched.schedule()
+    assert [r.name for r in plan.admitted] == ["b", "d"]
+    sched.preempt(plan.admitted[1])                       # d back to the front
+    sched.add(Request([5], 7, name="e"))                  # longer than a and c, not d's place
+    assert [r.name for r in sched.waiting] == ["d", "e", "a", "c"]
+
+
+def test_longest_first_shortens_the_drain():
+    """Two slots; requests of 1, 1 and 4 new tokens, one-token prompts (a prompt's step samples
+    the first token). In arrival order the two short ones take the first step together and the
+    long one then decodes alone: 1 + 4 = 5 steps. Longest first, it starts at once and the short
+    ones take the other slot in turn: 4 steps."""
+    from llamanb.serve.dry import DryEngine
+    from llamanb.serve.runner import BatchRunner
+
+    steps = {}
+    for order in ("fifo", "longest-first"):
+        br = BatchRunner(DryEngine(), slots=2, block=16, kv_positions=256, order=order)
+        reqs = [br.add([5], k, stop_ids=(), name=n) for n, k in (("a", 1), ("b", 1), ("c", 4))]
+        br.run()
+        assert [len(r.output) for r in reqs] == [1, 1, 4]
+        steps[order] = len(br.history)
+    assert steps == {"fifo": 5, "longest-first": 4}
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -149,7 +207,7 @@ def test_static_admits_the_whole_batch_at_once():
 
 def test_scheduler_rejects_bad_settings():
     cache = PagedKVCache(CFG, 256, n_blocks=4, block=16, slots=2)
-    for kw in (dict(chunk=100), dict(token_budget=64), dict(policy="lottery")):
+    for kw in (dict(chunk=100), dict(token_budget=64), dict(policy="lottery"), dict(order="lifo")):
         with pytest.raises(LlamanbError):
             Scheduler(cache, **kw)
     sched = Scheduler(cache)
