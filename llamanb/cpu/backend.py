@@ -29,6 +29,11 @@ other rows of the step are: a row's result does not depend on its neighbours, so
 not pad (row_multiple = row_align = 1). With dtype="bf16" every op's output is rounded to
 bfloat16, as the numpy engine's bf16 mode does.
 
+Resident memory is the panels and little else (tests/cpu/test_cpu_memory.py): the float32 cache
+the panels are packed from stays mapped but gives its pages back as each slice is packed; the
+norms are copied out of it; the embedding's rows are read from its file by pread (FileRows),
+never through the mapping, whose read-around would make megabytes of the table resident.
+
 `layers` runs every block of a step in one call (kernels/cpu/forward.cc: the same kernels in the
 same order as `block`), writing K/V into the store's float32 arrays in place and reading each
 sequence's keys block by block through its block table -- the contiguous store is one block per
