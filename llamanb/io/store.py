@@ -36,8 +36,11 @@ import re
 import sys
 import shutil
 import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 
@@ -280,15 +283,33 @@ def entry_bytes(cache_dir: Path) -> int:
 
 @dataclass
 class Model:
-    """Everything needed to run a model: config, (memory-mapped) weights, tokenizer."""
+    """Everything needed to run a model: config, (memory-mapped) weights, tokenizer.
+
+    The tokenizer is read from the entry at its first use (`model.tokenizer`): SmolLM2's costs
+    about 30 MB of resident memory (its vocabulary and merges inside the `tokenizers` library),
+    which an engine fed token ids -- the benchmark's engine processes -- never needs.
+    `_tokenizer`: a ChatTokenizer, None, or a function that reads one."""
 
     config: LlamaConfig
     weights: Weights
-    tokenizer: ChatTokenizer
+    _tokenizer: ChatTokenizer | Callable[[], ChatTokenizer] | None
     source: Path
     cache_dir: Path
     load_s: float = 0.0
     converted: bool = False
+    _tokenizer_lock: threading.Lock = field(default_factory=threading.Lock, init=False,
+                                            repr=False, compare=False)
+
+    @property
+    def tokenizer(self) -> ChatTokenizer | None:
+        with self._tokenizer_lock:                 # two threads asking first read it once
+            if callable(self._tokenizer) and not isinstance(self._tokenizer, ChatTokenizer):
+                self._tokenizer = self._tokenizer()
+            return self._tokenizer
+
+    @tokenizer.setter
+    def tokenizer(self, tok: ChatTokenizer | None) -> None:
+        self._tokenizer = tok
 
 
 def _quantized_blocks(cache_dir: Path, info: dict, cfg: LlamaConfig, src: Path):
@@ -377,9 +398,9 @@ def load_cached(cache_dir: Path, source: Path | None = None) -> Model:
     src = Path(source) if source is not None else Path(info["source"])
     weights = Weights.from_getter(cfg, st.get, st.span, store_dir=cache_dir,
                                   quantized=_quantized_blocks(cache_dir, info, cfg, src))
-    tok = ChatTokenizer.from_dir(cache_dir, stop_ids=cfg.eos_ids)
     _note_use(cache_dir, info, src)
-    return Model(cfg, weights, tok, src, cache_dir)
+    return Model(cfg, weights, partial(ChatTokenizer.from_dir, cache_dir, stop_ids=cfg.eos_ids),
+                 src, cache_dir)
 
 
 def _note_use(cache_dir: Path, info: dict, src: Path) -> None:
