@@ -10,6 +10,26 @@ import pytest
 
 from llamanb.errors import LlamanbError
 
+def test_roofline_targets_by_precision():
+    """Decode against its own roofline: at least 90 % at fp32 and bf16, 80 % at q4_1 (and auto,
+    the file's own blocks), each row deciding PASS / MISS against its own precision's target --
+    0.85 of the roofline passes q4_1 and misses fp32 and bf16."""
+    from llamanb.bench.report import ratios
+
+    eng = {"llamanb": {"decode_tok_s": 1.0, "prefill_128_tok_s": 1.0, "prefill_512_tok_s": 1.0}}
+    for b in ("cpu", "cpu:bf16", "cpu:q4_1", "cpu:auto"):
+        # 100 MB a token at 40 GB/s: a 400 tok/s roofline, run at 340 tok/s (0.85) in 7 rounds
+        eng[f"llamanb@{b}"] = {"decode_tok_s": 340.0, "prefill_128_tok_s": 1.0,
+                               "prefill_512_tok_s": 1.0, "weight_bytes": 100e6,
+                               "samples_tok_s": {"decode": [340.0] * 7}}
+    rows = ratios(eng, roofline=60.0, gb_s=40.0, round_gb_s=[40.0] * 7)
+    got = {r["name"].split(" decode / its roofline")[0]: (r["target"], r["pass"]) for r in rows
+           if "its roofline" in r["name"]}
+    assert got == {"cpu": (0.90, False), "cpu:bf16": (0.90, False), "cpu:q4_1": (0.80, True),
+                   "cpu:auto": (0.80, True)}
+    assert all(abs(r["value"] - 0.85) < 1e-12 for r in rows if "its roofline" in r["name"])
+
+
 def test_bench_ratios_against_llamacpp_and_roofline():
     """`bench --backend cpu`: each precision against llama.cpp at the same precision, and decode
     against its own roofline (bandwidth / the bytes it reads per token: bf16 reads half)."""
