@@ -513,7 +513,23 @@ def emulated_kernels(kernels):
 
 
 @pytest.fixture(scope="module")
-def kernel_builds(kernels, portable_kernels, emulated_kernels):
-    """Every build of the cpu kernels this machine runs: native, portable, and the AVX-512 paths
-    (natively, or emulated through SIMDe on an AVX2 CPU)."""
-    return [k for k in (kernels, portable_kernels, emulated_kernels) if k is not None]
+def vnni256_kernels(kernels):
+    """The AVX2 kernels with the 256-bit vpdpbusd where this CPU has no VNNI: the vnni256-simde
+    flavour (SIMDe's simde_mm256_dpbusd_epi32). None where the native build takes vpdpbusd
+    already, or is AVX-512, or the CPU lacks AVX2."""
+    from llamanb.cpu import kernels as cpu_kernels
+
+    name = cpu_kernels.EMULATED_VNNI256
+    if kernels.vector_width == 16 or kernels.dpbusd_bits or cpu_kernels.missing_here(name) or \
+            cpu_kernels.target_macros(name) is None:
+        return None
+    return cpu_kernels.load(flavour_name=name)
+
+
+@pytest.fixture(scope="module")
+def kernel_builds(kernels, portable_kernels, emulated_kernels, vnni256_kernels):
+    """Every build of the cpu kernels this machine runs: native, portable, the AVX-512 paths
+    (natively, or emulated through SIMDe on an AVX2 CPU) and the 256-bit vpdpbusd (emulated where
+    the CPU has no VNNI)."""
+    return [k for k in (kernels, portable_kernels, emulated_kernels, vnni256_kernels)
+            if k is not None]

@@ -704,9 +704,32 @@ void llamanb_cpu_quantize_q8(const float* x, int M, int K, int8_t* q, float* d, 
                     s + (long)i * (K / 32));
 }
 
-// 1 when the q8 products use byte dot products (vpmaddubsw: AVX2, AVX-512BW), 0 when they
-// multiply in 32-bit lanes.
+// 1 when the q8 products use byte dot products (vpmaddubsw or vpdpbusd: AVX2, AVX-512BW), 0 when
+// they multiply in 32-bit lanes.
 int llamanb_cpu_int_dot_bytes() { return INT_DOT_BYTES ? 1 : 0; }
+
+// The width of the vpdpbusd the q8 products use (512, 256; emulated in the *-simde flavours), 0
+// where they use vpmaddubsw or 32-bit lanes (quant.h's dot4).
+int llamanb_cpu_dpbusd_bits() { return DPBUSD_BITS; }
+
+// out[j] = sum_t u[4j + t] s[4j + t], t < 4, j < n / 4 (n a multiple of 64), through the step the
+// q8 products are made of (quant.h's dot4: vpdpbusd, or vpmaddubsw + vpmaddwd with its
+// saturation), or in 32-bit lanes where the build has no byte dot products: for the tests.
+void llamanb_cpu_dot4(const uint8_t* u, const int8_t* s, int n, int32_t* out) {
+#if defined(LLAMANB_BYTE_DOTS)
+    constexpr int B = VW * 4;                             // bytes per vector
+    for (int i = 0; i + B <= n; i += B) {
+        const iv r = dot4(izero(), iload(u + i), iload(reinterpret_cast<const uint8_t*>(s) + i));
+        std::memcpy(out + i / 4, &r, B);
+    }
+#else
+    for (int j = 0; j < n / 4; ++j) {
+        int32_t a = 0;
+        for (int t = 0; t < 4; ++t) a += int32_t(u[4 * j + t]) * int32_t(s[4 * j + t]);
+        out[j] = a;
+    }
+#endif
+}
 
 // Quantised panels [ceil(N/NP), K/32, block] -> W [N, K] float32, through the decode the matmul
 // uses (quant.h): what each weight is, for the tests against the gguf package. fmt: 2 Q4_1, 3 Q8_0,

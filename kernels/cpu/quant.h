@@ -261,7 +261,59 @@ template <> struct Quant<q6_k_t> {
 //   0), s = d * (sum of the block's q)                          (one float32 rounding each)
 // A block with a NaN or an infinity gets d = s = NaN (and q = 0), so its products are NaN, as the
 // float path's would be.
+#if defined(__AVX2__)
+// One block of 32 as quantize_q8 states it, 8 lanes at a time, the same bits: max|x| and the sum
+// of integers are exact in any order, x / d is one IEEE division per lane (vdivps, as divss), and
+// vroundps to nearest rounds half to even, as nearbyint does in the default rounding mode.
+// Per block about 40 instructions where the scalar loop took some 900 (callgrind).
+static inline void quantize_block_q8(const float* xb, int8_t* q, float& d, float& s) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 fmax = _mm256_set1_ps(3.4028235e38f);
+    __m256 v[4], m = _mm256_setzero_ps();
+    int fin = 0xff;
+    for (int i = 0; i < 4; ++i) {
+        v[i] = _mm256_loadu_ps(xb + 8 * i);
+        const __m256 a = _mm256_and_ps(v[i], absmask);
+        fin &= _mm256_movemask_ps(_mm256_cmp_ps(a, fmax, _CMP_LE_OQ));   // NaN: false
+        m = _mm256_max_ps(m, a);
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+    const bool finite = fin == 0xff;
+    const float dd = _mm_cvtss_f32(h) / 127.0f;
+    if (!finite || dd == 0.0f) {                 // q = 0 (and d = s = NaN for a NaN or inf)
+        std::memset(q, 0, 32);
+        d = finite ? dd : NAN;
+        s = finite ? dd * 0.0f : NAN;
+        return;
+    }
+    const __m256 vd = _mm256_set1_ps(dd), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
+    __m256i t[4], sum = _mm256_setzero_si256();
+    for (int i = 0; i < 4; ++i) {
+        __m256 r = _mm256_round_ps(_mm256_div_ps(v[i], vd), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        r = _mm256_min_ps(_mm256_max_ps(r, lo), hi);
+        t[i] = _mm256_cvtps_epi32(r);                         // integral already: exact
+        sum = _mm256_add_epi32(sum, t[i]);
+    }
+    // int32 -> int8 (no saturation: |t| <= 127). The packs work within 128-bit lanes and leave
+    // the dwords of 4 bytes in the order 0 8 16 24 4 12 20 28 (in elements / 4); the permute
+    // puts them back.
+    const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(t[0], t[1]), _mm256_packs_epi32(t[2], t[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
+                        _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    d = dd;
+    s = dd * float(_mm_cvtsi128_si32(s4));
+}
+#endif
+
 static inline void quantize_q8(const float* x, int K, int8_t* q, float* d, float* s) {
+#if defined(__AVX2__)
+    for (int b = 0; b < K / 32; ++b) quantize_block_q8(x + 32 * b, q + 32 * b, d[b], s[b]);
+#else
     for (int b = 0; b < K / 32; ++b) {
         const float* xb = x + 32 * b;
         float amax = 0.0f;
@@ -282,6 +334,7 @@ static inline void quantize_q8(const float* x, int K, int8_t* q, float* d, float
         d[b] = finite ? dd : NAN;
         s[b] = finite ? dd * float(sum) : NAN;
     }
+#endif
 }
 
 // IDot<WT>: a group's integer dot products for one activation row. Acc holds a block's running
@@ -301,6 +354,7 @@ static inline iv bor(iv a, iv b) { return _mm256_or_si256(a, b); }
 static inline iv srl16(iv a, int n) { return _mm256_srli_epi16(a, n); }
 static inline iv sll32(iv a, int n) { return _mm256_slli_epi32(a, n); }
 static inline iv srl32(iv a, int n) { return _mm256_srli_epi32(a, n); }
+static inline iv sra32(iv a, int n) { return _mm256_srai_epi32(a, n); }
 static inline iv add16(iv a, iv b) { return _mm256_add_epi16(a, b); }
 static inline iv add32(iv a, iv b) { return _mm256_add_epi32(a, b); }
 static inline iv dot_u8s8(iv u, iv s) { return _mm256_maddubs_epi16(u, s); }     // vpmaddubsw
@@ -319,6 +373,7 @@ static inline iv bor(iv a, iv b) { return _mm512_or_si512(a, b); }
 static inline iv srl16(iv a, int n) { return _mm512_srli_epi16(a, n); }
 static inline iv sll32(iv a, int n) { return _mm512_slli_epi32(a, n); }
 static inline iv srl32(iv a, int n) { return _mm512_srli_epi32(a, n); }
+static inline iv sra32(iv a, int n) { return _mm512_srai_epi32(a, n); }
 static inline iv add16(iv a, iv b) { return _mm512_add_epi16(a, b); }
 static inline iv add32(iv a, iv b) { return _mm512_add_epi32(a, b); }
 static inline iv dot_u8s8(iv u, iv s) { return _mm512_maddubs_epi16(u, s); }
@@ -328,7 +383,42 @@ static inline iv sign8(iv a, iv w) {                         // -a where w < 0 (
     return _mm512_mask_sub_epi8(a, _mm512_movepi8_mask(w), izero(), a);
 }
 #endif
+#define LLAMANB_BYTE_DOTS 1
 constexpr bool INT_DOT_BYTES = true;
+
+// dot4(acc, u, s): in every 32-bit lane j, acc[j] + sum_t u[4j + t] s[4j + t] (t < 4), u unsigned
+// bytes, s signed bytes -- the step every IDot below is made of.
+//
+// * vpdpbusd (AVX512-VNNI's 512-bit form; AVX-VNNI's VEX or AVX512VL's EVEX 256-bit form): that in
+//   one instruction. Intel SDM, "VPDPBUSD -- Multiply and Add Unsigned and Signed Bytes": each
+//   unsigned byte of the first source times the signed byte of the second is an intermediate
+//   signed word (exact: 255 * -128 = -32640 fits), and the four words are summed and added to the
+//   doubleword without saturation (VPDPBUSDS is the saturating form): the exact sum, as long as
+//   the lane stays within int32.
+// * Elsewhere (AVX2, AVX-512BW): vpmaddubsw then vpmaddwd against ones, then an add. SDM,
+//   "PMADDUBSW": the products of adjacent pairs are added "with signed saturation" into a word,
+//   so a pair whose sum passes 32767 (255 * 127 * 2) is clipped there; vpmaddwd then sums the two
+//   words of each lane in 32 bits exactly. Wherever no pair can pass 32767, the two are the same
+//   integers -- each IDot below says why its operands cannot (tests/cpu/test_cpu_int8.py runs both
+//   on a pair that does, against int64).
+#if LLAMANB_VW == 16 && defined(LLAMANB_AVX512VNNI)
+constexpr int DPBUSD_BITS = 512;
+static inline iv dot4(iv acc, iv u, iv s) { return _mm512_dpbusd_epi32(acc, u, s); }
+#elif LLAMANB_VW == 8 && defined(__AVXVNNI__)
+constexpr int DPBUSD_BITS = 256;
+static inline iv dot4(iv acc, iv u, iv s) { return _mm256_dpbusd_avx_epi32(acc, u, s); }
+#elif LLAMANB_VW == 8 && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+// (the EVEX encoding of the same operation, for a 256-bit build on an AVX512-VNNI target; this
+// project's AVX-512 builds take 512-bit vectors, so its own flavours reach the 512-bit form)
+constexpr int DPBUSD_BITS = 256;
+static inline iv dot4(iv acc, iv u, iv s) { return _mm256_dpbusd_epi32(acc, u, s); }
+#elif LLAMANB_VW == 8 && defined(LLAMANB_VNNI256_SIMDE)
+constexpr int DPBUSD_BITS = 256;                              // emulated (vec.h)
+static inline iv dot4(iv acc, iv u, iv s) { return simde_mm256_dpbusd_epi32(acc, u, s); }
+#else
+constexpr int DPBUSD_BITS = 0;
+static inline iv dot4(iv acc, iv u, iv s) { return add32(acc, pairs16(dot_u8s8(u, s))); }
+#endif
 
 // Keep a block's running sums in registers, added group by group: left to itself GCC computed
 // all of a block's products first and parked them on the stack (int16 adds reassociate freely).
@@ -342,8 +432,37 @@ constexpr bool INT_DOT_BYTES = true;
 
 template <typename WT> struct IDot;
 
-// Q4_1: quants 0..15, activations -127..127: a pair is at most 2 * 15 * 127 = 3810, so the 8
-// groups of a block add up in 16 bits (8 * 3810 = 30480 < 32767) before one vpmaddwd.
+// Q4_1: quants 0..15, activations -127..127 (quantize_q8 clips there): a pair is at most
+// 2 * 15 * 127 = 3810 < 32767, so vpmaddubsw never saturates and dot4's two forms agree.
+#if DPBUSD_BITS
+// With vpdpbusd each group's products go straight into the 32-bit lanes, so the high nibbles need
+// no shift: v & 0xf0 is 16 q, its lane sums are 16 times the true ones, at most
+// 16 * 32 * 15 * 127 = 975360 < 2^31 over a block, and one arithmetic shift per block (exact: a
+// multiple of 16) gives the true sums back. Per group: 2 ands, 1 broadcast, 2 vpdpbusd.
+template <> struct IDot<q4_1_t> {
+    struct Acc { iv lo, hi; };
+    struct G { iv lo, hi; };
+    static inline void zero(Acc& a) { a.lo = a.hi = izero(); }
+    static inline G decode(const uint8_t* q, int g) {
+        const iv v = iload(q + g * 4 * VW);
+        return {band(v, set1_8(0x0f)), band(v, set1_8(int8_t(0xf0)))};
+    }
+    static inline void step(Acc& a, const G& g, const int8_t* x4) {
+        int32_t w;
+        std::memcpy(&w, x4, 4);
+        const iv x = set1_32(w);                      // the row's 4 activations, in every lane
+        a.lo = dot4(a.lo, g.lo, x);
+        a.hi = dot4(a.hi, g.hi, x);
+        LLAMANB_KEEP(a.lo, a.hi);
+    }
+    static inline void sums(const Acc& a, vi& lo, vi& hi) {
+        lo = (vi)a.lo;
+        hi = (vi)sra32(a.hi, 4);                      // 16 S -> S
+    }
+};
+#else
+// Without it, the 8 groups of a block add up in 16 bits (8 * 3810 = 30480 < 32767) before one
+// vpmaddwd. Per group: load, and, shift, and (the high nibbles), 1 broadcast, 2 vpmaddubsw, 2 adds.
 template <> struct IDot<q4_1_t> {
     struct Acc { iv lo, hi; };
     struct G { iv lo, hi; };
@@ -365,10 +484,13 @@ template <> struct IDot<q4_1_t> {
         hi = (vi)pairs16(a.hi);
     }
 };
+#endif
 
-// Q8_0: signed quants; vpmaddubsw wants one unsigned operand, so |q| times the activation with
-// q's sign. A pair is at most 2 * 128 * 127 = 32512 < 32767, but two are not: each group's
-// pairs go to 32 bits at once.
+// Q8_0: signed quants; vpmaddubsw and vpdpbusd want one unsigned operand, so |q| (0..128, as an
+// unsigned byte) times the activation with q's sign (-127..127: never -128, which quantize_q8
+// does not make). A pair is at most 2 * 128 * 127 = 32512 < 32767, so vpmaddubsw never
+// saturates and dot4's two forms agree; two pairs would pass 32767, so each group's pairs go to
+// 32 bits at once (vpdpbusd: into the lane).
 template <> struct IDot<q8_0_t> {
     struct Acc { iv lo, hi; };
     struct G { iv lo, hi; };
@@ -381,8 +503,8 @@ template <> struct IDot<q8_0_t> {
         int32_t w;
         std::memcpy(&w, x4, 4);
         const iv x = set1_32(w);
-        a.lo = add32(a.lo, pairs16(dot_u8s8(abs8(g.lo), sign8(x, g.lo))));
-        a.hi = add32(a.hi, pairs16(dot_u8s8(abs8(g.hi), sign8(x, g.hi))));
+        a.lo = dot4(a.lo, abs8(g.lo), sign8(x, g.lo));
+        a.hi = dot4(a.hi, abs8(g.hi), sign8(x, g.hi));
         LLAMANB_KEEP(a.lo, a.hi);
     }
     static inline void sums(const Acc& a, vi& lo, vi& hi) {
@@ -392,8 +514,9 @@ template <> struct IDot<q8_0_t> {
 };
 
 // Q5_0: quants 0..31 (the low 4 bits as Q4_1's, the fifth shifted from its word to bit 4 of each
-// byte). A pair is at most 2 * 31 * 127 = 7874; 8 groups would pass 32767 in 16 bits, so each
-// group's pairs go to 32 bits at once, as Q8_0's.
+// byte). A pair is at most 2 * 31 * 127 = 7874 < 32767 (vpmaddubsw never saturates: dot4's two
+// forms agree); 8 groups would pass 32767 in 16 bits, so each group's pairs go to 32 bits at
+// once, as Q8_0's.
 template <> struct IDot<q5_0_t> {
     struct Acc { iv lo, hi; };
     struct G { iv lo, hi; };
@@ -410,8 +533,8 @@ template <> struct IDot<q5_0_t> {
         int32_t w;
         std::memcpy(&w, x4, 4);
         const iv x = set1_32(w);
-        a.lo = add32(a.lo, pairs16(dot_u8s8(g.lo, x)));
-        a.hi = add32(a.hi, pairs16(dot_u8s8(g.hi, x)));
+        a.lo = dot4(a.lo, g.lo, x);
+        a.hi = dot4(a.hi, g.hi, x);
         LLAMANB_KEEP(a.lo, a.hi);
     }
     static inline void sums(const Acc& a, vi& lo, vi& hi) {
@@ -421,6 +544,7 @@ template <> struct IDot<q5_0_t> {
 };
 #else
 constexpr bool INT_DOT_BYTES = false;
+constexpr int DPBUSD_BITS = 0;
 
 template <typename WT> struct IDot;
 
@@ -481,9 +605,10 @@ template <> struct IDot<q5_0_t> : IDot32 {
 };
 #endif
 
-// Q4_0's quants are Q4_1's (0..15, m = -8 d taken through the activation block's sum).
+// Q4_0's quants are Q4_1's (0..15, m = -8 d taken through the activation block's sum): a pair at
+// most 2 * 15 * 127, as Q4_1's.
 template <> struct IDot<q4_0_t> : IDot<q4_1_t> {};
-// Q4_K's quants are Q4_1's too (M taken through the activation block's sum).
+// Q4_K's quants are Q4_1's too (0..15, M taken through the activation block's sum).
 template <> struct IDot<q4_k_t> : IDot<q4_1_t> {};
-// Q6_K's quants (q - 32) are signed bytes, as Q8_0's.
+// Q6_K's quants (q - 32: -32..31) are signed bytes, as Q8_0's: a pair at most 2 * 32 * 127.
 template <> struct IDot<q6_k_t> : IDot<q8_0_t> {};

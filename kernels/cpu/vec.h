@@ -35,6 +35,7 @@ static inline __m512 llamanb_cvtph_ps(__m256i h) {
 }
 #define _mm512_cvtph_ps llamanb_cvtph_ps
 #define LLAMANB_AVX512BF16 1         // vdpbf16ps as its definition states it (dot_bf16_pairs)
+#define LLAMANB_AVX512VNNI 1         // vpdpbusd: SIMDe's _mm512_dpbusd_epi32 (quant.h's dot4)
 #else
 #if defined(__AVX512F__)
 #define LLAMANB_AVX512F 1
@@ -45,6 +46,21 @@ static inline __m512 llamanb_cvtph_ps(__m256i h) {
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
 #define LLAMANB_AVX512BF16 1
 #endif
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define LLAMANB_AVX512VNNI 1
+#endif
+#endif
+
+// The 256-bit vpdpbusd (AVX-VNNI's VEX form, AVX512VL's EVEX form: one operation) is compiled
+// where the compiler targets either -- or, to check it on a CPU without it, with
+// LLAMANB_VNNI256_SIMDE on an AVX2 target (cpu_kernels' "vnni256-simde" flavour): the AVX2
+// kernels with every vpdpbusd carried out by SIMDe's simde_mm256_dpbusd_epi32 in AVX2
+// instructions. Its results are a VNNI build's; its speed is nobody's.
+#if defined(LLAMANB_VNNI256_SIMDE)
+#if defined(__AVX512F__) || defined(__AVXVNNI__) || !defined(__AVX2__)
+#error "LLAMANB_VNNI256_SIMDE wants an AVX2 target without AVX-512 or AVX-VNNI (-march=x86-64-v3)"
+#endif
+#include <simde/x86/avx512/dpbusd.h>
 #endif
 
 #if defined(LLAMANB_AVX512F)

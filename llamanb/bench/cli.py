@@ -15,12 +15,13 @@ from llamanb.bench.runners import DECODE_CONTEXT, PREFILL_LENS, decode_kv_positi
 
 
 def refuse_emulated(name: str, where: str) -> None:
-    """A one-line LlamanbError for the emulated AVX-512 flavour: timing it would measure SIMDe's
-    emulation, not a CPU."""
+    """A one-line LlamanbError for the emulated flavours (AVX-512, the 256-bit vpdpbusd):
+    timing them would measure SIMDe's emulation, not a CPU."""
     from llamanb.cpu import kernels as cpu_kernels
 
-    if name == cpu_kernels.EMULATED_AVX512:
-        raise LlamanbError(f"bench: {where}={name} runs the AVX-512 kernels emulated through SIMDe "
+    if name in cpu_kernels.EMULATED:
+        what = "AVX-512 kernels" if name == cpu_kernels.EMULATED_AVX512 else "vpdpbusd products"
+        raise LlamanbError(f"bench: {where}={name} runs the {what} emulated through SIMDe "
                            "on AVX2, for their results only; timing it would measure the "
                            "emulation, not this CPU (use native or a real -march)")
 

@@ -198,7 +198,9 @@ class CpuBackend(Backend):
         self.activations = "int8" if self.act8 else "float32"
         isa = {"native": "-march=native", "portable": "portable flags",
                cpu_kernels.EMULATED_AVX512: "AVX-512 code EMULATED through SIMDe on AVX2: "
-               "AVX-512's results, not its speed"}.get(self.k.flavour, f"-march={self.k.flavour}")
+               "AVX-512's results, not its speed",
+               cpu_kernels.EMULATED_VNNI256: "vpdpbusd EMULATED through SIMDe on AVX2: its "
+               "results, not its speed"}.get(self.k.flavour, f"-march={self.k.flavour}")
         if quant:
             # each matrix as the file stores it, and the panels it runs on where they differ
             named = [("/".join(sorted(set(src))) + ("" if set(src) == {q} else f" as {q}"))

@@ -26,6 +26,12 @@ flavour:
                                  layout are an AVX-512 build's; their speed is nobody's, so the
                                  bench refuses them. For checking the AVX-512 paths on a machine
                                  without AVX-512
+    LLAMANB_CPU_MARCH=vnni256-simde
+                                 the AVX2 kernels with their byte dot products by the 256-bit
+                                 vpdpbusd (AVX-VNNI, AVX512VL) on a CPU without it, emulated the
+                                 same way (kernels/cpu/vec.h): a VNNI build's results, nobody's
+                                 speed. (The 512-bit vpdpbusd runs in avx512-simde, and natively
+                                 wherever the compiler targets AVX512-VNNI or AVX-VNNI)
 
 The flavour is part of the flags, hence of the key: each flavour is its own cached library.
 `-ffp-contract=fast` lets multiply-adds fuse.
@@ -170,7 +176,11 @@ def missing_here(name: str) -> list[str]:
 
 # the flavour that runs the AVX-512 code paths through SIMDe on an AVX2 target (emulated)
 EMULATED_AVX512 = "avx512-simde"
+# the flavour that runs the AVX2 kernels' byte dot products through the 256-bit vpdpbusd (emulated)
+EMULATED_VNNI256 = "vnni256-simde"
+EMULATED = (EMULATED_AVX512, EMULATED_VNNI256)
 SIMDE_HEADER = "simde/x86/avx512.h"
+SIMDE_HEADERS = {EMULATED_AVX512: SIMDE_HEADER, EMULATED_VNNI256: "simde/x86/avx512/dpbusd.h"}
 
 
 def flavour_flags(name: str) -> tuple[str, ...]:
@@ -181,6 +191,8 @@ def flavour_flags(name: str) -> tuple[str, ...]:
         return portable_flags()
     if name == EMULATED_AVX512:                 # -Wno-psabi: 512-bit values passed without AVX-512
         return BASE_FLAGS + ("-march=x86-64-v3", "-DLLAMANB_AVX512_SIMDE", "-Wno-psabi")
+    if name == EMULATED_VNNI256:
+        return BASE_FLAGS + ("-march=x86-64-v3", "-DLLAMANB_VNNI256_SIMDE")
     return BASE_FLAGS + (f"-march={name}",)
 
 
@@ -485,6 +497,8 @@ class Kernels:
                   for f in ACT8_FORMATS for act in ("", "_q8")},
                "llamanb_cpu_quantize_q8": (P, I, I, P, P, P),
                "llamanb_cpu_int_dot_bytes": (),
+               "llamanb_cpu_dpbusd_bits": (),
+               "llamanb_cpu_dot4": (P, P, I, P),
                "llamanb_cpu_unpack_quant": (I, P, I, I, P),
                "llamanb_cpu_rmsnorm": (P, P, P, I, I, F, I),
                "llamanb_cpu_rope": (P, I, L, I, I, P, P, I),
@@ -499,7 +513,7 @@ class Kernels:
                "llamanb_cpu_threads": ()}
         for name, args in sig.items():
             fn = getattr(lib, name)
-            fn.argtypes, fn.restype = list(args), (ctypes.c_int if name.endswith(("width", "threads", "order", "isa", "bytes", "emulated", "_dot")) else
+            fn.argtypes, fn.restype = list(args), (ctypes.c_int if name.endswith(("width", "threads", "order", "isa", "bytes", "emulated", "_dot", "_bits")) else
                                                    ctypes.c_double if name.endswith("_sum") else None)
         self.vector_width = lib.llamanb_cpu_vector_width()
         self.panel_width = lib.llamanb_cpu_panel_width()
@@ -511,8 +525,15 @@ class Kernels:
         self.isa = tuple(n for i, n in enumerate(ISA_MACROS) if bits >> i & 1)
         # whether the 8-bit-activation products use byte dot products (vpmaddubsw)
         self.int_dot_bytes = bool(lib.llamanb_cpu_int_dot_bytes())
-        # whether the AVX-512 paths run emulated, through SIMDe (the avx512-simde flavour)
-        self.emulated = bool(lib.llamanb_cpu_avx512_emulated())
+        # the width of the vpdpbusd they use instead of vpmaddubsw + vpmaddwd (0: none; in the
+        # *-simde flavours emulated)
+        self.dpbusd_bits = lib.llamanb_cpu_dpbusd_bits()
+        # the instruction that takes a q8 product's byte dot products
+        self.int_dot = ("vpdpbusd" if self.dpbusd_bits else "vpmaddubsw" if self.int_dot_bytes
+                        else "int32 lanes")
+        # whether the AVX-512 paths run emulated, through SIMDe (the avx512-simde flavour), or
+        # the 256-bit vpdpbusd does (vnni256-simde)
+        self.emulated = bool(lib.llamanb_cpu_avx512_emulated()) or flavour == EMULATED_VNNI256
         # whether bfloat16 products of bfloat16 activations multiply pairs by vdpbf16ps (or, in
         # that flavour, its emulation) rather than widening: the same bits (kernels/cpu/vec.h)
         self.bf16_dot = bool(lib.llamanb_cpu_bf16_dot())
@@ -597,6 +618,17 @@ class Kernels:
                                          s.ctypes.data)
         return q, d, s
 
+    def dot4(self, u: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """out[j] = sum_t u[4j + t] s[4j + t] (t < 4) for uint8 u and int8 s of one length (a
+        multiple of 64), through the step the q8 products are made of: vpdpbusd, or vpmaddubsw
+        + vpmaddwd, whose pair sums saturate at int16 (self.int_dot; kernels/cpu/quant.h)."""
+        u = np.ascontiguousarray(u, dtype=np.uint8)
+        s = np.ascontiguousarray(s, dtype=np.int8)
+        assert u.shape == s.shape and u.ndim == 1 and u.size % 64 == 0
+        out = np.empty(u.size // 4, np.int32)
+        self.lib.llamanb_cpu_dot4(u.ctypes.data, s.ctypes.data, u.size, out.ctypes.data)
+        return out
+
     def exp(self, x: np.ndarray) -> np.ndarray:
         """e^x elementwise by the kernels' own exp (vec.h's exp_vf: softmax and SiLU use it)."""
         x = np.ascontiguousarray(x, dtype=np.float32)
@@ -649,9 +681,9 @@ def _load(kernels_dir: Path, cache: Path, wanted: str) -> Kernels | str:
         if built is not None:          # checked against its record before it is loaded
             return Kernels(ctypes.CDLL(str(built.path)), built, name)
     why = cxx_build.reason(kernels_dir, flavour_flags(tries[-1])) or "the build failed"
-    if wanted == EMULATED_AVX512 and SIMDE_HEADER in why:
-        why = (f"it needs SIMDe's headers ({SIMDE_HEADER}: Debian's libsimde-dev), which the "
-               "compiler does not find")
+    if wanted in SIMDE_HEADERS and SIMDE_HEADERS[wanted] in why:
+        why = (f"it needs SIMDe's headers ({SIMDE_HEADERS[wanted]}: Debian's libsimde-dev), "
+               "which the compiler does not find")
     return why if wanted == "native" else f"{MARCH_VAR}={wanted}: {why}"
 
 

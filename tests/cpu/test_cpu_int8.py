@@ -222,3 +222,76 @@ def test_q4_1_engine_default_is_int8_and_close_to_float(smollm, kernels):
     assert not np.array_equal(rows[0], rows[1])                  # a different computation
     with pytest.raises(LlamanbError, match="activations"):
         Engine(smollm, "cpu", dtype="q4_1", activations="int4")
+
+
+def _pmaddubsw_pmaddwd(u: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """vpmaddubsw then vpmaddwd against ones, as Intel's SDM states them (PMADDUBSW: adjacent
+    u8 * s8 products added "with signed saturation" to int16; PMADDWD: the two words of a
+    doubleword multiplied by 1 and added exactly), in int64."""
+    p = u.astype(np.int64) * s.astype(np.int64)
+    pairs = np.clip(p[0::2] + p[1::2], -32768, 32767)
+    return pairs[0::2] + pairs[1::2]
+
+
+def _dot4_reference(u: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """sum_t u[4j + t] s[4j + t] in int64: vpdpbusd's result (SDM VPDPBUSD: no saturation)."""
+    return (u.astype(np.int64) * s.astype(np.int64)).reshape(-1, 4).sum(axis=1)
+
+
+def test_byte_dots_agree_wherever_vpmaddubsw_cannot_saturate(kernel_builds):
+    """Every build's byte-dot step (quant.h's dot4: vpdpbusd, vpmaddubsw + vpmaddwd, or int32
+    lanes) is the exact int64 sum on the operands the q8 products give it -- the unsigned
+    operand 0..15 (Q4_1, Q4_0, Q4_K nibbles; a pair at most 2 * 15 * 127 = 3810), 0..31 (Q5_0:
+    7874), 0..128 (|q| of Q8_0 and Q6_K, with the activation's sign: 2 * 128 * 127 = 32512),
+    activations -127..127 (quantize_q8 never makes -128) -- including each range's extremes; so
+    vpdpbusd and vpmaddubsw builds agree bit for bit there."""
+    rng = np.random.default_rng(45)
+    for top in (15, 31, 128):
+        u = rng.integers(0, top + 1, 4096).astype(np.uint8)
+        s = rng.integers(-127, 128, 4096).astype(np.int8)
+        u[:64], s[:64] = top, np.tile(np.array([127, 127, -127, -127], np.int8), 16)   # extremes
+        ref = _dot4_reference(u, s)
+        assert np.array_equal(_pmaddubsw_pmaddwd(u, s), ref), top         # no pair saturates
+        for k in kernel_builds:
+            assert np.array_equal(k.dot4(u, s), ref), (k.flavour, k.int_dot, top)
+
+
+def test_vpmaddubsw_saturates_where_vpdpbusd_does_not(kernel_builds):
+    """Bytes 255 times activations 127: each pair is 2 * 255 * 127 = 64770 > 32767, so
+    vpmaddubsw clips it to 32767 (a lane 65534), while vpdpbusd sums the four products in 32 bits
+    (129540, the int64 sum). The builds here show both where they have them (vpdpbusd: emulated
+    through SIMDe on a CPU without VNNI); the q8 products never hand either such bytes."""
+    u = np.full(256, 255, np.uint8)
+    s = np.full(256, 127, np.int8)
+    s[128:] = -128                                   # and the negative end: -65280 -> -32768
+    ref = _dot4_reference(u, s)
+    sat = _pmaddubsw_pmaddwd(u, s)
+    assert ref[0] == 129540 and sat[0] == 65534 and ref[-1] == -130560 and sat[-1] == -65536
+    kinds = set()
+    for k in kernel_builds:
+        got = k.dot4(u, s)
+        kinds.add(k.int_dot)
+        want = sat if k.int_dot == "vpmaddubsw" else ref
+        assert np.array_equal(got, want), (k.flavour, k.int_dot)
+    assert {"vpmaddubsw", "vpdpbusd"} <= kinds or len(kernel_builds) < 3, kinds
+
+
+@pytest.mark.parametrize("qtype", QTYPES)
+def test_int8_products_same_bits_in_every_fma_build(kernel_builds, qtype):
+    """The q8 products of the builds that fuse multiply-adds (native, and the vpdpbusd builds:
+    emulated AVX-512, emulated 256-bit VNNI) are the same bits, decode and prefill row counts:
+    the integer block sums are exact whichever instruction makes them (the two tests above), and
+    the float folds are the same FMA chain. (The portable build has no FMA: its folds round
+    twice, so it keeps only the derived bound.)"""
+    K, N = _k(qtype, 256), 45
+    raw = _blocks(qtype, N, K // 32, seed=9)
+    x = np.random.default_rng(4).standard_normal((19, K)).astype(np.float32)
+    builds = [k for k in kernel_builds if "FMA" in k.isa]
+    ys = []
+    for k in builds:
+        wq = k.pack_quant(raw, qtype, K)
+        ys.append([k.matmul(x[:M].copy(), wq, np.zeros((M, N), np.float32), act8=True)
+                   for M in (1, 4, 19)])
+    for k, y in zip(builds[1:], ys[1:]):
+        for a, b in zip(ys[0], y):
+            assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), (k.flavour, k.int_dot)
