@@ -373,7 +373,16 @@ static inline iv bor(iv a, iv b) { return _mm512_or_si512(a, b); }
 static inline iv srl16(iv a, int n) { return _mm512_srli_epi16(a, n); }
 static inline iv sll32(iv a, int n) { return _mm512_slli_epi32(a, n); }
 static inline iv srl32(iv a, int n) { return _mm512_srli_epi32(a, n); }
+#if defined(LLAMANB_AVX512_SIMDE)
+// SIMDe 0.7.4 has no _mm512_srai_epi32: the logical shift, its sign extended by
+// ((x >>> n) ^ h) - h with h = 2^(31 - n) -- the same integers
+static inline iv sra32(iv a, int n) {
+    const iv h = set1_32(int32_t(1u << (31 - n)));
+    return _mm512_sub_epi32(_mm512_xor_si512(srl32(a, n), h), h);
+}
+#else
 static inline iv sra32(iv a, int n) { return _mm512_srai_epi32(a, n); }
+#endif
 static inline iv add16(iv a, iv b) { return _mm512_add_epi16(a, b); }
 static inline iv add32(iv a, iv b) { return _mm512_add_epi32(a, b); }
 static inline iv dot_u8s8(iv u, iv s) { return _mm512_maddubs_epi16(u, s); }
@@ -402,21 +411,21 @@ constexpr bool INT_DOT_BYTES = true;
 //   integers -- each IDot below says why its operands cannot (tests/cpu/test_cpu_int8.py runs both
 //   on a pair that does, against int64).
 #if LLAMANB_VW == 16 && defined(LLAMANB_AVX512VNNI)
-constexpr int DPBUSD_BITS = 512;
+#define LLAMANB_DPBUSD_BITS 512
 static inline iv dot4(iv acc, iv u, iv s) { return _mm512_dpbusd_epi32(acc, u, s); }
 #elif LLAMANB_VW == 8 && defined(__AVXVNNI__)
-constexpr int DPBUSD_BITS = 256;
+#define LLAMANB_DPBUSD_BITS 256
 static inline iv dot4(iv acc, iv u, iv s) { return _mm256_dpbusd_avx_epi32(acc, u, s); }
 #elif LLAMANB_VW == 8 && defined(__AVX512VNNI__) && defined(__AVX512VL__)
 // (the EVEX encoding of the same operation, for a 256-bit build on an AVX512-VNNI target; this
 // project's AVX-512 builds take 512-bit vectors, so its own flavours reach the 512-bit form)
-constexpr int DPBUSD_BITS = 256;
+#define LLAMANB_DPBUSD_BITS 256
 static inline iv dot4(iv acc, iv u, iv s) { return _mm256_dpbusd_epi32(acc, u, s); }
 #elif LLAMANB_VW == 8 && defined(LLAMANB_VNNI256_SIMDE)
-constexpr int DPBUSD_BITS = 256;                              // emulated (vec.h)
+#define LLAMANB_DPBUSD_BITS 256      // emulated (vec.h)
 static inline iv dot4(iv acc, iv u, iv s) { return simde_mm256_dpbusd_epi32(acc, u, s); }
 #else
-constexpr int DPBUSD_BITS = 0;
+#define LLAMANB_DPBUSD_BITS 0
 static inline iv dot4(iv acc, iv u, iv s) { return add32(acc, pairs16(dot_u8s8(u, s))); }
 #endif
 
@@ -434,7 +443,7 @@ template <typename WT> struct IDot;
 
 // Q4_1: quants 0..15, activations -127..127 (quantize_q8 clips there): a pair is at most
 // 2 * 15 * 127 = 3810 < 32767, so vpmaddubsw never saturates and dot4's two forms agree.
-#if DPBUSD_BITS
+#if LLAMANB_DPBUSD_BITS       // (a macro: #if reads no constexpr)
 // With vpdpbusd each group's products go straight into the 32-bit lanes, so the high nibbles need
 // no shift: v & 0xf0 is 16 q, its lane sums are 16 times the true ones, at most
 // 16 * 32 * 15 * 127 = 975360 < 2^31 over a block, and one arithmetic shift per block (exact: a
@@ -544,7 +553,7 @@ template <> struct IDot<q5_0_t> {
 };
 #else
 constexpr bool INT_DOT_BYTES = false;
-constexpr int DPBUSD_BITS = 0;
+#define LLAMANB_DPBUSD_BITS 0
 
 template <typename WT> struct IDot;
 
@@ -604,6 +613,8 @@ template <> struct IDot<q5_0_t> : IDot32 {
     }
 };
 #endif
+
+constexpr int DPBUSD_BITS = LLAMANB_DPBUSD_BITS;
 
 // Q4_0's quants are Q4_1's (0..15, m = -8 d taken through the activation block's sum): a pair at
 // most 2 * 15 * 127, as Q4_1's.
