@@ -265,7 +265,8 @@ template <> struct Quant<q6_k_t> {
 // One block of 32 as quantize_q8 states it, 8 lanes at a time, the same bits: max|x| and the sum
 // of integers are exact in any order, x / d is one IEEE division per lane (vdivps, as divss), and
 // vroundps to nearest rounds half to even, as nearbyint does in the default rounding mode.
-// Per block about 40 instructions where the scalar loop took some 900 (callgrind).
+// A block in about 94 instructions (the call included) where the scalar loop took 898
+// (callgrind, a SmolLM2-135M decode token: 2.76 M -> 0.29 M).
 static inline void quantize_block_q8(const float* xb, int8_t* q, float& d, float& s) {
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256 fmax = _mm256_set1_ps(3.4028235e38f);

@@ -295,3 +295,28 @@ def test_int8_products_same_bits_in_every_fma_build(kernel_builds, qtype):
     for k, y in zip(builds[1:], ys[1:]):
         for a, b in zip(ys[0], y):
             assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), (k.flavour, k.int_dot)
+
+
+def test_q4_1_engine_same_bits_through_the_256_bit_vpdpbusd(smollm, kernels, vnni256_kernels):
+    """The whole Q4_1 engine on the AVX2 build whose byte dot products are the 256-bit vpdpbusd
+    (emulated through SIMDe where this CPU has no VNNI) gives the native AVX2 build's logits bit
+    for bit: a prompt, then two greedy decode steps. Its description says it is emulated."""
+    from llamanb.cpu import kernels as cpu_kernels
+    from llamanb.engine.engine import Engine
+
+    if vnni256_kernels is None:
+        pytest.skip("the native build takes vpdpbusd itself, or is AVX-512 (its own test)")
+    ids = smollm.tokenizer.encode_prompt("What is the capital of France?", chat=True)
+    runs = []
+    for march in ("native", cpu_kernels.EMULATED_VNNI256):
+        e = Engine(smollm, "cpu", dtype="q4_1", march=march)
+        assert e.backend.act8 and e.backend.k.int_dot == ("vpmaddubsw" if march == "native"
+                                                          else "vpdpbusd")
+        cache = e.new_cache(len(ids) + 4)
+        logits = [e.prefill(ids, cache)]
+        for _ in range(2):
+            logits.append(e.decode(int(np.argmax(logits[-1])), cache))
+        runs.append(logits)
+    assert "vpdpbusd EMULATED through SIMDe" in e.backend.description
+    for i, (a, b) in enumerate(zip(*runs)):
+        assert np.array_equal(a, b), (i, float(np.abs(a - b).max()))
