@@ -151,17 +151,17 @@ for o in outs:
 
 # %%
 grid = np.array([[sens[k][o] for k in sens] for o in outs])
-fig, ax = plt.subplots(figsize=(8, 6.4))
+fig, ax = plt.subplots(figsize=(8, 6.4))              # labels 9 pt: >= 9 px as Lab draws it
 im = ax.imshow(grid, cmap="RdBu_r", vmin=-2.5, vmax=2.5, aspect="auto")
 ax.set_xticks(range(len(sens)), list(sens), rotation=30, ha="right", fontsize=9)
-ax.set_yticks(range(len(outs)), [label[o] for o in outs], fontsize=8)
+ax.set_yticks(range(len(outs)), [label[o] for o in outs], fontsize=9)
 for i, j in np.ndindex(grid.shape):
     if abs(grid[i, j]) >= 0.05:
-        ax.text(j, i, f"{grid[i, j]:.1f}", ha="center", va="center", fontsize=8,
+        ax.text(j, i, f"{grid[i, j]:.1f}", ha="center", va="center", fontsize=9,
                 color="white" if abs(grid[i, j]) > 1.7 else "black")
 cb = fig.colorbar(im, ax=ax)
 cb.set_label("% change per 1 % of the calibration figure", fontsize=9)
-cb.ax.tick_params(labelsize=8)
+cb.ax.tick_params(labelsize=9)
 ax.set_title("NPU2: each prediction's elasticity to each\ncalibration figure (estimated)", fontsize=10)
 fig.tight_layout()
 plt.show()
