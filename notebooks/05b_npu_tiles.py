@@ -94,9 +94,12 @@ assert [n for n, s in kernels.items() if read_plan(s.text).launches[0].herds[0].
 
 # %%
 # NBVAL_IGNORE_OUTPUT
+from ipywidgets import VBox
+
+from llamanb.course.widgets import kernel_notice
 from llamanb.npu.compiler import tileview
 
-tileview.widget(kernels)
+VBox([kernel_notice(), tileview.widget(kernels)])    # the notice shows only once the kernel is gone
 
 # %%
 fig = tileview.overview(kernels, ncols=3)            # 3 across, 7.8 in: Lab draws it full size

@@ -181,11 +181,14 @@ print(f"preloaded {b.counters.bytes_to_device / 1e6:.1f} MB of weights; "
 prompt = model.tokenizer.encode_prompt("Name three colours.", chat=True, system=None)
 
 
-def greedy(engine, n):
+def greedy(engine, n, say=lambda line: None):
+    """n greedy tokens after `prompt` and each step's logits; say(line) before each step."""
     cache = engine.new_cache(256)
+    say(f"{engine.backend.name}: the prefill")
     logits = [engine.prefill(prompt, cache)]
     toks = [int(np.argmax(logits[-1]))]
-    for _ in range(n - 1):
+    for i in range(n - 1):
+        say(f"{engine.backend.name}: decode step {i + 1} of {n - 1}")
         logits.append(engine.decode(toks[-1], cache))
         toks.append(int(np.argmax(logits[-1])))
     return toks, logits
@@ -251,9 +254,12 @@ print(f"one shared set:    {(w_token + steady_dec.bytes_to_device) / 1e6:.0f} MB
 
 # %%
 # NBVAL_IGNORE_OUTPUT
+from llamanb.platform.progress import stages
+
 ref = Engine(model, "numpy", dtype="bf16")
-t_npu, lg_npu = greedy(npu, 12)
-t_ref, lg_ref = greedy(ref, 12)
+with stages() as say:                                   # a line per step while it runs, gone after
+    t_npu, lg_npu = greedy(npu, 12, say)
+    t_ref, lg_ref = greedy(ref, 12, say)
 print("npu2-emulated:", repr(model.tokenizer.decode(t_npu)))
 print("numpy bf16:   ", repr(model.tokenizer.decode(t_ref)))
 same = next((i for i, (p, q) in enumerate(zip(t_npu, t_ref)) if p != q), len(t_ref))
@@ -274,10 +280,13 @@ print(f"emulation wall time so far {b.counters.wall_s:.1f} s (numpy interpreter,
 
 # %%
 # NBVAL_IGNORE_OUTPUT
+from ipywidgets import VBox
+
+from llamanb.course.widgets import kernel_notice
 from llamanb.npu.compiler import tileview
 
 token_groups = {n: b.groups[n].spec for n in ("rms_gemv_rope", "o_gemv_ffn", "lm_head_gemv")}
-tileview.widget(token_groups)
+VBox([kernel_notice(), tileview.widget(token_groups)])   # the notice shows only once the kernel is gone
 
 # %%
 fig = tileview.chart(token_groups, "Tiles per launch of one decode token (8-launch design, "
@@ -304,13 +313,13 @@ for n, g in token_groups.items():
 # %%
 logits_broker = lg_npu[0]
 del npu, b
-npu_al = Engine(model, "npu2-emulated", aliasing=True)
-c0 = npu_al.backend.counters.copy()
-cache = npu_al.new_cache(256)
-npu_al.prefill(prompt, cache)
-c1 = npu_al.backend.counters.copy()
-cache = npu_al.new_cache(256)
-logits_alias = npu_al.prefill(prompt, cache)
+with stages() as say:                                   # a line per step while it runs, gone after
+    say("npu2-emulated with aliasing: preloading the weights")
+    npu_al = Engine(model, "npu2-emulated", aliasing=True)
+    say("npu2-emulated with aliasing: a first prefill, then the counted one")
+    npu_al.prefill(prompt, npu_al.new_cache(256))
+    c1 = npu_al.backend.counters.copy()
+    logits_alias = npu_al.prefill(prompt, npu_al.new_cache(256))
 al = npu_al.backend.counters - c1
 assert np.array_equal(logits_alias, logits_broker)
 want_a = traffic.prefill_bytes(cfg, 128, aliasing=True)

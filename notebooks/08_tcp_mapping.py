@@ -177,6 +177,7 @@ assert any(op.name == "causal_mask" for op in prefill.layer)
 # alone through the numpy engine: the same tokens, and the logits agree to float32 rounding.
 
 # %%
+from llamanb.platform.progress import stages
 from llamanb.tcp.interpret import Interpreter
 
 tok = model.tokenizer
@@ -185,15 +186,20 @@ a = tok.encode_prompt("Name a color.")
 b = tok.encode_prompt("Name a fruit.")
 print("prompt lengths:", len(a), len(b))
 tcp_cache = run.new_cache(2, len(a) + 5)
-steps = [run.step([a, b], tcp_cache)]                      # (logits [2, V], the program's argmax [2])
-for _ in range(4):                                         # four greedy decode steps
-    steps.append(run.step(steps[-1][1][:, None], tcp_cache))
+with stages() as say:                                      # a line per step while it runs, gone after
+    say("the program's prefill of both prompts")
+    steps = [run.step([a, b], tcp_cache)]                  # (logits [2, V], the program's argmax [2])
+    for i in range(4):                                     # four greedy decode steps
+        say(f"the program's decode step {i + 1} of 4")
+        steps.append(run.step(steps[-1][1][:, None], tcp_cache))
 tokens, logits = np.stack([t for _, t in steps], axis=1), [lg for lg, _ in steps]   # [2, 5], 5 x [2, V]
 worst = 0.0
 for row, p in enumerate((a, b)):
-    res = generate(engine, p, max_new_tokens=5)
-    cache = engine.new_cache(len(p) + 5)
-    ref_logits = [engine.prefill(p, cache)] + [engine.decode(t, cache) for t in res.ids[:4]]
+    with stages() as say:
+        say(f"the engine's 5 greedy tokens and their logits for sequence {row}")
+        res = generate(engine, p, max_new_tokens=5)
+        cache = engine.new_cache(len(p) + 5)
+        ref_logits = [engine.prefill(p, cache)] + [engine.decode(t, cache) for t in res.ids[:4]]
     worst = max(worst, max(np.abs(lg[row] - r).max() / np.abs(r).max() for lg, r in zip(logits, ref_logits)))
     print(f"sequence {row}: program {tokens[row].tolist()}  engine {res.ids}  -> {tok.decode(res.ids)!r}")
     assert tokens[row].tolist() == res.ids
@@ -441,6 +447,8 @@ import io
 from IPython.display import Image, display
 from ipywidgets import Dropdown, Output, VBox
 
+from llamanb.course.widgets import kernel_notice
+
 
 def bars(ax, c, phase, target):
     s = 128 if (c is SMOLLM2_135M and phase == "prefill") else 2048
@@ -471,7 +479,7 @@ def redraw(_=None):
 
 for w in ws:
     w.observe(redraw, names="value")
-display(VBox([*ws, view]))
+display(VBox([kernel_notice(), *ws, view]))   # the notice shows only once the kernel is gone
 redraw()
 
 # %%

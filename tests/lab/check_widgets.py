@@ -249,8 +249,11 @@ def run_all_and_wait(page, port: int, timeout_s: float) -> float:
 
 
 def widget_roots(page):
-    return page.query_selector_all(".jp-OutputArea-output .jupyter-widgets.widget-vbox, "
-                                   ".jp-OutputArea-output > .jupyter-widgets")
+    """Each displayed widget once: a box nested in another (chapter 05b's notice above the tile
+    view's own box) is part of its outer widget, as REOPENED_JS counts it after reopening."""
+    return [w for w in page.query_selector_all(".jp-OutputArea-output .jupyter-widgets.widget-vbox, "
+                                               ".jp-OutputArea-output > .jupyter-widgets")
+            if w.evaluate("w => !w.parentElement.closest('.jupyter-widgets.widget-vbox')")]
 
 
 def poke(page, root) -> list[str]:

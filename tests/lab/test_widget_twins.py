@@ -7,6 +7,9 @@ Lab that has lost the widget state, a notebook not run yet).
   * the chat widget: one of the next three code cells stores a scripted exchange, "you> ..."
     then "assistant> ..." with a non-empty answer.
 
+And every widget carries the kernel-gone notice (llamanb.course.widgets.kernel_notice) as its first
+child: a widget reopened with no kernel behind it says so in one line instead of looking live.
+
 Reads the committed .ipynb files only (no kernel, well under a second); `make test-lab` checks the
 live widgets in JupyterLab.
 """
@@ -17,6 +20,8 @@ import re
 
 import pytest
 from conftest import REPO_ROOT
+
+from llamanb.course.widgets import NOTICE_CLASS
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
 NOTEBOOKS = sorted(p for p in (REPO_ROOT / "notebooks").glob("*.ipynb")     # 01b, A_ too
@@ -66,3 +71,13 @@ def test_every_widget_has_a_static_twin(path):
         if not ok:
             missing.append(f"cell {i} ({text[:40]}...): no {want}")
     assert not missing, f"{path.name}: " + "; ".join(missing)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_widget_says_when_its_kernel_is_gone(path):
+    """The widget's repr opens with its first child: the notice, an HTML widget whose value holds
+    NOTICE_CLASS's stylesheet (a notice nested deeper, or none, would not be seen first)."""
+    nb = json.loads(path.read_text())
+    bare = [f"cell {i} ({text[:60]}...)" for i, text in widget_cells(nb)
+            if not re.match(r"VBox\(children=\(HTML\(value=[\"']<style>\." + re.escape(NOTICE_CLASS), text)]
+    assert not bare, f"{path.name}: no kernel_notice() first in " + "; ".join(bare)
