@@ -40,13 +40,17 @@ warnings.filterwarnings("ignore")
 
 import matplotlib.pyplot as plt
 import numpy as np
-import torch
-from transformers import LlamaConfig as HFLlamaConfig
-from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 from llamanb.model import rope
 from llamanb.model.config import LLAMA32_1B, SMOLLM2_135M, RopeScaling
+from llamanb.platform.progress import stages
+
+with stages(prefix="transformers") as say:              # a line while it runs, gone after
+    say("importing torch and transformers' Llama rotary embedding")
+    import torch
+    from transformers import LlamaConfig as HFLlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 torch.manual_seed(0)
 np.set_printoptions(precision=4, suppress=True, linewidth=110)
@@ -170,17 +174,14 @@ fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.4))
 regions = [(kept, "kept", "tab:green"), (blended, "blended", "tab:orange"), (divided, "divided by 32", "tab:red")]
 for ax in (a1, a2):
     for mask, name, color in regions:
-        idx = i[mask]
-        ax.axvspan(idx.min() - 0.5, idx.max() + 0.5, color=color, alpha=0.15, label=name)
+        ax.axvspan(i[mask].min() - 0.5, i[mask].max() + 0.5, color=color, alpha=0.15, label=name)
 a1.semilogy(i, w0, "o-", ms=3, color="k", label="original w_i")
 a1.semilogy(i, w_llamanb3, "s--", ms=3, color="tab:blue", label="scaled w'_i")
-a1.set_xlabel("pair index i")
-a1.set_ylabel("frequency [rad / token]")
+a1.set(xlabel="pair index i", ylabel="frequency [rad / token]")
 a1.set_title("Llama-3.2-1B: original vs scaled")
 a1.legend(fontsize=7)
 a2.plot(i, w0 / w_llamanb3, "o-", ms=3, color="tab:blue")
-a2.set_xlabel("pair index i")
-a2.set_ylabel("w_i / w'_i")
+a2.set(xlabel="pair index i", ylabel="w_i / w'_i")
 a2.set_title("slow-down per pair (1 ... 32)")
 plt.tight_layout()
 plt.show()
@@ -208,8 +209,7 @@ for ax, pairs, title in rows:
     ax.imshow(pairs[None, :], cmap="tab10", vmin=0, vmax=9, aspect="auto")
     for j, p in enumerate(pairs):
         ax.text(j, 0, f"x{j}\npair {p}", ha="center", va="center", fontsize=7)
-    ax.set_yticks([])
-    ax.set_xticks([])
+    ax.set(xticks=[], yticks=[])
     ax.set_title(title, fontsize=9)
 plt.tight_layout()
 plt.show()
@@ -411,14 +411,12 @@ print("every diagonal of the", heat.shape, "score matrix is constant within 1e-4
 
 fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
 im = a1.imshow(heat, cmap="RdBu_r")
-a1.set_xlabel("key position n")
-a1.set_ylabel("query position m")
+a1.set(xlabel="key position n", ylabel="query position m")
 a1.set_title("q_m . k_n after RoPE")
 fig.colorbar(im, ax=a1, fraction=0.046)
 dist = np.arange(-Sh + 1, Sh)
 a2.plot(dist, [np.diagonal(heat, offset=-o).mean() for o in dist], ".-")
-a2.set_xlabel("m - n")
-a2.set_ylabel("score")
+a2.set(xlabel="m - n", ylabel="score")
 a2.set_title("the same numbers as a function of m - n")
 plt.tight_layout()
 plt.show()
@@ -469,14 +467,16 @@ for t in shifts:
 
 # %%
 import gguf
-from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS
 
 from llamanb import load_model
 from llamanb.io.gguf import GGUFSource, permute_qk, unpermute_qk
 
-model = load_model()
-cfg = model.config
-src = GGUFSource(model.source)                                       # the GGUF, opened with gguf's reader
+with stages() as say:                                   # a line while it runs, gone after
+    say("importing transformers' GGUF loader; opening the model's GGUF with gguf's reader")
+    from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS
+    model = load_model()
+    cfg = model.config
+    src = GGUFSource(model.source)                                   # the GGUF, opened with gguf's reader
 raw = {n: src.tensors[f"blk.0.attn_{n}.weight"] for n in ("q", "k")}
 w_gguf = {n: gguf.quants.dequantize(t.data, t.tensor_type) for n, t in raw.items()}   # [rows, hidden]
 hf_cfg = {"num_attention_heads": int(src.meta["llama.attention.head_count"]),          # 9

@@ -51,6 +51,7 @@ import numpy as np
 
 from llamanb import Engine, load_model, pad_to
 from llamanb.model.numerics import gamma, matmul_bound
+from llamanb.platform.progress import stages
 
 model = load_model()
 cfg = model.config
@@ -103,18 +104,21 @@ def prefill_states(token_ids, real_len=None):
 print(f"{'real n':>6} {'padded to':>9} {'last real row, all 31 states':>29} {'all real rows':>13} "
       f"{'logits':>6} {'next token':>10}")
 proof = []
-for n in (5, 13, 40):
-    logits_ref, states_ref = prefill_states(chat[:n])
-    for P in (64, 128):
-        padded, real_len = pad_to(chat[:n], P, EOS)
-        logits_pad, states_pad = prefill_states(padded, real_len=real_len)
-        last_row = all(np.array_equal(a[n - 1], b[n - 1]) for a, b in zip(states_pad, states_ref))
-        all_rows = all(np.array_equal(a, b) for a, b in zip(states_pad, states_ref))
-        same_logits = np.array_equal(logits_pad, logits_ref)
-        nxt = repr(tok.decode([int(np.argmax(logits_pad))]))
-        proof.append((last_row, all_rows, same_logits, len(states_pad) == cfg.n_layers + 1))
-        print(f"{n:>6} {P:>9} {'equal' if last_row else 'DIFFER':>29} "
-              f"{'equal' if all_rows else 'DIFFER':>13} {'equal' if same_logits else 'DIFFER':>6} {nxt:>10}")
+with stages() as say:                                         # a line per prefill, gone after
+    for n in (5, 13, 40):
+        say(f"prefill of the {n} real tokens, unpadded")
+        logits_ref, states_ref = prefill_states(chat[:n])
+        for P in (64, 128):
+            say(f"prefill of the {n} real tokens padded to {P}")
+            padded, real_len = pad_to(chat[:n], P, EOS)
+            logits_pad, states_pad = prefill_states(padded, real_len=real_len)
+            last_row = all(np.array_equal(a[n - 1], b[n - 1]) for a, b in zip(states_pad, states_ref))
+            all_rows = all(np.array_equal(a, b) for a, b in zip(states_pad, states_ref))
+            same_logits = np.array_equal(logits_pad, logits_ref)
+            nxt = repr(tok.decode([int(np.argmax(logits_pad))]))
+            proof.append((last_row, all_rows, same_logits, len(states_pad) == cfg.n_layers + 1))
+            print(f"{n:>6} {P:>9} {'equal' if last_row else 'DIFFER':>29} {'equal' if all_rows else 'DIFFER':>13} "
+                  f"{'equal' if same_logits else 'DIFFER':>6} {nxt:>10}")
 assert all(all(r) for r in proof)                             # every cell of the table: equal
 
 # %% [markdown]
@@ -282,9 +286,13 @@ assert counted == n_real - conv.count(EOS) != n_real
 # with the counted length.
 
 # %%
-logits_ref, _ = prefill_states(conv)
-logits_carried, _ = prefill_states(padded, real_len=n_real)
-logits_counted, _ = prefill_states(padded, real_len=counted)
+with stages() as say:                                         # a line per prefill, gone after
+    say(f"prefill of the {n_real}-token conversation, unpadded")
+    logits_ref, _ = prefill_states(conv)
+    say("prefill of the conversation padded to 64, the real length carried")
+    logits_carried, _ = prefill_states(padded, real_len=n_real)
+    say("prefill of the conversation padded to 64, the counted length")
+    logits_counted, _ = prefill_states(padded, real_len=counted)
 for label, lg in [("unpadded", logits_ref), ("padded, real_len carried", logits_carried),
                   ("padded, length counted", logits_counted)]:
     print(f"{label:<25} next token {int(np.argmax(lg)):>5} {tok.decode([int(np.argmax(lg))])!r}")
