@@ -419,13 +419,18 @@ print("max |K_decode - K_full| in rows [S, T):", np.abs(cache.k[:, :, S:T] - red
 # via="converted")`; all the arithmetic, RoPE and caching below is transformers' own code.)
 
 # %%
-import torch
+from llamanb.platform.progress import stages
 
-from llamanb.check.hf_reference import load_hf
+with stages(prefix="transformers") as say:              # a line while it runs, gone after
+    say("importing torch and transformers, loading the converted checkpoint")
+    import torch
 
-hf = load_hf(model, via="converted")
-with torch.inference_mode():
-    out = hf(torch.tensor([full]), use_cache=True)
+    from llamanb.check.hf_reference import load_hf
+
+    hf = load_hf(model, via="converted")
+    say(f"one forward over all {len(full)} tokens, keeping its KV cache")
+    with torch.inference_mode():
+        out = hf(torch.tensor([full]), use_cache=True)
 pkv = out.past_key_values
 print(type(pkv).__name__, "| layers:", len(pkv.layers), "| keys per layer:",
       tuple(pkv.layers[0].keys.shape), "= [B, N_kv, T, d_h]")

@@ -236,6 +236,7 @@ from llamanb import Engine  # noqa: E402
 from llamanb.cuda.error_bound import launch_error_ratio, recorded  # noqa: E402
 from llamanb.cuda.random_model import random_model  # noqa: E402
 from llamanb.engine.step import Step  # noqa: E402
+from llamanb.platform.progress import stages  # noqa: E402
 
 tiny = LlamaConfig(name="tiny-random", n_layers=2, hidden=32, n_heads=2, n_kv_heads=1,
                    head_dim=16, ffn=64, vocab=64, rope_theta=10000.0, max_seq=32,
@@ -248,9 +249,11 @@ print(sim.backend.description)
 prompt = [5, 17, 33, 9]
 cs, cr = sim.new_cache(16), ref.new_cache(16)
 toks_sim, toks_ref = [], []
-with recorded(sim.backend) as log:                  # every launch: its arguments before and after
+with stages() as say, recorded(sim.backend) as log:   # every launch: its arguments before and after
+    say("the prefill, simulated and on numpy")
     ls, lr = sim.prefill(prompt, cs), ref.prefill(prompt, cr)
-    for _ in range(3):
+    for i in range(3):
+        say(f"decode step {i + 1} of 3, simulated and on numpy")
         toks_sim.append(int(np.argmax(ls)))
         toks_ref.append(int(np.argmax(lr)))
         ls, lr = sim.decode(toks_sim[-1], cs), ref.decode(toks_ref[-1], cr)
@@ -258,8 +261,10 @@ print("CUDA simulator, greedy tokens:", toks_sim)
 print("numpy engine,   greedy tokens:", toks_ref)
 assert toks_sim == toks_ref
 ratios = {}                                         # kernel -> error / bound of each launch
-for name, before, after in log:
-    ratios.setdefault(name, []).append(launch_error_ratio(name, before, after))
+with stages() as say:
+    for n, (name, before, after) in enumerate(log):
+        say(f"launch {n + 1} of {len(log)} ({name}) against float64 on its inputs")
+        ratios.setdefault(name, []).append(launch_error_ratio(name, before, after))
 assert all(r <= 1.0 for rs in ratios.values() for r in rs), ratios
 print(f"{len(log)} launches, each within its derived float32 bound of float64 on its inputs:")
 print({name: len(rs) for name, rs in ratios.items()})
