@@ -249,14 +249,18 @@ print(f"one device vs float64: E < {10 ** np.ceil(np.log10(E)):.0e} (logits up t
 print(f"E = {E:.2e} on this machine (it moves with the BLAS kernels and thread count)")
 
 # %%
+from llamanb.platform.progress import stages
+
 engines = {}
-for shape in ((1, 1), (1, 3), (3, 4)):
-    for topo in ("line", "ring"):
-        eng = Engine(model, backend="galaxy-emulated", mesh=MeshConfig(shape, topology=topo))
-        got = eng.prefill(ids, eng.new_cache(64))
-        e_exact, e_one = np.abs(got - exact).max(), np.abs(got - ref).max()
-        assert e_exact <= 2 * E and e_one <= 3 * E
-        engines[shape, topo] = eng
+with stages(prefix="galaxy-emulated") as say:           # a line per mesh while it runs, gone after
+    for shape in ((1, 1), (1, 3), (3, 4)):
+        for topo in ("line", "ring"):
+            say(f"prefilling the {len(ids)}-token prompt on the {shape[0]} x {shape[1]} mesh, {topo}")
+            eng = Engine(model, backend="galaxy-emulated", mesh=MeshConfig(shape, topology=topo))
+            got = eng.prefill(ids, eng.new_cache(64))
+            e_exact, e_one = np.abs(got - exact).max(), np.abs(got - ref).max()
+            assert e_exact <= 2 * E and e_one <= 3 * E
+            engines[shape, topo] = eng
 print(f"{len(engines)} meshes, each within 2 E of float64 and 3 E of one device")
 print(engines[(3, 4), "line"].backend.description)
 
@@ -268,13 +272,17 @@ print(engines[(3, 4), "line"].backend.description)
 from llamanb.check.greedy import engine_greedy
 
 chat = tok.encode_prompt("What is a mesh of chips?")                       # ChatML ids
-a = engine_greedy(one, chat, 12).ids
 eng = engines[(3, 4), "line"]
-b = engine_greedy(eng, chat, 12).ids
+with stages(prefix="galaxy-emulated") as say:           # a line per run while it runs, gone after
+    say("12 greedy tokens on one device")
+    a = engine_greedy(one, chat, 12).ids
+    say("the same 12 tokens on the 3 x 4 mesh")
+    b = engine_greedy(eng, chat, 12).ids
+    say("one decode row on the mesh, its collectives recorded")
+    eng.backend.mesh.ledger.clear()
+    eng.prefill(b[-1:], eng.new_cache(64))                            # one row: a decode's
 assert a == b
 print("same 12 tokens:", repr(tok.decode(b)))
-eng.backend.mesh.ledger.clear()
-eng.prefill(b[-1:], eng.new_cache(64))                                # one row: a decode's
 led = eng.backend.mesh.ledger
 print(f"one decode token: {len(led)} collectives, {len(led) // cfg.n_layers} per layer + the head's; "
       f"one layer's:\n  " + "\n  ".join(f"{t.label} {t.op}" for t in led[:len(led) // cfg.n_layers]))
@@ -356,9 +364,11 @@ setups = {"bfloat8_b KV": dict(kv_format="bfloat8_b"),
                                                 weight_formats={"w1": "bfloat4_b", "w3": "bfloat4_b"})}
 quiet = io.StringIO()
 gate = {}
-for name, opts in setups.items():
-    e = Engine(model, backend="galaxy-emulated", mesh=MeshConfig((1, 1)), **opts)
-    gate[name] = run_reference(model, reference, e, out=quiet)
+with stages(prefix="galaxy-emulated") as say:           # a line per setup while it runs, gone after
+    for name, opts in setups.items():
+        say(f"{name}: the weights in their formats, then the reference gate")
+        e = Engine(model, backend="galaxy-emulated", mesh=MeshConfig((1, 1)), **opts)
+        gate[name] = run_reference(model, reference, e, out=quiet)
 for name, res in gate.items():
     drift = max(r.max_logit_diff for r in res)
     print(f"{name:<32} max |d logit| under {10 ** np.ceil(np.log10(drift)):g}")
