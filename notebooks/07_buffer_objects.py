@@ -171,7 +171,11 @@ assert rows[3][1:] == rows[0][1:]                            # roles give the sa
 # and preloaded into one buffer set per layer before anything runs.
 
 # %%
-npu = Engine(model, "npu2-emulated")
+from llamanb.platform.progress import stages
+
+with stages() as say:                                   # a line while it runs, gone after
+    say("npu2-emulated: laying out the weights and preloading them into buffers")
+    npu = Engine(model, "npu2-emulated")
 b = npu.backend
 print(b.description)
 print(f"preloaded {b.counters.bytes_to_device / 1e6:.1f} MB of weights; "
@@ -194,13 +198,15 @@ def greedy(engine, n, say=lambda line: None):
     return toks, logits
 
 
-c0 = b.counters.copy()
-cache = npu.new_cache(256)
-npu.prefill(prompt, cache)
-pre = b.counters - c0
-c0 = b.counters.copy()
-npu.decode(504, cache)
-dec = b.counters - c0
+with stages() as say:                                   # a line while it runs, gone after
+    say("npu2-emulated: one prefill, then one decode, their traffic counted")
+    c0 = b.counters.copy()
+    cache = npu.new_cache(256)
+    npu.prefill(prompt, cache)
+    pre = b.counters - c0
+    c0 = b.counters.copy()
+    npu.decode(504, cache)
+    dec = b.counters - c0
 print(f"prefill: {pre.dispatches} NPU calls (3L+1 = {3 * L + 1}), "
       f"{pre.bytes_to_device:,} B to / {pre.bytes_from_device:,} B from the device")
 print(f"decode:  {dec.dispatches} NPU calls (2L+1 = {2 * L + 1}), "
@@ -214,12 +220,14 @@ assert pre.dispatches == 3 * L + 1 and dec.dispatches == 2 * L + 1
 # %%
 from llamanb.npu import traffic
 
-c0 = b.counters.copy()
-cache = npu.new_cache(256)
-npu.prefill(prompt, cache)
-npu.decode(504, cache)
-c1 = b.counters.copy()
-npu.decode(505, cache)
+with stages() as say:                                   # a line while it runs, gone after
+    say("npu2-emulated: a prefill and two decodes, their traffic counted")
+    c0 = b.counters.copy()
+    cache = npu.new_cache(256)
+    npu.prefill(prompt, cache)
+    npu.decode(504, cache)
+    c1 = b.counters.copy()
+    npu.decode(505, cache)
 steady_dec = b.counters - c1
 steady_pre = (c1 - c0)
 want_p, want_d = traffic.prefill_bytes(cfg, b.seq), traffic.decode_bytes(cfg)
@@ -254,8 +262,6 @@ print(f"one shared set:    {(w_token + steady_dec.bytes_to_device) / 1e6:.0f} MB
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from llamanb.platform.progress import stages
-
 ref = Engine(model, "numpy", dtype="bf16")
 with stages() as say:                                   # a line per step while it runs, gone after
     t_npu, lg_npu = greedy(npu, 12, say)
