@@ -68,9 +68,12 @@ import numpy as np
 from llamanb import Engine, load_model
 from llamanb.engine.generate import generate
 from llamanb.model.config import LLAMA3_70B, LLAMA31_8B, SMOLLM2_135M
+from llamanb.platform.progress import stages
 
-model = load_model()
-engine = Engine(model)                          # the numpy reference engine
+with stages() as say:                           # a line while it runs, gone after
+    say("loading the model and the numpy engine")
+    model = load_model()
+    engine = Engine(model)                      # the numpy reference engine
 cfg = model.config
 print(cfg.name, "| L =", cfg.n_layers, "D =", cfg.hidden, "h_q =", cfg.n_heads, "h_kv =", cfg.n_kv_heads,
       "d_k =", cfg.head_dim, "F =", cfg.ffn, "V =", cfg.vocab)
@@ -177,17 +180,15 @@ assert any(op.name == "causal_mask" for op in prefill.layer)
 # alone through the numpy engine: the same tokens, and the logits agree to float32 rounding.
 
 # %%
-from llamanb.platform.progress import stages
 from llamanb.tcp.interpret import Interpreter
 
 tok = model.tokenizer
-run = Interpreter(lay)                                     # the program, run by numpy
-a = tok.encode_prompt("Name a color.")
-b = tok.encode_prompt("Name a fruit.")
+a, b = tok.encode_prompt("Name a color."), tok.encode_prompt("Name a fruit.")
 print("prompt lengths:", len(a), len(b))
-tcp_cache = run.new_cache(2, len(a) + 5)
 with stages() as say:                                      # a line per step while it runs, gone after
-    say("the program's prefill of both prompts")
+    say("the program's interpreter, then its prefill of both prompts")
+    run = Interpreter(lay)                                 # the program, run by numpy
+    tcp_cache = run.new_cache(2, len(a) + 5)
     steps = [run.step([a, b], tcp_cache)]                  # (logits [2, V], the program's argmax [2])
     for i in range(4):                                     # four greedy decode steps
         say(f"the program's decode step {i + 1} of 4")
@@ -212,11 +213,13 @@ assert worst < 1e-4
 
 # %%
 prompt = tok.encode_prompt("What is the capital of France?")
-tcp_engine = Engine(model, backend="tcp")
+with stages() as say:                                      # a line per run while it runs, gone after
+    say("the tcp engine: its weights laid out, then 8 greedy tokens; then the numpy engine's 8")
+    tcp_engine = Engine(model, backend="tcp")
+    out, ref8 = generate(tcp_engine, prompt, max_new_tokens=8), generate(engine, prompt, max_new_tokens=8)
 print(tcp_engine.backend.description)
-out = generate(tcp_engine, prompt, max_new_tokens=8)
 print(repr(out.text))
-assert out.ids == generate(engine, prompt, max_new_tokens=8).ids
+assert out.ids == ref8.ids
 
 # %% [markdown]
 # ## 5. Going deeper: where the book's chapter is wrong
@@ -239,10 +242,6 @@ for k, v in CORRECTIONS.items():
 # shape right, and computes another model (here the first token happens to agree; logits do not):
 
 # %%
-right = run.prefill([prompt], run.new_cache(1, len(prompt)))[0]
-ref = engine.prefill(prompt, engine.new_cache(len(prompt)))
-
-
 def variant(**changes):
     """The same program on weights with some layer arrays replaced."""
     bad = layout(model.weights)
@@ -252,8 +251,12 @@ def variant(**changes):
     return r.prefill([prompt], r.new_cache(1, len(prompt)))[0]
 
 
-hf_order = variant(w_q=lambda i: model.weights.split_qkv(i)[0].T.reshape(cfg.hidden, cfg.n_heads, cfg.head_dim),
-                   w_k=lambda i: model.weights.split_qkv(i)[1].T.reshape(cfg.hidden, cfg.n_kv_heads, cfg.head_dim))
+with stages() as say:                                      # a line while it runs, gone after
+    say("the prompt's prefill by the program and by the engine; then the program on HF-ordered weights")
+    right = run.prefill([prompt], run.new_cache(1, len(prompt)))[0]
+    ref = engine.prefill(prompt, engine.new_cache(len(prompt)))
+    hf_order = variant(w_q=lambda i: model.weights.split_qkv(i)[0].T.reshape(cfg.hidden, cfg.n_heads, cfg.head_dim),
+                       w_k=lambda i: model.weights.split_qkv(i)[1].T.reshape(cfg.hidden, cfg.n_kv_heads, cfg.head_dim))
 for name, lg in (("pairs permuted (program)", right), ("HF order, consecutive pairs", hf_order)):
     print(f"{name:<28} max |logits - engine| = {np.abs(lg - ref).max():7.4f}   next token {tok.decode([int(lg.argmax())])!r}")
 print(f"{'numpy engine':<28} {'':>34} next token {tok.decode([int(ref.argmax())])!r}")
@@ -289,11 +292,13 @@ print("first heads' K/V head, Llama:", [h // G for h in range(6)], " chapter:", 
 import copy
 
 cache0 = run.new_cache(1, len(prompt) + 2)                # room for the RoPE row of position s
-run.prefill([prompt], cache0)
 new = int(ref.argmax())                                     # the token the prompt predicts
 ecache = engine.new_cache(len(prompt) + 1)
-engine.prefill(prompt, ecache)
-ref_dec = engine.decode(new, ecache)
+with stages() as say:                                       # a line while it runs, gone after
+    say("the prompt's prefill by the program and by the engine, then the engine's decode")
+    run.prefill([prompt], cache0)
+    engine.prefill(prompt, ecache)
+    ref_dec = engine.decode(new, ecache)
 
 
 def decode_at(position):
@@ -305,8 +310,10 @@ def decode_at(position):
 
 
 s_now = len(prompt) + 1                                    # s counts the new row
-for name, pos in (("position s - 1 (program)", s_now - 1), ("position s (chapter)", s_now)):
-    print(f"{name:<26} max |logits - engine| = {np.abs(decode_at(pos) - ref_dec).max():.4f}")
+with stages() as say:                                       # a line per decode while it runs, gone after
+    for name, pos in (("position s - 1 (program)", s_now - 1), ("position s (chapter)", s_now)):
+        say(f"the program's decode at {name}")
+        print(f"{name:<26} max |logits - engine| = {np.abs(decode_at(pos) - ref_dec).max():.4f}")
 
 # %% [markdown]
 # ## 6. FLOPs, derived from the axes
