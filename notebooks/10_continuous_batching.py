@@ -57,6 +57,7 @@ import numpy as np
 
 from llamanb import Engine, SamplingParams, load_model
 from llamanb.engine.generate import generate
+from llamanb.platform.progress import stages
 from llamanb.serve import BatchRunner
 from llamanb.serve.dry import DryEngine
 
@@ -382,8 +383,14 @@ specs = [(tok.encode(t), 10, SamplingParams(temperature=0.0 if i == 0 else 0.8, 
 runner_bi = BatchRunner(engine_bi, slots=3, block=8, kv_positions=48, token_budget=128)
 reqs_bi = [runner_bi.add(ids, k, params, stop_ids=(), name=name)
            for (ids, k, params), name in zip(specs, ["greedy", "sampled-1", "sampled-2"])]
-runner_bi.run()
-alone = [generate(engine_bi, ids, k, params, stop_ids=()).ids for ids, k, params in specs]
+with stages(prefix="batch-invariant engine") as say:   # a line per step while it runs, gone after
+    while runner_bi.scheduler.busy:
+        say(f"the 3 requests batched: step {len(runner_bi.history) + 1}")
+        runner_bi.step()
+    alone = []
+    for (ids, k, params), name in zip(specs, ["greedy", "sampled-1", "sampled-2"]):
+        say(f"request {name} alone: {k} tokens")
+        alone.append(generate(engine_bi, ids, k, params, stop_ids=()).ids)
 for r, a, (ids, _, p) in zip(reqs_bi, alone, specs):
     assert r.output == a
     same = sum(x == y for x, y in zip(r.output, a))
@@ -409,10 +416,14 @@ print(f"{len(runner_bi.history)} steps, {sum(r.preemptions for r in reqs_bi)} pr
 # %%
 ids0 = specs[1][0] + alone[1][:4]                         # prompt + 4 generated tokens
 c1 = engine_bi.new_cache(64)
-engine_bi.prefill(specs[1][0], c1)
-for t in alone[1][:4]:
-    decoded = engine_bi.decode(t, c1)                     # 4 decode rows, one per step
-prefilled = engine_bi.prefill(ids0, engine_bi.new_cache(64))   # the same positions at once
+with stages(prefix="batch-invariant engine") as say:   # a line per step while it runs, gone after
+    say("the prompt's prefill")
+    engine_bi.prefill(specs[1][0], c1)
+    for i, t in enumerate(alone[1][:4]):
+        say(f"decode row {i + 1} of 4")
+        decoded = engine_bi.decode(t, c1)                 # 4 decode rows, one per step
+    say(f"one prefill of all {len(ids0)} positions")
+    prefilled = engine_bi.prefill(ids0, engine_bi.new_cache(64))   # the same positions at once
 diff = float(np.abs(decoded - prefilled).max())
 top2 = np.sort(prefilled)[-2:]
 half_gap = float(top2[1] - top2[0]) / 2                   # the bound that keeps the argmax
@@ -462,17 +473,19 @@ print(f"max |logit difference| {diff:.1e} < half the top-two gap {half_gap:.2f} 
 engine = Engine(model)
 ids = tok.encode("The capital of France is")                 # n = 5 tokens
 n = len(ids)
-ref = engine.prefill(ids, engine.new_cache(64))              # [V] the whole prompt at once
-
-right = engine.new_cache(64)
-engine.forward(ids[:-1], right)                              # fill rows 0 .. n-2
-got = engine.decode(ids[-1], right)                          # then the newest row
-
-wrong = engine.new_cache(64)
-engine.forward(ids[:-1], wrong)
-wrong.k_all[0, :, :, 0] = 0.0                                # position 0 never filled
-wrong.v_all[0, :, :, 0] = 0.0
-bad = engine.decode(ids[-1], wrong)
+with stages() as say:                                        # a line per run while it runs, gone after
+    say("the whole prompt's prefill")
+    ref = engine.prefill(ids, engine.new_cache(64))          # [V] the whole prompt at once
+    say("rows 0 .. n-2, then the newest row's decode")
+    right = engine.new_cache(64)
+    engine.forward(ids[:-1], right)                          # fill rows 0 .. n-2
+    got = engine.decode(ids[-1], right)                      # then the newest row
+    say("the same with position 0 never filled")
+    wrong = engine.new_cache(64)
+    engine.forward(ids[:-1], wrong)
+    wrong.k_all[0, :, :, 0] = 0.0                            # position 0 never filled
+    wrong.v_all[0, :, :, 0] = 0.0
+    bad = engine.decode(ids[-1], wrong)
 assert np.abs(got - ref).max() < 1e-3 and np.argmax(got) == np.argmax(ref)
 assert np.abs(bad - ref).max() > 10
 print(f"rows 0..n-2 + newest: logits agree with the prefill's to 1e-3, next token "
