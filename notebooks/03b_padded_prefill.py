@@ -367,9 +367,11 @@ for c, S_ in [(cfg, 64), (LLAMA32_1B, 2048)]:
 
 # %%
 padded, n = pad_to(chat[:40], 64, EOS)
-x_final = engine.forward(padded, engine.new_cache(64))        # [64, H], before the final norm
-logits_all = engine.backend.head(x_final)                     # [64, V]
-logits_one = engine.backend.head(x_final[n - 1:n])            # [1, V]
+with stages() as say:                                         # a line while it runs, gone after
+    say("the 40 real tokens padded to 64 through the blocks, then the LM head on all rows and on one")
+    x_final = engine.forward(padded, engine.new_cache(64))    # [64, H], before the final norm
+    logits_all = engine.backend.head(x_final)                 # [64, V]
+    logits_one = engine.backend.head(x_final[n - 1:n])        # [1, V]
 print("all rows", logits_all.shape, "| one row", logits_one.shape, "| the head's matrix [H, V]:",
       engine.backend.lm_head_t.shape, engine.backend.lm_head_t.dtype, human_bytes(engine.backend.lm_head_t.nbytes))
 
