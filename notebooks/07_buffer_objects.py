@@ -262,8 +262,9 @@ print(f"one shared set:    {(w_token + steady_dec.bytes_to_device) / 1e6:.0f} MB
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-ref = Engine(model, "numpy", dtype="bf16")
 with stages() as say:                                   # a line per step while it runs, gone after
+    say("numpy bf16: rounding the weights to bfloat16")
+    ref = Engine(model, "numpy", dtype="bf16")
     t_npu, lg_npu = greedy(npu, 12, say)
     t_ref, lg_ref = greedy(ref, 12, say)
 print("npu2-emulated:", repr(model.tokenizer.decode(t_npu)))

@@ -199,6 +199,7 @@ for row, p in enumerate((a, b)):
     with stages() as say:
         say(f"the engine's 5 greedy tokens and their logits for sequence {row}")
         res = generate(engine, p, max_new_tokens=5)
+        say(f"the engine's logits, step by step, for sequence {row}")   # generate's own line is gone
         cache = engine.new_cache(len(p) + 5)
         ref_logits = [engine.prefill(p, cache)] + [engine.decode(t, cache) for t in res.ids[:4]]
     worst = max(worst, max(np.abs(lg[row] - r).max() / np.abs(r).max() for lg, r in zip(logits, ref_logits)))
