@@ -66,11 +66,13 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanit
 
 test: test-unit test-notebooks test-portability
 
-# Each session runs in TEST_JOBS pytest-xdist workers (2: the 2-core machines this suite is sized
-# for; a worker is a session of its own, with its own copy of the seeded cache). A test file stays
-# on one worker (--dist loadfile: its module fixtures are built once), and so does a notebook
-# (--dist loadscope: nbval runs a notebook's cells in order in one kernel). TEST_JOBS=0: one process.
-TEST_JOBS ?= 2
+# TEST_JOBS=N runs each session in N pytest-xdist workers (a test file stays on one worker,
+# --dist loadfile; a notebook too, --dist loadscope, which nbval needs to run its cells in order in
+# one kernel). The default, 0, is one process: on the 2-core machines this suite is sized for, two
+# workers made every session slower (quiet 2-core EPYC, 2026-11-28: unit 734 s, notebooks 399 s,
+# portability tests 227 s; one process the day before, with fewer tests and chapters: 647, 258 and
+# 84 s), since most tests already keep both cores busy with BLAS, torch or the kernels' threads.
+TEST_JOBS ?= 0
 XDIST = -n $(TEST_JOBS)
 
 # The unit and portability sessions each start from a copy of what `warm` made (the converted
