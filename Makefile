@@ -75,9 +75,9 @@ test: test-unit test-notebooks test-portability
 TEST_JOBS ?= 0
 XDIST = -n $(TEST_JOBS)
 
-# The unit and portability sessions each start from a copy of what `warm` made (the converted
-# model and the native kernels, keyed by their sources: tests/conftest.py seed_session_cache)
-# instead of converting and compiling them again.
+# The unit and portability sessions each start from a copy of what `warm` and `warm-test` made
+# (the converted model and the kernels' builds, keyed by their sources: tests/conftest.py
+# seed_session_cache) instead of converting and compiling them again.
 SEED := LLAMANB_TEST_SEED_CACHE="$${LLAMANB_CACHE:-$$HOME/.cache/llamanb}"
 
 test-unit: $(VENV)/.test-installed apt-deps warm-test
@@ -110,8 +110,8 @@ warm: $(VENV)/.run-installed
 	$(PY) -c "import llamanb; m = llamanb.load_model(); llamanb.Engine(m); \
 	  from llamanb.cpu.readiness import cpu_compiler_missing; cpu_compiler_missing() or llamanb.Engine(m, 'cpu')"
 
-# And the kernel flavours the tests build besides native (tests/conftest.py TEST_FLAVOURS), those
-# this CPU can run, once: each test worker copies them from the cache instead of compiling them.
+# And the kernel flavours the tests build besides native (tests/conftest.py extra_builds: those
+# this CPU runs), once: each test session copies them from the cache instead of compiling them.
 warm-test: warm apt-deps
 	$(PY) -c "import sys; sys.path.insert(0, 'tests'); import conftest; conftest.warm_test_builds()"
 

@@ -539,7 +539,9 @@ def emulated_kernels(kernels):
     """The AVX-512 paths where this CPU cannot run them itself: the avx512-simde flavour (an AVX2
     build with every _mm512 intrinsic carried out by SIMDe; `make test` installs Debian's
     libsimde-dev). None where the native build is AVX-512 already, or the CPU lacks AVX2."""
-    return _build(kernels, "avx512-simde")
+    from llamanb.cpu.kernels import EMULATED_AVX512
+
+    return _build(kernels, EMULATED_AVX512)
 
 
 @pytest.fixture(scope="module")
@@ -547,7 +549,9 @@ def vnni256_kernels(kernels):
     """The AVX2 kernels with the 256-bit vpdpbusd where this CPU has no VNNI: the vnni256-simde
     flavour (SIMDe's simde_mm256_dpbusd_epi32). None where the native build takes vpdpbusd
     already, or is AVX-512, or the CPU lacks AVX2."""
-    return _build(kernels, "vnni256-simde")
+    from llamanb.cpu.kernels import EMULATED_VNNI256
+
+    return _build(kernels, EMULATED_VNNI256)
 
 
 @pytest.fixture(scope="module")

@@ -179,8 +179,7 @@ EMULATED_AVX512 = "avx512-simde"
 # the flavour that runs the AVX2 kernels' byte dot products through the 256-bit vpdpbusd (emulated)
 EMULATED_VNNI256 = "vnni256-simde"
 EMULATED = (EMULATED_AVX512, EMULATED_VNNI256)
-SIMDE_HEADER = "simde/x86/avx512.h"
-SIMDE_HEADERS = {EMULATED_AVX512: SIMDE_HEADER, EMULATED_VNNI256: "simde/x86/avx512/dpbusd.h"}
+SIMDE_HEADERS = {EMULATED_AVX512: "simde/x86/avx512.h", EMULATED_VNNI256: "simde/x86/avx512/dpbusd.h"}
 
 
 def flavour_flags(name: str) -> tuple[str, ...]:
@@ -499,6 +498,8 @@ class Kernels:
                "llamanb_cpu_int_dot_bytes": (),
                "llamanb_cpu_dpbusd_bits": (),
                "llamanb_cpu_dot4": (P, P, I, P),
+               "llamanb_cpu_q4_1_block_isum": (P, P, P),          # quant_probe.cc
+               "llamanb_cpu_dot_u8s8": (P, P, P),
                "llamanb_cpu_unpack_quant": (I, P, I, I, P),
                "llamanb_cpu_rmsnorm": (P, P, P, I, I, F, I),
                "llamanb_cpu_rope": (P, I, L, I, I, P, P, I),
@@ -513,7 +514,7 @@ class Kernels:
                "llamanb_cpu_threads": ()}
         for name, args in sig.items():
             fn = getattr(lib, name)
-            fn.argtypes, fn.restype = list(args), (ctypes.c_int if name.endswith(("width", "threads", "order", "isa", "bytes", "emulated", "_dot", "_bits")) else
+            fn.argtypes, fn.restype = list(args), (ctypes.c_int if name.endswith(("width", "threads", "order", "isa", "bytes", "emulated", "_dot", "_bits", "_u8s8")) else
                                                    ctypes.c_double if name.endswith("_sum") else None)
         self.vector_width = lib.llamanb_cpu_vector_width()
         self.panel_width = lib.llamanb_cpu_panel_width()
@@ -655,9 +656,7 @@ class Kernels:
         qa = np.ascontiguousarray(qa, np.int8)
         assert block.shape == (QUANT_FORMATS["Q4_1"][2] * self.panel_width,) and qa.shape == (32,)
         out = np.empty(self.panel_width, np.int32)
-        fn = self.lib.llamanb_cpu_q4_1_block_isum
-        fn.argtypes, fn.restype = [ctypes.c_void_p] * 3, None
-        fn(block.ctypes.data, qa.ctypes.data, out.ctypes.data)
+        self.lib.llamanb_cpu_q4_1_block_isum(block.ctypes.data, qa.ctypes.data, out.ctypes.data)
         return out
 
     def dot_u8s8(self, u: np.ndarray, s: np.ndarray) -> np.ndarray | None:
@@ -667,9 +666,8 @@ class Kernels:
         u, s = np.ascontiguousarray(u, np.uint8), np.ascontiguousarray(s, np.int8)
         assert u.shape == s.shape == (4 * self.vector_width,)
         out = np.empty(2 * self.vector_width, np.int16)
-        fn = self.lib.llamanb_cpu_dot_u8s8
-        fn.argtypes, fn.restype = [ctypes.c_void_p] * 3, ctypes.c_int
-        return out if fn(u.ctypes.data, s.ctypes.data, out.ctypes.data) else None
+        return out if self.lib.llamanb_cpu_dot_u8s8(u.ctypes.data, s.ctypes.data,
+                                                    out.ctypes.data) else None
 
 
 @lru_cache(maxsize=None)
