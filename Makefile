@@ -66,14 +66,19 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanit
 
 test: test-unit test-notebooks test-portability
 
-# TEST_JOBS=N runs each session in N pytest-xdist workers (a test file stays on one worker,
+# Each session runs in TEST_JOBS pytest-xdist workers (a test file stays on one worker,
 # --dist loadfile; a notebook too, --dist loadscope, which nbval needs to run its cells in order in
-# one kernel). The default, 0, is one process: on the 2-core machines this suite is sized for, two
-# workers made every session slower (quiet 2-core EPYC, 2026-11-28: unit 734 s, notebooks 399 s,
-# portability tests 227 s; one process the day before, with fewer tests and chapters: 647, 258 and
-# 84 s), since most tests already keep both cores busy with BLAS, torch or the kernels' threads.
-TEST_JOBS ?= 0
+# one kernel), and each worker's OpenBLAS, OpenMP (torch) and MKL run TEST_THREADS threads. Two
+# one-thread workers keep both cores of a 2-core machine busy where one process left them waiting on
+# small BLAS calls' hand-offs and on subprocesses (quiet 2-core EPYC, AVX2, 2026-11-28: unit 704 ->
+# 444 s, notebooks 253 -> 157 s, portability 71 + 108 -> 62 + 60 s); two workers that each kept
+# two threads were slower than one process (unit 734 s). TEST_JOBS=0: one process.
+# (Every stored output and tolerance held at one thread in those runs; `make notebooks` and the
+# bench run with the machine's threads.)
+TEST_JOBS ?= 2
+TEST_THREADS ?= 1
 XDIST = -n $(TEST_JOBS)
+THREADS := OPENBLAS_NUM_THREADS=$(TEST_THREADS) OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS)
 
 # The unit and portability sessions each start from a copy of what `warm` and `warm-test` made
 # (the converted model and the kernels' builds, keyed by their sources: tests/conftest.py
@@ -81,12 +86,12 @@ XDIST = -n $(TEST_JOBS)
 SEED := LLAMANB_TEST_SEED_CACHE="$${LLAMANB_CACHE:-$$HOME/.cache/llamanb}"
 
 test-unit: $(VENV)/.test-installed apt-deps warm-test
-	$(SEED) $(PY) -m pytest -q --durations=15 $(XDIST) --dist loadfile
+	$(SEED) $(THREADS) $(PY) -m pytest -q --durations=15 $(XDIST) --dist loadfile
 
 # The notebooks: each .py/.ipynb pair must hold the same cells, and every stored output must be
 # reproduced (nbval strict mode).
 test-notebooks: check-pairs notebook-env apt-deps
-	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(XDIST) --dist loadscope $(NBVAL) notebooks
+	$(THREADS) $(PY) -m pytest -q -p no:cacheprovider --durations=10 $(XDIST) --dist loadscope $(NBVAL) notebooks
 
 # The numerics-sensitive tests and notebooks again, with OpenBLAS and torch forced to a second
 # kernel family this CPU can run (AVX-512 machine: the AVX2 kernels; AVX2 machine: AVX without FMA;
@@ -99,8 +104,8 @@ PORTABLE_NOTEBOOKS := notebooks/00_overview.ipynb notebooks/01_llama_math_numpy.
   notebooks/03_attention_masks.ipynb notebooks/03b_padded_prefill.ipynb \
   notebooks/04_kv_cache_growth.ipynb notebooks/04b_sampling.ipynb notebooks/09_galaxy_mesh.ipynb
 test-portability: notebook-env warm-test
-	$(SEED) $(PY) tests/run_portability.py -q -p no:cacheprovider $(XDIST) --dist loadfile $(PORTABLE_TESTS)
-	$(PY) tests/run_portability.py -q -p no:cacheprovider $(XDIST) --dist loadscope $(NBVAL) $(PORTABLE_NOTEBOOKS)
+	$(SEED) $(THREADS) $(PY) tests/run_portability.py -q -p no:cacheprovider $(XDIST) --dist loadfile $(PORTABLE_TESTS)
+	$(THREADS) $(PY) tests/run_portability.py -q -p no:cacheprovider $(XDIST) --dist loadscope $(NBVAL) $(PORTABLE_NOTEBOOKS)
 
 check-pairs: $(VENV)/.test-installed
 	$(PY) -m llamanb.course.notebooks check

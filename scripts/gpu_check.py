@@ -518,6 +518,13 @@ def tiny_configs():
 
 def main(argv=None) -> int:
     args = Args(sys.argv[1:] if argv is None else argv)
+    from llamanb.cuda.backend import simulator_pace
+
+    with simulator_pace(args.dry):          # every launch, the backend's and the checks' own
+        return checks(args)
+
+
+def checks(args) -> int:
     deadline = time.time() + args.budget
     rep = Report(args.out, args.dry)
     dry = args.dry
