@@ -69,10 +69,10 @@ test: test-unit test-notebooks test-portability
 # Each session runs in TEST_JOBS pytest-xdist workers (a test file stays on one worker,
 # --dist loadfile; a notebook too, --dist loadscope, which nbval needs to run its cells in order in
 # one kernel), and each worker's OpenBLAS, OpenMP (torch) and MKL run TEST_THREADS threads. Two
-# one-thread workers keep both cores of a 2-core machine busy where one process left them waiting on
-# small BLAS calls' hand-offs and on subprocesses (quiet 2-core EPYC, AVX2, 2026-11-28: unit 704 ->
-# 444 s, notebooks 253 -> 157 s, portability 71 + 108 -> 62 + 60 s); two workers that each kept
-# two threads were slower than one process (unit 734 s). TEST_JOBS=0: one process.
+# one-thread workers fill a 2-core machine better than one process (quiet 2-core EPYC, AVX2,
+# 2026-11-28: unit 704 -> 444 s, notebooks 253 -> 157 s, portability 71 + 108 -> 62 + 60 s); two
+# workers that each kept two threads were slower than one process (unit 734 s), and so was one
+# process at one thread. TEST_JOBS=0: one process (docs/testing.md).
 # (Every stored output and tolerance held at one thread in those runs; `make notebooks` and the
 # bench run with the machine's threads.)
 TEST_JOBS ?= 2
