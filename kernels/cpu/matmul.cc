@@ -716,7 +716,7 @@ int llamanb_cpu_dpbusd_bits() { return DPBUSD_BITS; }
 // q8 products are made of (quant.h's dot4: vpdpbusd, or vpmaddubsw + vpmaddwd with its
 // saturation), or in 32-bit lanes where the build has no byte dot products: for the tests.
 void llamanb_cpu_dot4(const uint8_t* u, const int8_t* s, int n, int32_t* out) {
-#if defined(LLAMANB_BYTE_DOTS)
+#if LLAMANB_BYTE_DOTS
     constexpr int B = VW * 4;                             // bytes per vector
     for (int i = 0; i + B <= n; i += B) {
         const iv r = dot4(izero(), iload(u + i), iload(reinterpret_cast<const uint8_t*>(s) + i));
@@ -771,9 +771,10 @@ int llamanb_cpu_bf16_dot() {
 #endif
 }
 
-// 1 where the AVX-512 paths were compiled for an AVX2 target, through SIMDe (vec.h)
-int llamanb_cpu_avx512_emulated() {
-#if defined(LLAMANB_AVX512_SIMDE)
+// 1 where instructions this build uses run emulated through SIMDe on an AVX2 target (vec.h): the
+// AVX-512 paths (avx512-simde) or the 256-bit vpdpbusd (vnni256-simde)
+int llamanb_cpu_emulated() {
+#if defined(LLAMANB_AVX512_SIMDE) || defined(LLAMANB_VNNI256_SIMDE)
     return 1;
 #else
     return 0;

@@ -394,7 +394,6 @@ static inline iv sign8(iv a, iv w) {                         // -a where w < 0 (
 }
 #endif
 #define LLAMANB_BYTE_DOTS 1
-constexpr bool INT_DOT_BYTES = true;
 
 // dot4(acc, u, s): in every 32-bit lane j, acc[j] + sum_t u[4j + t] s[4j + t] (t < 4), u unsigned
 // bytes, s signed bytes -- the step every IDot below is made of.
@@ -553,7 +552,7 @@ template <> struct IDot<q5_0_t> {
     }
 };
 #else
-constexpr bool INT_DOT_BYTES = false;
+#define LLAMANB_BYTE_DOTS 0
 #define LLAMANB_DPBUSD_BITS 0
 
 template <typename WT> struct IDot;
@@ -615,6 +614,8 @@ template <> struct IDot<q5_0_t> : IDot32 {
 };
 #endif
 
+// (the two facts as macros for #if, and as constants for C++)
+constexpr bool INT_DOT_BYTES = LLAMANB_BYTE_DOTS;
 constexpr int DPBUSD_BITS = LLAMANB_DPBUSD_BITS;
 
 // Q4_0's quants are Q4_1's (0..15, m = -8 d taken through the activation block's sum): a pair at

@@ -509,13 +509,17 @@ class Kernels:
                "llamanb_cpu_exp": (P, P, L),
                "llamanb_cpu_vector_width": (),
                "llamanb_cpu_isa": (),
-               "llamanb_cpu_avx512_emulated": (),
+               "llamanb_cpu_emulated": (),
                "llamanb_cpu_bf16_dot": (),
                "llamanb_cpu_threads": ()}
+        # what each entry point returns where it is not void (kernels/cpu/*.cc)
+        returns = {**{f"llamanb_cpu_{n}": ctypes.c_int for n in (
+            "vector_width", "panel_width", "threads", "bf16_unpack_order", "isa", "emulated",
+            "int_dot_bytes", "dpbusd_bits", "bf16_dot", "dot_u8s8")},
+            "llamanb_cpu_read_sum": ctypes.c_double}
         for name, args in sig.items():
             fn = getattr(lib, name)
-            fn.argtypes, fn.restype = list(args), (ctypes.c_int if name.endswith(("width", "threads", "order", "isa", "bytes", "emulated", "_dot", "_bits", "_u8s8")) else
-                                                   ctypes.c_double if name.endswith("_sum") else None)
+            fn.argtypes, fn.restype = list(args), returns.get(name)
         self.vector_width = lib.llamanb_cpu_vector_width()
         self.panel_width = lib.llamanb_cpu_panel_width()
         # how this build lays out packed weights (a cached copy must have been packed alike)
@@ -534,7 +538,7 @@ class Kernels:
                         else "int32 lanes")
         # whether the AVX-512 paths run emulated, through SIMDe (the avx512-simde flavour), or
         # the 256-bit vpdpbusd does (vnni256-simde)
-        self.emulated = bool(lib.llamanb_cpu_avx512_emulated()) or flavour == EMULATED_VNNI256
+        self.emulated = bool(lib.llamanb_cpu_emulated())
         # whether bfloat16 products of bfloat16 activations multiply pairs by vdpbf16ps (or, in
         # that flavour, its emulation) rather than widening: the same bits (kernels/cpu/vec.h)
         self.bf16_dot = bool(lib.llamanb_cpu_bf16_dot())
