@@ -98,6 +98,18 @@ def ceiling(one: dict, cont: dict, slots: int) -> float:
                              * cont["full_decode_step_s"] / slots)
 
 
+def step_for(one: dict, cont: dict, slots: int, target: float) -> float | None:
+    """The full decode step (seconds, `slots` rows) at which `ceiling` would equal `target`: what
+    a multi-row step must cost for the target to be reachable at all with these prompt steps.
+    None when the prompt steps alone take more than one-at-a-time's seconds over the target (no
+    decode speed reaches it then)."""
+    room = one["seconds"] / target - cont["prompt_steps_s"]
+    rows = cont["decode_rows_in_other_steps"]
+    if room <= 0:
+        return None
+    return room * slots / rows if rows else float("inf")
+
+
 def measure(model_spec, runs: int, n_requests: int = 16, slot_counts=SLOT_COUNTS,
             progress=lambda m: None, backend: str = "numpy", **workload) -> dict:
     """workload: prompt_range / new_range for mixed_workload (tests use short ones). backend: a
@@ -150,6 +162,8 @@ def measure(model_spec, runs: int, n_requests: int = 16, slot_counts=SLOT_COUNTS
                                     TARGETS[name])})
         one, c8 = table["one_at_a_time/1"], table["continuous/8"]
         bound = {"ceiling": ceiling(one, c8, 8),
+                 "step_for_target_s": step_for(one, c8, 8, TARGETS["continuous / one at a time, 8 slots"]),
+                 "target": TARGETS["continuous / one at a time, 8 slots"],
                  "prefill_share_one_at_a_time": one["prefill_s"] / one["seconds"],
                  "decode_step_1_row_s": one["decode_step_s"],
                  "decode_step_8_rows_s": c8["full_decode_step_s"],
@@ -194,6 +208,14 @@ def report(res: dict) -> str:
                      f"({b['decode_step_8_rows_s'] / b['decode_step_1_row_s']:.2f}x the time for 8x the "
                      f"tokens); with every decode-only step full, continuous at 8 slots would reach "
                      f"{b['ceiling']:.2f}x one at a time")
+        need = b.get("step_for_target_s")
+        if "target" in b:
+            lines.append(f"what {b['target']:.1f}x needs: " + (
+                f"the prompt steps alone take more than 1/{b['target']:.1f} of one-at-a-time's "
+                "time, so no decode step reaches it" if need is None else
+                f"an 8-row decode step of at most {1e3 * need:.1f} ms "
+                f"({need / b['decode_step_1_row_s']:.2f}x a one-row step), every decode-only "
+                "step full, with these prompt steps"))
         lines.append("steps at 8 slots: " + ", ".join(f"{m.split('/')[0].replace('_', ' ')} {n:.0f}"
                                                       for m, n in b["steps"].items()) +
                      f"; no schedule takes fewer than {b['steps_at_least']} (a token a step "

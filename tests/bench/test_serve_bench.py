@@ -36,6 +36,14 @@ def test_batching_table_counts_and_ratios(smollm):
     # the ceiling's arithmetic, on numbers worked by hand: 10 s / (2 s + 80 rows x 0.08 s / 8)
     assert abs(batching.ceiling({"seconds": 10.0}, {"prompt_steps_s": 2.0, "decode_rows_in_other_steps": 80,
                                                     "full_decode_step_s": 0.08}, 8) - 10 / 2.8) < 1e-12
+    # and its inverse: the full step at which that ceiling is the target, 10 s / 3 = 2 s + 80 x t / 8
+    # -> t = 4/30 s; a prompt share past 1/3 leaves none; the measured run's own line printed
+    need = batching.step_for({"seconds": 10.0}, {"prompt_steps_s": 2.0, "decode_rows_in_other_steps": 80}, 8, 3.0)
+    assert abs(need - 4 / 30) < 1e-12
+    assert abs(batching.ceiling({"seconds": 10.0}, {"prompt_steps_s": 2.0, "decode_rows_in_other_steps": 80,
+                                                    "full_decode_step_s": need}, 8) - 3.0) < 1e-12
+    assert batching.step_for({"seconds": 10.0}, {"prompt_steps_s": 3.5, "decode_rows_in_other_steps": 80}, 8, 3.0) is None
+    assert res["bound"]["target"] == 3.0 and "what 3.0x needs: " in batching.report(res)
     # one round: a paired sample each, and no verdict (targets need 7 rounds' lower quartile)
     assert all(x["spread"]["n"] == 1 and x["pass"] is None for x in res["ratios"])
     text = batching.report(res)
