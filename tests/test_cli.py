@@ -275,9 +275,11 @@ def test_interrupted_conversion_leaves_nothing(tmp_path, smollm_gguf_path):
     half-written entry (the temporary directory is removed on the way out)."""
     cache = tmp_path / "cache"
     env = dict(os.environ, LLAMANB_CACHE=str(cache), PYTHONPATH=str(REPO_ROOT))
+    # as from a terminal: SIGINT at its default in the child, whatever this suite inherited (under
+    # a shell's `&` it is ignored, the child would inherit that, finish, and the test say nothing)
     proc = subprocess.Popen([sys.executable, "-m", "llamanb", "info", "--model", str(smollm_gguf_path)],
                             cwd=str(REPO_ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     try:
         while time.time() < deadline and proc.poll() is None:
