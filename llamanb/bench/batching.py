@@ -161,9 +161,9 @@ def measure(model_spec, runs: int, n_requests: int = 16, slot_counts=SLOT_COUNTS
                            **decide([a / b for a, b in zip(ours, table[other]["samples_tok_s"])],
                                     TARGETS[name])})
         one, c8 = table["one_at_a_time/1"], table["continuous/8"]
+        target = TARGETS["continuous / one at a time, 8 slots"]
         bound = {"ceiling": ceiling(one, c8, 8),
-                 "step_for_target_s": step_for(one, c8, 8, TARGETS["continuous / one at a time, 8 slots"]),
-                 "target": TARGETS["continuous / one at a time, 8 slots"],
+                 "step_for_target_s": step_for(one, c8, 8, target), "target": target,
                  "prefill_share_one_at_a_time": one["prefill_s"] / one["seconds"],
                  "decode_step_1_row_s": one["decode_step_s"],
                  "decode_step_8_rows_s": c8["full_decode_step_s"],
@@ -208,8 +208,8 @@ def report(res: dict) -> str:
                      f"({b['decode_step_8_rows_s'] / b['decode_step_1_row_s']:.2f}x the time for 8x the "
                      f"tokens); with every decode-only step full, continuous at 8 slots would reach "
                      f"{b['ceiling']:.2f}x one at a time")
-        need = b.get("step_for_target_s")
-        if "target" in b:
+        if "target" in b:                                   # (absent from older saved runs)
+            need = b["step_for_target_s"]
             lines.append(f"what {b['target']:.1f}x needs: " + (
                 f"the prompt steps alone take more than 1/{b['target']:.1f} of one-at-a-time's "
                 "time, so no decode step reaches it" if need is None else
