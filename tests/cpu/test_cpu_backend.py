@@ -799,6 +799,67 @@ def test_quantised_matmul_equals_float32_panels_bitwise(kernel_builds, qtype):
             PANEL_BYTES.get(qtype, _block_bytes(qtype))  # the GGUF's bytes per weight, in panels
 
 
+# A child with a given LLAMANB_THREADS: every case's product (accumulated onto y0) into out.npz.
+_THREADS_CHILD = """
+import sys
+import numpy as np
+from llamanb.cpu import kernels as cpu_kernels
+k = cpu_kernels.load()
+assert k.threads == int(sys.argv[3]), (k.threads, sys.argv[3])
+d = np.load(sys.argv[1])
+out = {}
+for name in sorted({n.split(":")[0] for n in d.files}):
+    kind, act8 = name.split("_")[0], name.endswith("_act8")
+    w = (k.pack_quant(d[name + ":w"], "Q4_1", d[name + ":x"].shape[1]) if kind == "q4" else
+         k.pack(d[name + ":w"], bf16=kind == "bf16"))
+    out[name] = k.matmul(d[name + ":x"], w, d[name + ":y0"].copy(), accumulate=True, act8=act8)
+np.savez(sys.argv[2], **out)
+"""
+
+
+def test_decode_products_split_among_any_thread_count(kernels, tmp_path):
+    """Decode products (up to 16 rows) are shared out by runs of panels (matmul.cc's
+    decode_chunks: each thread its own run from the front, the rest taken from the back): with 1,
+    2, 3 or 5 threads, over 1 to 170 panels (chunks of 1, 2 and 4 panels), every output is
+    computed once -- accumulated onto y0, within Higham's bound of float64, so a panel missed or
+    run twice fails -- and the bits never depend on the thread count."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(21)
+    NP, K = kernels.panel_width, 64
+    cases = {}
+    for panels in (1, 2, 3, 7, 33, 70, 170):
+        N = panels * NP - (3 if panels > 1 else 0)                    # a short last panel
+        for M in (1, 5, 16):
+            x = rng.standard_normal((M, K)).astype(np.float32)
+            y0 = rng.standard_normal((M, N)).astype(np.float32)
+            w = rng.standard_normal((N, K)).astype(np.float32)
+            cases[f"f32_{panels}_{M}"] = (x, w, y0, w)
+            cases[f"bf16_{panels}_{M}"] = (x, w, y0, w.astype(ml_dtypes.bfloat16).astype(np.float32))
+            raw = _random_blocks("Q4_1", N, K // 32, seed=panels * 100 + M)
+            cases[f"q4_{panels}_{M}"] = (x, raw, y0, _gguf_dequant(raw, "Q4_1"))
+            cases[f"q4_{panels}_{M}_act8"] = (x, raw, y0, None)
+    np.savez(tmp_path / "in.npz", **{f"{n}:{part}": a for n, c in cases.items()
+                                     for part, a in zip(("x", "w", "y0"), c[:3])})
+    outs = {}
+    for threads in (1, 2, 3, 5):
+        env = dict(os.environ, LLAMANB_THREADS=str(threads))
+        r = subprocess.run([sys.executable, "-c", _THREADS_CHILD, str(tmp_path / "in.npz"),
+                            str(tmp_path / f"out{threads}.npz"), str(threads)], env=env,
+                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        outs[threads] = dict(np.load(tmp_path / f"out{threads}.npz"))
+    for name, (x, _, y0, w) in cases.items():
+        if w is not None:
+            exact = y0.astype(np.float64) + x.astype(np.float64) @ w.astype(np.float64).T
+            bound = gamma(K + 1) * (np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T
+                                     + np.abs(y0))
+            assert (np.abs(outs[1][name] - exact) <= bound).all(), name
+        for threads in (2, 3, 5):
+            assert np.array_equal(outs[threads][name].view(np.uint32),
+                                  outs[1][name].view(np.uint32)), (name, threads)
+
+
 @pytest.fixture(scope="module")
 def q4_engine(smollm, kernels):
     from llamanb.engine.engine import Engine
