@@ -291,15 +291,22 @@ print({f: f in flags.split() for f in ("avx2", "fma", "f16c", "avx512f", "avx512
 # every thread, the caller included, claims the next chunk from a shared counter until none is
 # left, and the caller waits only for chunks already claimed. A helper the OS has not scheduled
 # yet simply finds no work: on a busy machine the step slows down instead of stalling at a
-# barrier. A decode matmul's chunks are whole panels -- 4, 2 or 1 at a time so that each thread
-# gets at least 8 chunks, the last `2T` single panels so the threads finish together (the rule in
-# `matmul.cc`, for this model's matrices):
+# barrier. A decode matmul gives each thread a run of adjacent panels, so that each reads one
+# ascending stream of memory and what the prefetchers fetch ahead is its own next chunk. A run is
+# cut into chunks of 4, 2 or 1 panels, so that each thread gets at least 8, the last two single
+# panels; a thread whose run is done takes chunks from the back of another's, so the threads
+# finish together (the rule in `matmul.cc`'s `decode_chunks`, for this model's matrices):
 
 # %%
 def chunking(panels, T):
     per = 4 if panels >= 32 * T else 2 if panels >= 16 * T else 1
-    small = 2 * T if per > 1 and panels > 2 * T else 0
-    return per, small + -(-(panels - small) // per)
+    R = min(T, panels)                                       # one run of panels per thread
+    chunks = 0
+    for h in range(R):
+        n = (h + 1) * panels // R - h * panels // R
+        tail = 0 if per == 1 else min(2, n)                  # single panels at the run's end
+        chunks += -(-(n - tail) // per) + tail
+    return per, chunks
 
 
 shapes = {"wqkv": W.layers[0].wqkv.shape[0], "wo": W.layers[0].wo.shape[0],
