@@ -422,8 +422,8 @@ inline void decode_panels(const XT* x, int M, int K, const WT* P, int p0, int p1
 // its current chunk lands in its next one; a thread whose own region is done claims what is left
 // of the others from the back, a chunk at a time, so the threads finish together (the small
 // chunks at each region's end are the last claimed). With the chunks handed to whichever thread
-// came next (interleaving them), a thread's stream jumped every chunk: a Q4_1 decode token
-// 1.11-1.21x, bf16 1.06x slower on a 2-core Zen 3 (alternated rounds; float32 the same).
+// came next (interleaving them), a thread's stream jumped every chunk: a decode token took 1.10x
+// the time at Q4_1, 1.08x at bf16, 1.02x at float32 (2-core Zen 3, 15 alternated rounds).
 // Each chunk first prefetches the first `ahead_bytes` of its panels: the kernels' own prefetch
 // starts that far in. Regions are taken through the pool (pool.h), so a thread that has not
 // started leaves its region to the others, and no panel's result depends on who ran it.
