@@ -208,14 +208,13 @@ def report(res: dict) -> str:
                      f"({b['decode_step_8_rows_s'] / b['decode_step_1_row_s']:.2f}x the time for 8x the "
                      f"tokens); with every decode-only step full, continuous at 8 slots would reach "
                      f"{b['ceiling']:.2f}x one at a time")
-        if "target" in b:                                   # (absent from older saved runs)
-            need = b["step_for_target_s"]
-            lines.append(f"what {b['target']:.1f}x needs: " + (
-                f"the prompt steps alone take more than 1/{b['target']:.1f} of one-at-a-time's "
-                "time, so no decode step reaches it" if need is None else
-                f"an 8-row decode step of at most {1e3 * need:.1f} ms "
-                f"({need / b['decode_step_1_row_s']:.2f}x a one-row step), every decode-only "
-                "step full, with these prompt steps"))
+        need = b["step_for_target_s"]
+        lines.append(f"what {b['target']:.1f}x needs: " + (
+            f"the prompt steps alone take more than 1/{b['target']:.1f} of one-at-a-time's "
+            "time, so no decode step reaches it" if need is None else
+            f"an 8-row decode step of at most {1e3 * need:.1f} ms "
+            f"({need / b['decode_step_1_row_s']:.2f}x a one-row step), every decode-only "
+            "step full, with these prompt steps"))
         lines.append("steps at 8 slots: " + ", ".join(f"{m.split('/')[0].replace('_', ' ')} {n:.0f}"
                                                       for m, n in b["steps"].items()) +
                      f"; no schedule takes fewer than {b['steps_at_least']} (a token a step "
