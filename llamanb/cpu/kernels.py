@@ -485,41 +485,38 @@ class Kernels:
         self.lib, self.built, self.flavour = lib, built, flavour
         self.native = flavour == "native"
         P, I, L, F = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
-        sig = {"llamanb_cpu_matmul_f32": (P, I, I, P, I, P, I, I),
-               "llamanb_cpu_pack_f32": (P, I, I, P),
-               "llamanb_cpu_pack_bf16": (P, I, I, P),
-               "llamanb_cpu_forward": (P, P, P, I, P, P, P, I, P),
-               "llamanb_cpu_panel_width": (),
-               "llamanb_cpu_bf16_unpack_order": (),
-               "llamanb_cpu_matmul_bf16": (P, I, I, P, I, P, I, I),
-               **{f"llamanb_cpu_matmul_{f}{act}": (P, I, I, P, I, P, I, I)
+        V, D = None, ctypes.c_double
+        # each entry point (kernels/cpu/*.cc): what it returns (V: void), and its arguments
+        sig = {"llamanb_cpu_matmul_f32": (V, (P, I, I, P, I, P, I, I)),
+               "llamanb_cpu_pack_f32": (V, (P, I, I, P)),
+               "llamanb_cpu_pack_bf16": (V, (P, I, I, P)),
+               "llamanb_cpu_forward": (V, (P, P, P, I, P, P, P, I, P)),
+               "llamanb_cpu_panel_width": (I, ()),
+               "llamanb_cpu_bf16_unpack_order": (I, ()),
+               "llamanb_cpu_matmul_bf16": (V, (P, I, I, P, I, P, I, I)),
+               **{f"llamanb_cpu_matmul_{f}{act}": (V, (P, I, I, P, I, P, I, I))
                   for f in ACT8_FORMATS for act in ("", "_q8")},
-               "llamanb_cpu_quantize_q8": (P, I, I, P, P, P),
-               "llamanb_cpu_int_dot_bytes": (),
-               "llamanb_cpu_dpbusd_bits": (),
-               "llamanb_cpu_dot4": (P, P, I, P),
-               "llamanb_cpu_q4_1_block_isum": (P, P, P),          # quant_probe.cc
-               "llamanb_cpu_dot_u8s8": (P, P, P),
-               "llamanb_cpu_unpack_quant": (I, P, I, I, P),
-               "llamanb_cpu_rmsnorm": (P, P, P, I, I, F, I),
-               "llamanb_cpu_rope": (P, I, L, I, I, P, P, I),
-               "llamanb_cpu_silu_mul": (P, P, I, I, I),
-               "llamanb_cpu_attention": (P, L, I, I, I, I, I, P, P, L, P, F, I),
-               "llamanb_cpu_read_sum": (P, L),
-               "llamanb_cpu_exp": (P, P, L),
-               "llamanb_cpu_vector_width": (),
-               "llamanb_cpu_isa": (),
-               "llamanb_cpu_emulated": (),
-               "llamanb_cpu_bf16_dot": (),
-               "llamanb_cpu_threads": ()}
-        # what each entry point returns where it is not void (kernels/cpu/*.cc)
-        returns = {**{f"llamanb_cpu_{n}": ctypes.c_int for n in (
-            "vector_width", "panel_width", "threads", "bf16_unpack_order", "isa", "emulated",
-            "int_dot_bytes", "dpbusd_bits", "bf16_dot", "dot_u8s8")},
-            "llamanb_cpu_read_sum": ctypes.c_double}
-        for name, args in sig.items():
+               "llamanb_cpu_quantize_q8": (V, (P, I, I, P, P, P)),
+               "llamanb_cpu_int_dot_bytes": (I, ()),
+               "llamanb_cpu_dpbusd_bits": (I, ()),
+               "llamanb_cpu_dot4": (V, (P, P, I, P)),
+               "llamanb_cpu_q4_1_block_isum": (V, (P, P, P)),          # quant_probe.cc
+               "llamanb_cpu_dot_u8s8": (I, (P, P, P)),
+               "llamanb_cpu_unpack_quant": (V, (I, P, I, I, P)),
+               "llamanb_cpu_rmsnorm": (V, (P, P, P, I, I, F, I)),
+               "llamanb_cpu_rope": (V, (P, I, L, I, I, P, P, I)),
+               "llamanb_cpu_silu_mul": (V, (P, P, I, I, I)),
+               "llamanb_cpu_attention": (V, (P, L, I, I, I, I, I, P, P, L, P, F, I)),
+               "llamanb_cpu_read_sum": (D, (P, L)),
+               "llamanb_cpu_exp": (V, (P, P, L)),
+               "llamanb_cpu_vector_width": (I, ()),
+               "llamanb_cpu_isa": (I, ()),
+               "llamanb_cpu_emulated": (I, ()),
+               "llamanb_cpu_bf16_dot": (I, ()),
+               "llamanb_cpu_threads": (I, ())}
+        for name, (res, args) in sig.items():
             fn = getattr(lib, name)
-            fn.argtypes, fn.restype = list(args), returns.get(name)
+            fn.argtypes, fn.restype = list(args), res
         self.vector_width = lib.llamanb_cpu_vector_width()
         self.panel_width = lib.llamanb_cpu_panel_width()
         # how this build lays out packed weights (a cached copy must have been packed alike)
