@@ -29,6 +29,14 @@ def capital_ids(smollm):
     return smollm.tokenizer.encode_prompt("What is the capital of France?", chat=True)
 
 
+def _accumulated_bound(x, w, y0):
+    """y0 + x w^T in float64, and Higham's bound on a float32 product accumulated onto y0 (one
+    FMA chain of K + 1 terms per output): gamma(K + 1) (|x| |w|^T + |y0|)."""
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    exact = y0.astype(np.float64) + x64 @ w64.T
+    return exact, gamma(x.shape[1] + 1) * (np.abs(x64) @ np.abs(w64).T + np.abs(y0))
+
+
 def _check_matmul(kernels, M, wdtype, seed=None):
     """One matmul through `kernels` against float64, within Higham's bound."""
     rng = np.random.default_rng(M if seed is None else seed)
@@ -42,9 +50,7 @@ def _check_matmul(kernels, M, wdtype, seed=None):
         w = w.astype(ml_dtypes.bfloat16).astype(np.float32)    # the values the kernel multiplies
     y0 = rng.standard_normal((M, N)).astype(np.float32)
     y = kernels.matmul(x, wk, y0.copy(), accumulate=True)
-    exact = y0.astype(np.float64) + x.astype(np.float64) @ w.astype(np.float64).T
-    bound = gamma(K + 1) * (np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T
-                             + np.abs(y0))
+    exact, bound = _accumulated_bound(x, w, y0)
     err = np.abs(y - exact)
     print(f"{kernels.flavour} M={M} {wdtype}: max error {err.max():.2e}, max bound {bound.max():.2e}")
     assert (err <= bound).all()
@@ -791,9 +797,7 @@ def test_quantised_matmul_equals_float32_panels_bitwise(kernel_builds, qtype):
             yq = k.matmul(x, wq, y0.copy(), accumulate=True)
             yf = k.matmul(x, wf, y0.copy(), accumulate=True)
             assert np.array_equal(yq, yf), (k.flavour, M)
-            exact = y0.astype(np.float64) + x.astype(np.float64) @ w.astype(np.float64).T
-            bound = gamma(w.shape[1] + 1) * (np.abs(x).astype(np.float64) @
-                                              np.abs(w).astype(np.float64).T + np.abs(y0))
+            exact, bound = _accumulated_bound(x, w, y0)
             assert (np.abs(yq - exact) <= bound).all()
         assert wq.nbytes == -(-45 // k.panel_width) * k.panel_width * w.shape[1] // 32 * \
             PANEL_BYTES.get(qtype, _block_bytes(qtype))  # the GGUF's bytes per weight, in panels
@@ -851,9 +855,7 @@ def test_decode_products_split_among_any_thread_count(kernels, tmp_path):
         outs[threads] = dict(np.load(tmp_path / f"out{threads}.npz"))
     for name, (x, _, y0, w) in cases.items():
         if w is not None:
-            exact = y0.astype(np.float64) + x.astype(np.float64) @ w.astype(np.float64).T
-            bound = gamma(K + 1) * (np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T
-                                     + np.abs(y0))
+            exact, bound = _accumulated_bound(x, w, y0)
             assert (np.abs(outs[1][name] - exact) <= bound).all(), name
         for threads in (2, 3, 5):
             assert np.array_equal(outs[threads][name].view(np.uint32),
