@@ -27,6 +27,7 @@
 // Quantised panels (quant.h: Q4_1, Q4_0, Q5_0, Q4_K, Q6_K, Q8_0) go through the same tiles: a block of 32 k at a time,
 // each row of weights decoded in registers (the block's scales loaded once per block) and then
 // multiplied exactly as a float32 row would be.
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -451,9 +452,9 @@ inline void decode_chunks(const void* P, long panel_bytes, long ahead_bytes, int
         reg[h].lo_hi.store(uint64_t(reg[h].n_body + tail), std::memory_order_relaxed);
     }
     auto run_chunk = [&](const DecodeRegion& g, int i) {
-        const int p0 = i < g.n_body ? g.base + i * per : g.base + g.body + (i - g.n_body);
-        const int p1 = i >= g.n_body ? p0 + 1 : p0 + per < g.base + g.body ? p0 + per
-                                                                             : g.base + g.body;
+        const bool in_body = i < g.n_body;          // a chunk of `per` panels, or a single one
+        const int p0 = in_body ? g.base + i * per : g.base + g.body + (i - g.n_body);
+        const int p1 = in_body ? std::min(p0 + per, g.base + g.body) : p0 + 1;
         for (int p = p0; p < p1; ++p) {
             const char* head = static_cast<const char*>(P) + p * panel_bytes;
             for (long b = 0; b < ahead_bytes && b < panel_bytes; b += 64)
