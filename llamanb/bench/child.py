@@ -142,17 +142,13 @@ class EngineProcess:
 
 def measure_engines(engines: list[str], model_spec, cache_dir, ids: list[int], runs: int,
                     steps: int, progress, peers: dict | None = None,
-                    probe=None) -> tuple[dict, list[list[str]], list[float]]:
-    """Load every engine in its own child, then run the rounds interleaved round-robin; return
-    each engine's medians, samples and peak RSS, the order of every round, and what `probe()`
-    (if given: the memory-read bandwidth, GB/s) measured at the start of each timed round, so
-    that a roofline is paired with the decode rates of its own round. `peers`: engine name ->
-    (python, gguf path) for the llama.cpp engines (bench.peer)."""
+                    probe=None) -> tuple[dict, list[list[str]], list[list[float]]]:
+    """Load every engine in its own child, then run the rounds (run_rounds); return each
+    engine's medians, samples and peak RSS (and `round_gb_s` when `probe` is given), the order
+    of every round, and every timed round's probes. `peers`: engine name -> (python, gguf path)
+    for the llama.cpp engines (bench.peer)."""
     ctx = multiprocessing.get_context("spawn")
-    keys = [f"prefill_{n}" for n in PREFILL_LENS] + ["decode"]
     procs, info = {}, {}
-    samples = {e: {k: [] for k in keys} for e in engines}
-    tokens, orders, probes = {}, [], []
     try:
         for e in engines:
             progress(f"{e}: starting its process, loading")
@@ -166,34 +162,66 @@ def measure_engines(engines: list[str], model_spec, cache_dir, ids: list[int], r
             progress(f"  loaded in {info[e]['load_s']:.2f} s: {info[e]['backend']}")
         progress(f"rounds: warm-up + {runs} timed, interleaved round-robin "
                  f"(prefill {'/'.join(map(str, PREFILL_LENS))}, decode {steps} each)")
-        for r in range(runs + 1):                             # round 0 is the warm-up
-            order = engines[r % len(engines):] + engines[:r % len(engines)]
-            orders.append(order)
-            tag = "warm-up" if r == 0 else f"run {r}/{runs}"
-            if probe is not None:
-                time.sleep(SETTLE_S)
-                gb_s = probe()
-                print(f"  {tag} [memory read]: {gb_s:.2f} GB/s", file=sys.stderr, flush=True)
-                if r:
-                    probes.append(gb_s)
-            for e in order:
-                time.sleep(SETTLE_S)              # the previous engine's idle threads stop spinning
-                row, tokens[e] = procs[e].ask("round")
-                print(f"  {tag} [{e}]: " + ", ".join(f"{k} {v:.1f} tok/s" for k, v in row.items()),
-                      file=sys.stderr, flush=True)
-                if r:
-                    for k in keys:
-                        samples[e][k].append(row[k])
+        got = run_rounds(procs, runs, probe)
         peaks = {e: procs[e].finish()["peak_rss_mb"] for e in engines}
     finally:
         for p in procs.values():
             p.stop()
     results = {}
     for e in engines:
-        results[e] = {f"{k}_tok_s": statistics.median(samples[e][k]) for k in keys}
-        results[e].update(peak_rss_mb=peaks[e], samples_tok_s=samples[e], greedy_tokens=tokens[e],
+        sam = got["samples"][e]
+        results[e] = {f"{k}_tok_s": statistics.median(v) for k, v in sam.items()}
+        results[e].update(peak_rss_mb=peaks[e], samples_tok_s=sam, greedy_tokens=got["tokens"][e],
                           **info[e])
-    return results, orders, probes
+        if probe is not None:
+            results[e]["round_gb_s"] = got["round_gb_s"][e]
+    return results, got["orders"], got["probes"]
+
+
+def run_rounds(procs: dict, runs: int, probe=None, settle: float = SETTLE_S) -> dict:
+    """The rounds over engines already loaded (name -> an object whose ask("round") returns that
+    round's {prefill_128, prefill_512, decode} tok/s and the greedy tokens): a warm-up and `runs`
+    timed rounds, every engine once a round, the order rotating. With `probe()` (the memory-read
+    bandwidth, GB/s) the memory is read at each round's start and again after every engine's
+    turn, so each turn lies between two probes a few seconds apart, and an engine's `round_gb_s`
+    is, round by round, the mean of those two: its decode (the end of its turn) is paired with
+    the bandwidth of the same seconds, not of the round's start (this VM's read bandwidth moves by
+    a third from one probe to the next). Returns samples, tokens, orders, probes (each timed
+    round's, in order) and round_gb_s."""
+    engines = list(procs)
+    keys = [f"prefill_{n}" for n in PREFILL_LENS] + ["decode"]
+    samples = {e: {k: [] for k in keys} for e in engines}
+    around = {e: [] for e in engines}
+    tokens, orders, probes = {}, [], []
+    for r in range(runs + 1):                                 # round 0 is the warm-up
+        order = engines[r % len(engines):] + engines[:r % len(engines)]
+        orders.append(order)
+        tag = "warm-up" if r == 0 else f"run {r}/{runs}"
+        seen = []                                             # this round's probes, in order
+
+        def read_memory():
+            time.sleep(settle)                # the previous engine's idle threads stop spinning
+            seen.append(probe())
+            print(f"  {tag} [memory read]: {seen[-1]:.2f} GB/s", file=sys.stderr, flush=True)
+
+        if probe is not None:
+            read_memory()
+        for e in order:
+            time.sleep(settle)
+            row, tokens[e] = procs[e].ask("round")
+            print(f"  {tag} [{e}]: " + ", ".join(f"{k} {v:.1f} tok/s" for k, v in row.items()),
+                  file=sys.stderr, flush=True)
+            if probe is not None:
+                read_memory()
+            if r:
+                for k in keys:
+                    samples[e][k].append(row[k])
+                if probe is not None:
+                    around[e].append((seen[-2] + seen[-1]) / 2)
+        if r and probe is not None:
+            probes.append(seen)
+    return {"samples": samples, "tokens": tokens, "orders": orders, "probes": probes,
+            "round_gb_s": around}
 
 
 # --- report ----------------------------------------------------------------------------------

@@ -180,7 +180,7 @@ def main(args) -> int:
         "memory_read_per_round_gb_s": probes,
         "decode_roofline_tok_s": roofline,
         "engines": results,
-        "ratios": ratios(results, roofline, bw["gb_s"], probes, kv_positions),
+        "ratios": ratios(results, roofline, bw["gb_s"], kv_positions),
         "greedy_agreement": agreement,
     }
     res["cpu_taken_by_others_pct"] = cpu.pct()      # children count as ours: all reaped by now

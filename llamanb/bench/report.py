@@ -81,11 +81,12 @@ def _paired(a: dict, b: dict | float, key: str) -> list[float] | None:
 
 
 def ratios(engines: dict, roofline: float, gb_s: float | None = None,
-           round_gb_s: list[float] | None = None, kv_positions: float = 0.0) -> list[dict]:
-    """Each ratio and its target. `round_gb_s`: the memory-read bandwidth probed at the start of
-    each timed round; given, a cpu engine's decode / roofline is paired round by round with it
-    (a shared machine's bandwidth drifts 15 % over a run), else with the one probe before; so is
-    llama.cpp's (no target). `kv_positions`: cached positions a timed decode step reads on
+           kv_positions: float = 0.0) -> list[dict]:
+    """Each ratio and its target. An engine's `round_gb_s` (child.measure_engines: the mean of
+    the memory-read probes just before and just after its turn, one per timed round), where it
+    has one, pairs its decode / roofline round by round (a shared machine's bandwidth moves
+    within seconds); without one, decode / roofline is against `gb_s`, the one probe before the
+    rounds. llama.cpp's rows (no target) likewise. `kv_positions`: cached positions a timed decode step reads on
     average (runners.decode_kv_positions); an engine's bytes per token are its weights plus its
     own KV cache's bytes per position (`kv_bytes_per_position`, as the engine reports it) times
     that."""
@@ -94,12 +95,13 @@ def ratios(engines: dict, roofline: float, gb_s: float | None = None,
 
     def against_roofline(e, nbytes):
         """(the bandwidth it was divided by, decode / roofline, the paired rounds) for an engine
-        reading `nbytes` a token: each round against that round's probe when there is one a
-        round, else against the one probe before the rounds."""
+        reading `nbytes` a token: each round against the probes around its turn when it has
+        them, else against the one probe before the rounds."""
         sa = (e.get("samples_tok_s") or {}).get("decode")
-        if round_gb_s and sa and len(sa) == len(round_gb_s):
-            pairs = [x / (g * 1e9 / nbytes) for x, g in zip(sa, round_gb_s)]
-            return (f"{min(round_gb_s):.1f}-{max(round_gb_s):.1f} GB/s, each round's",
+        g_r = e.get("round_gb_s")
+        if g_r and sa and len(sa) == len(g_r):
+            pairs = [x / (g * 1e9 / nbytes) for x, g in zip(sa, g_r)]
+            return (f"{min(g_r):.1f}-{max(g_r):.1f} GB/s, probed around each turn",
                     statistics.median(pairs), pairs)
         return (f"{gb_s:.1f} GB/s", e["decode_tok_s"] / (gb_s * 1e9 / nbytes),
                 _paired(e, gb_s * 1e9 / nbytes, "decode"))
@@ -213,9 +215,12 @@ def report(res: dict) -> str:
               "weight and KV bytes)"]
     per_round = res.get("memory_read_per_round_gb_s")
     if per_round:
-        lines.append("memory read again at each timed round's start (best of the same probes, "
-                     f"{ROUND_PROBES} passes each): " + ", ".join(f"{g:.1f}" for g in per_round)
-                     + " GB/s; each round's decode / roofline uses its own")
+        lines.append("memory read again at each timed round's start and after every engine's turn "
+                     f"(best of the same probes, {ROUND_PROBES} passes each), GB/s: "
+                     + "; ".join(f"round {i + 1} {min(r):.1f}-{max(r):.1f}"
+                                 for i, r in enumerate(per_round))
+                     + "; an engine's decode / roofline in a round uses the mean of the two probes "
+                     "around its turn")
     lines.append("")
     for r in res["ratios"]:
         rounds = rounds_text(r.get("spread"), r["unit"])

@@ -21,8 +21,8 @@ def test_roofline_targets_by_precision():
         # 100 MB a token at 40 GB/s: a 400 tok/s roofline, run at 340 tok/s (0.85) in 7 rounds
         eng[f"llamanb@{b}"] = {"decode_tok_s": 340.0, "prefill_128_tok_s": 1.0,
                                "prefill_512_tok_s": 1.0, "weight_bytes": 100e6,
-                               "samples_tok_s": {"decode": [340.0] * 7}}
-    rows = ratios(eng, roofline=60.0, gb_s=40.0, round_gb_s=[40.0] * 7)
+                               "samples_tok_s": {"decode": [340.0] * 7}, "round_gb_s": [40.0] * 7}
+    rows = ratios(eng, roofline=60.0, gb_s=40.0)
     got = {r["name"].split(" decode / its roofline")[0]: (r["target"], r["pass"]) for r in rows
            if "its roofline" in r["name"]}
     assert got == {"cpu": (0.90, False), "cpu:bf16": (0.90, False), "cpu:q4_1": (0.80, True),
@@ -76,9 +76,10 @@ def test_bench_ratios_against_llamacpp_and_roofline():
 
 
 def test_roofline_pairs_each_round_with_its_own_bandwidth_probe():
-    """A shared machine's bandwidth drifts over a run: given a probe per timed round, decode /
-    roofline is a paired sample per round (that round's rate over that round's roofline), and
-    its target is decided by their lower quartile, as between engines."""
+    """A shared machine's bandwidth drifts over a run: given the probes around an engine's turn
+    in each timed round (`round_gb_s`), decode / roofline is a paired sample per round (that
+    round's rate over the roofline of those probes), and its target is decided by their lower
+    quartile, as between engines."""
     import statistics
 
     from llamanb.bench.report import ratios
@@ -88,23 +89,55 @@ def test_roofline_pairs_each_round_with_its_own_bandwidth_probe():
     eng = {"llamanb": {"decode_tok_s": 30.0, "prefill_128_tok_s": 1.0, "prefill_512_tok_s": 1.0},
            "llamanb@cpu": {"decode_tok_s": statistics.median(dec), "prefill_128_tok_s": 1.0,
                            "prefill_512_tok_s": 1.0, "weight_bytes": 500e6,
-                           "samples_tok_s": {"decode": dec}}}
-    row = next(r for r in ratios(eng, 60.0, gb_s=30.0, round_gb_s=gbs)
+                           "samples_tok_s": {"decode": dec}, "round_gb_s": gbs}}
+    row = next(r for r in ratios(eng, 60.0, gb_s=30.0)
                if r["name"].startswith("cpu decode / its roofline"))
     want = sorted(d * 500e6 / (g * 1e9) for d, g in zip(dec, gbs))   # each 1.0: tracks the probe
     assert row["spread"]["min"] == want[0] and row["spread"]["max"] == want[-1]
-    assert row["pass"] is True and "19.0-22.5 GB/s, each round's" in row["name"]
-    # llama.cpp's row (no target) is paired with the same probes, round by round
+    assert row["pass"] is True and "19.0-22.5 GB/s, probed around each turn" in row["name"]
+    # llama.cpp's row (no target) is paired with the probes around its own turns, round by round
     eng["llamacpp_f32"] = {"decode_tok_s": statistics.median(dec), "prefill_512_tok_s": 1.0,
-                           "samples_tok_s": {"decode": dec}}
-    peer = next(r for r in ratios(eng, 60.0, gb_s=30.0, round_gb_s=gbs)
+                           "samples_tok_s": {"decode": dec}, "round_gb_s": gbs}
+    peer = next(r for r in ratios(eng, 60.0, gb_s=30.0)
                 if r["name"].startswith("llama.cpp F32 decode / roofline"))
-    assert "19.0-22.5 GB/s, each round's" in peer["name"] and peer["pass"] is None
+    assert "19.0-22.5 GB/s, probed around each turn" in peer["name"] and peer["pass"] is None
     assert peer["spread"]["min"] == want[0] and peer["spread"]["max"] == want[-1]
-    del eng["llamacpp_f32"]
+    del eng["llamacpp_f32"], eng["llamanb@cpu"]["round_gb_s"]
     # against the one probe before the rounds (30 GB/s) the same rates would read 0.67
     one = next(r for r in ratios(eng, 60.0, gb_s=30.0) if r["name"].startswith("cpu decode / its"))
     assert one["pass"] is False and abs(one["value"] - 41.0 * 500e6 / 30e9) < 1e-12
+
+
+def test_each_turn_is_paired_with_the_probes_just_before_and_after_it():
+    """run_rounds reads the memory at each round's start and after every engine's turn; an
+    engine's bandwidth for a timed round is the mean of the two probes around its own turn
+    (the order rotates every round), the warm-up's probes are not kept, and every probe of a
+    timed round is."""
+    from llamanb.bench.child import run_rounds
+
+    calls = []
+
+    class Fake:                                      # an engine process: ask("round") only
+        def __init__(self, name, rate):
+            self.name, self.rate = name, rate
+
+        def ask(self, what):
+            assert what == "round"
+            calls.append(self.name)
+            return {"prefill_128": 1.0, "prefill_512": 1.0, "decode": self.rate}, [1, 2]
+
+    reads = iter(range(100))                         # probe k reads k GB/s
+    procs = {"a": Fake("a", 10.0), "b": Fake("b", 20.0), "c": Fake("c", 30.0)}
+    got = run_rounds(procs, 2, probe=lambda: float(next(reads)), settle=0.0)
+    assert got["orders"] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
+    assert calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    # warm-up probes 0..3; round 1: 4 (start) b 5 c 6 a 7; round 2: 8 c 9 a 10 b 11
+    assert got["probes"] == [[4.0, 5.0, 6.0, 7.0], [8.0, 9.0, 10.0, 11.0]]
+    assert got["round_gb_s"] == {"a": [6.5, 9.5], "b": [4.5, 10.5], "c": [5.5, 8.5]}
+    assert got["samples"]["c"]["decode"] == [30.0, 30.0]
+    # without a probe nothing is read and no engine carries a bandwidth
+    plain = run_rounds(procs, 1, settle=0.0)
+    assert plain["probes"] == [] and plain["round_gb_s"] == {"a": [], "b": [], "c": []}
 
 
 def test_peer_python_missing_is_one_line(monkeypatch):
