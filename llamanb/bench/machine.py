@@ -19,7 +19,7 @@ from llamanb.platform.blas import openblas_info
 
 BANDWIDTH_BYTES = 1 << 30                # 1 GiB: far larger than any cache
 BANDWIDTH_REPEATS = 7
-ROUND_PROBE_REPEATS = 3                  # the probe again at each round's start (bench --backend cpu)
+ROUND_PROBE_REPEATS = 3                  # each later probe (bench --backend cpu: every round, every turn)
 
 
 # --- process memory --------------------------------------------------------------------------
