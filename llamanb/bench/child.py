@@ -185,9 +185,10 @@ def run_rounds(procs: dict, runs: int, probe=None, settle: float = SETTLE_S) -> 
     bandwidth, GB/s) the memory is read at each round's start and again after every engine's
     turn, so each turn lies between two probes a few seconds apart, and an engine's `round_gb_s`
     is, round by round, the mean of those two: its decode (the end of its turn) is paired with
-    the bandwidth of the same seconds, not of the round's start (this VM's read bandwidth moves by
-    a third from one probe to the next). Returns samples, tokens, orders, probes (each timed
-    round's, in order) and round_gb_s."""
+    the bandwidth of the same seconds, not of the round's start (on the 2-core cloud VMs of
+    docs/performance.md the read bandwidth moved by a third from one probe to the next, 2 s
+    apart). Returns samples, tokens, orders, probes (each timed round's, in order) and
+    round_gb_s."""
     engines = list(procs)
     keys = [f"prefill_{n}" for n in PREFILL_LENS] + ["decode"]
     samples = {e: {k: [] for k in keys} for e in engines}
