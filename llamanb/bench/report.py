@@ -82,14 +82,14 @@ def _paired(a: dict, b: dict | float, key: str) -> list[float] | None:
 
 def ratios(engines: dict, roofline: float, gb_s: float | None = None,
            kv_positions: float = 0.0) -> list[dict]:
-    """Each ratio and its target. An engine's `round_gb_s` (child.measure_engines: the mean of
-    the memory-read probes just before and just after its turn, one per timed round), where it
-    has one, pairs its decode / roofline round by round (a shared machine's bandwidth moves
-    within seconds); without one, decode / roofline is against `gb_s`, the one probe before the
-    rounds. llama.cpp's rows (no target) likewise. `kv_positions`: cached positions a timed decode step reads on
-    average (runners.decode_kv_positions); an engine's bytes per token are its weights plus its
-    own KV cache's bytes per position (`kv_bytes_per_position`, as the engine reports it) times
-    that."""
+    """Each ratio and its target. An engine's `round_gb_s` (child.run_rounds: the mean of the
+    memory-read probes just before and just after its turn, one per timed round), where it has
+    one, pairs its decode / roofline round by round (a shared machine's bandwidth moves within
+    seconds); without one, decode / roofline is against `gb_s`, the one probe before the rounds.
+    llama.cpp's rows (no target) likewise. `kv_positions`: cached positions a timed decode step
+    reads on average (runners.decode_kv_positions); an engine's bytes per token are its weights
+    plus its own KV cache's bytes per position (`kv_bytes_per_position`, as the engine reports
+    it) times that."""
     def kv(e):
         return (e.get("kv_bytes_per_position") or 0) * kv_positions
 
