@@ -425,9 +425,13 @@ inline void decode_panels(const XT* x, int M, int K, const WT* P, int p0, int p1
 // chunks at each region's end are the last claimed). With the chunks handed to whichever thread
 // came next (interleaving them), a thread's stream jumped every chunk: a decode token took 1.10x
 // the time at Q4_1, 1.08x at bf16, 1.02x at float32 (2-core Zen 3, 15 alternated rounds).
-// Each chunk first prefetches the first `ahead_bytes` of its panels: the kernels' own prefetch
-// starts that far in. Regions are taken through the pool (pool.h), so a thread that has not
-// started leaves its region to the others, and no panel's result depends on who ran it.
+// A chunk that starts a thread's stream (the first of its region, or one taken from another
+// region) first prefetches the first `ahead_bytes` of each of its panels: the kernels' own
+// prefetch starts that far in. A chunk that continues the stream skips that, since the reads
+// ahead of the chunk before it have already run into it. Issuing that burst for every chunk
+// made a Q4_1 decode token 1.08x slower (2-core Zen 3, 15 alternated rounds, three runs).
+// Regions are taken through the pool (pool.h), so a thread that has not started leaves its
+// region to the others, and no panel's result depends on who ran it.
 struct DecodeRegion {
     std::atomic<uint64_t> lo_hi;            // chunks lo .. hi-1 unclaimed: lo << 32 | hi
     int base, body, n_body;                 // first panel, panels in `per` chunks, those chunks
@@ -451,18 +455,22 @@ inline void decode_chunks(const void* P, long panel_bytes, long ahead_bytes, int
         reg[h].n_body = (reg[h].body + per - 1) / per;
         reg[h].lo_hi.store(uint64_t(reg[h].n_body + tail), std::memory_order_relaxed);
     }
-    auto run_chunk = [&](const DecodeRegion& g, int i) {
+    // runs chunk i of region g; `next` is the panel after the thread's previous chunk (-1: none)
+    auto run_chunk = [&](const DecodeRegion& g, int i, int next) {
         const bool in_body = i < g.n_body;          // a chunk of `per` panels, or a single one
         const int p0 = in_body ? g.base + i * per : g.base + g.body + (i - g.n_body);
         const int p1 = in_body ? std::min(p0 + per, g.base + g.body) : p0 + 1;
-        for (int p = p0; p < p1; ++p) {
-            const char* head = static_cast<const char*>(P) + p * panel_bytes;
-            for (long b = 0; b < ahead_bytes && b < panel_bytes; b += 64)
-                __builtin_prefetch(head + b, 0, 2);
-        }
+        if (p0 != next)
+            for (int p = p0; p < p1; ++p) {
+                const char* head = static_cast<const char*>(P) + p * panel_bytes;
+                for (long b = 0; b < ahead_bytes && b < panel_bytes; b += 64)
+                    __builtin_prefetch(head + b, 0, 2);
+            }
         fn(p0, p1);
+        return p1;
     };
     llamanb_cpu::parallel_for(R, [&](int64_t lane) {
+        int next = -1;
         for (int k = 0; k < R; ++k) {                    // its own region, then the others'
             DecodeRegion& g = reg[(lane + k) % R];
             const bool own = k == 0;
@@ -472,7 +480,7 @@ inline void decode_chunks(const void* P, long panel_bytes, long ahead_bytes, int
                 if (!g.lo_hi.compare_exchange_weak(v, w, std::memory_order_acq_rel,
                                                    std::memory_order_acquire))
                     continue;                           // v now holds the current word
-                run_chunk(g, own ? int(v >> 32) : int(uint32_t(v)) - 1);
+                next = run_chunk(g, own ? int(v >> 32) : int(uint32_t(v)) - 1, next);
                 v = g.lo_hi.load(std::memory_order_acquire);
             }
         }
