@@ -429,7 +429,8 @@ inline void decode_panels(const XT* x, int M, int K, const WT* P, int p0, int p1
 // region) first prefetches the first `ahead_bytes` of each of its panels: the kernels' own
 // prefetch starts that far in. A chunk that continues the stream skips that, since the reads
 // ahead of the chunk before it have already run into it. Issuing that burst for every chunk
-// made a Q4_1 decode token take 1.07-1.11x the time (2-core Zen 3, four alternated runs).
+// made a Q4_1 decode token take 1.08x the time (2-core Zen 3; two runs of 61 alternated rounds,
+// lower quartile 1.03x both times).
 // Regions are taken through the pool (pool.h), so a thread that has not started leaves its
 // region to the others, and no panel's result depends on who ran it.
 struct DecodeRegion {
