@@ -164,8 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="llamanb vs transformers on this machine")
     _model_arg(b)
     b.add_argument("--json", default=None, help="also write the results to this file")
-    b.add_argument("--runs", type=_positive_int, default=3, help="timed rounds (medians; a target between engines is decided by "
-                   "the lower quartile of the paired rounds, from 7 rounds on)")
+    b.add_argument("--runs", type=_positive_int, default=None, help="timed rounds (default 3; "
+                   "medians; a target between engines is decided by the lower quartile of the "
+                   "paired rounds, from 7 rounds on; with --kernels default 61)")
     from llamanb.bench.runners import DECODE_STEPS
 
     b.add_argument("--decode-tokens", type=_positive_int, default=DECODE_STEPS,
@@ -186,6 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "x86-64-v3 -- the AVX2 kernels -- where this CPU's own build uses AVX-512)")
     b.add_argument("--batching", action="store_true", help="instead: one request at a time vs "
                    "static vs continuous batching (llamanb only, slot counts 1-16)")
+    b.add_argument("--kernels", nargs="+", default=None, metavar="DIR", help="instead: with "
+                   "--backend cpu[:DTYPE], decode on the packaged kernels/cpu against the same "
+                   "engine built from each DIR (a changed copy), alternated in one process; "
+                   "prints each one's speed-up (median and quartiles of the rounds) and whether "
+                   "its logits are bit for bit the packaged kernels'")
 
     i = sub.add_parser("info", help="which backends this machine can run (ready, or what is "
                        "missing); config, parameter and memory accounting")

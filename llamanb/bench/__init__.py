@@ -58,4 +58,8 @@ Q4_1.
 
 Other processes on the machine skew everything; the share of CPU they used during the run is
 printed, with a warning when it is large.
+
+`--batching` (batching.py) measures serving instead; `--kernels DIR` (kernel_ab.py) judges a
+change to the cpu kernels: one process, the packaged build and each changed copy alternated token
+by token.
 """

@@ -62,6 +62,11 @@ def main(args) -> int:
     from llamanb.cpu import kernels as cpu_kernels
 
     refuse_emulated(os.environ.get(cpu_kernels.MARCH_VAR, "").strip(), cpu_kernels.MARCH_VAR)
+    if getattr(args, "kernels", None):
+        from llamanb.bench.kernel_ab import main as kernel_ab
+
+        return kernel_ab(args)
+    args.runs = args.runs or 3
     if getattr(args, "batching", False):
         from llamanb.bench.batching import main as batching
 

@@ -43,6 +43,7 @@ other store, `block` runs layer by layer from Python and attention reads `cache.
 from __future__ import annotations
 
 import ctypes
+from pathlib import Path
 
 import numpy as np
 
@@ -174,16 +175,18 @@ class CpuBackend(Backend):
     DTYPES = DTYPES
 
     def __init__(self, weights: Weights, dtype: str = "float32", activations: str | None = None,
-                 march: str | None = None):
+                 march: str | None = None, kernels_dir: str | Path | None = None):
         """march: the kernels' build flavour (cpu_kernels: "native", "portable" or a -march
-        name); default $LLAMANB_CPU_MARCH, else native."""
+        name); default $LLAMANB_CPU_MARCH, else native. kernels_dir: the C++ sources to build
+        (default kernels/cpu; `bench --kernels` passes a changed copy)."""
         if dtype not in self.DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(self.DTYPES)}, got {dtype!r}")
         activations = activations or default_activations()
         if activations not in ACTIVATIONS:
             raise ValueError(f"activations must be one of {', '.join(ACTIVATIONS)}, got "
                              f"{activations!r}")
-        self.k = cpu_kernels.load(flavour_name=march)   # LlamanbError (one line) without a compiler
+        self.k = cpu_kernels.load(Path(kernels_dir) if kernels_dir else cpu_kernels.KERNELS_DIR,
+                                  flavour_name=march)   # LlamanbError (one line) without a compiler
         super().__init__(weights)
         c = self.config
         mats = {f"{i}.{n}": m for i, w in enumerate(weights.layers) for n, m in
