@@ -152,8 +152,9 @@ def main(args) -> int:
                                                  if name != PACKAGED else ""))
         try:
             engines[name] = Engine(model, "cpu", kernels_dir=d, **options)
-        except LlamanbError as e:
-            raise LlamanbError(f"--kernels {d}: {e}" if name != PACKAGED else str(e)) from None
+        except LlamanbError as e:                     # (its advice to use numpy is not for an A/B)
+            why = str(e).removesuffix(" (use --backend numpy)")
+            raise LlamanbError(f"--kernels {d}: {why}" if name != PACKAGED else str(e)) from None
 
     def sequence(eng):
         """A fresh sequence on eng: its prompt prefilled, then one greedy token per step()."""
