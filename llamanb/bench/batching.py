@@ -226,7 +226,7 @@ def report(res: dict) -> str:
 
 
 def main(args) -> int:
-    from llamanb.bench.report import write_json
+    from llamanb.bench.report import show_and_save
 
     def progress(msg):
         print(f"bench: {msg}", file=sys.stderr, flush=True)
@@ -234,8 +234,5 @@ def main(args) -> int:
     progress("batching: one at a time vs static vs continuous, interleaved rounds")
     res = measure(args.model, args.runs, progress=progress,
                   backend=getattr(args, "backend", "numpy") or "numpy")
-    print(report(res))
-    if args.json:
-        write_json(args.json, {"batching": res})
-        progress(f"wrote {args.json}")
+    show_and_save(report(res), {"batching": res}, args.json, progress)
     return 0

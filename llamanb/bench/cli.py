@@ -10,7 +10,7 @@ from pathlib import Path
 from llamanb.errors import LlamanbError
 from llamanb.bench.child import PEAK_RSS_METHOD, SCHEDULE, measure_engines
 from llamanb.bench.machine import (BANDWIDTH_BYTES, ROUND_PROBE_REPEATS, CpuShare, machine_info, memory_read_bandwidth, release_memory)
-from llamanb.bench.report import ratios, report, write_json
+from llamanb.bench.report import ratios, report, show_and_save
 from llamanb.bench.runners import DECODE_CONTEXT, PREFILL_LENS, decode_kv_positions, prompt_ids
 
 
@@ -190,13 +190,6 @@ def main(args) -> int:
     }
     res["cpu_taken_by_others_pct"] = cpu.pct()      # children count as ours: all reaped by now
     res["total_s"] = time.perf_counter() - t_start
-    print(report(res), flush=True)                  # on stdout first: a failed write loses nothing
-    if args.json:
-        try:
-            write_json(args.json, res)
-        except OSError as e:
-            raise LlamanbError(f"--json {args.json}: the write failed ({e.strerror}); the results "
-                               "are printed above") from None
-        progress(f"wrote {args.json}")
+    show_and_save(report(res), res, args.json, progress)
     progress(f"done in {res['total_s']:.0f} s")
     return 0

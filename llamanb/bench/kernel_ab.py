@@ -121,7 +121,7 @@ def report(res: dict) -> str:
 
 def main(args) -> int:
     """The A/B that `bench --kernels` runs (bench/cli.py hands it over)."""
-    from llamanb.bench.report import write_json
+    from llamanb.bench.report import show_and_save
     from llamanb.bench.runners import DECODE_CONTEXT, llamanb_backend, prompt_ids
     from llamanb.cpu import kernels as cpu_kernels
     from llamanb.engine.engine import Engine
@@ -175,12 +175,5 @@ def main(args) -> int:
                         "prompt_tokens": len(ids), "threads": engines[PACKAGED].backend.k.threads,
                         "isa": engines[PACKAGED].backend.k.isa},
            "dirs": {n: str(d) for n, d in where.items()}, **got}
-    print(report(res), flush=True)
-    if args.json:
-        try:
-            write_json(args.json, res)
-        except OSError as e:
-            raise LlamanbError(f"--json {args.json}: the write failed ({e.strerror}); the results "
-                               "are printed above") from None
-        progress(f"wrote {args.json}")
+    show_and_save(report(res), res, args.json, progress)
     return 0

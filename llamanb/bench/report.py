@@ -9,6 +9,7 @@ from pathlib import Path
 
 from llamanb.bench.machine import ROUND_PROBE_REPEATS as ROUND_PROBES
 from llamanb.bench.runners import DECODE_CONTEXT, PREFILL_LENS, label, split_march
+from llamanb.errors import LlamanbError
 
 # Speed targets for other backends, as a ratio to the numpy engine's decode in the same run: an
 # emulated NPU2 must keep the course interactive.
@@ -262,3 +263,16 @@ def write_json(path: str, data: dict) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def show_and_save(text: str, data: dict, path: str | None, progress) -> None:
+    """Print a run's table on stdout, then write its JSON to `path` (if any) with write_json; a
+    write that fails is one line saying that the results are printed above."""
+    print(text, flush=True)                         # on stdout first: a failed write loses nothing
+    if path:
+        try:
+            write_json(path, data)
+        except OSError as e:
+            raise LlamanbError(f"--json {path}: the write failed ({e.strerror}); the results "
+                               "are printed above") from None
+        progress(f"wrote {path}")

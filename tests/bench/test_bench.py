@@ -3,6 +3,8 @@ Speed itself is never asserted here; `make bench` prints measured ratios."""
 import json
 import os
 
+import pytest
+
 from conftest import run_cli
 
 
@@ -104,3 +106,22 @@ def test_paired_rounds_decide_by_the_lower_quartile():
            "peak_rss_method": "p", "engines": {}, "ratios": list(few.values())}
     text = report(res)
     assert "UNDECIDED (fewer than 7 rounds" in text and "[rounds 3: min" in text
+
+
+def test_a_failed_json_write_is_one_line_after_the_table(tmp_path, capsys):
+    """bench, bench --batching and bench --kernels print their table first, then write the JSON
+    (report.show_and_save): a write that fails loses nothing and is one line; one that works
+    leaves the whole file and no temporary beside it."""
+    from llamanb.bench.report import show_and_save
+    from llamanb.errors import LlamanbError
+
+    said = []
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(LlamanbError) as e:
+        show_and_save("the table", {"a": 1}, str(tmp_path / "dir"), said.append)   # a directory
+    assert capsys.readouterr().out == "the table\n" and said == []
+    assert "\n" not in str(e.value) and "the results are printed above" in str(e.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir"]          # no temporary left
+    show_and_save("again", {"a": 2}, str(tmp_path / "r.json"), said.append)
+    assert json.loads((tmp_path / "r.json").read_text()) == {"a": 2}
+    assert said == [f"wrote {tmp_path / 'r.json'}"] and sorted(p.name for p in tmp_path.iterdir()) == ["dir", "r.json"]
