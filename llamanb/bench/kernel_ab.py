@@ -8,7 +8,8 @@ most kernel changes do. In a round every variant prefills the bench's prompt
 (runners.DECODE_CONTEXT tokens) into a fresh cache, then they decode `--decode-tokens` greedily
 in turns of one token each, every turn in an order that rotates, and each one's decode time is
 summed. The verdict is each round's ratio, the packaged kernels' time over the variant's (above
-1: the variant is faster), as a median with its quartiles over `--runs` rounds (default 61). An
+1: the variant is faster), as a median with its quartiles (report.spread, as the bench's own
+ratios) over `--runs` rounds (default 61). An
 A/A pair -- a plain copy of kernels/cpu as a variant -- shows how wide the machine's noise is.
 And the bits: a variant must give the packaged kernels' logits exactly, at every step of every
 round, or the table says where they first differ.
@@ -25,19 +26,11 @@ from typing import Callable
 
 import numpy as np
 
+from llamanb.bench.report import show_and_save, spread
 from llamanb.errors import LlamanbError
 
 DEFAULT_ROUNDS = 61
 PACKAGED = "packaged"
-
-
-def quartiles(xs: list[float]) -> tuple[float, float, float]:
-    """(lower quartile, median, upper quartile) of xs, as statistics.quantiles' default method
-    gives them (the median alone for fewer than 2 values)."""
-    if len(xs) < 2:
-        return xs[0], xs[0], xs[0]
-    q1, q2, q3 = statistics.quantiles(xs, n=4)
-    return q1, q2, q3
 
 
 def run_ab(variants: dict[str, Callable[[], Callable[[], np.ndarray]]], rounds: int, steps: int,
@@ -107,7 +100,8 @@ def report(res: dict) -> str:
              f"process ({s['threads']} threads)",
              f"{'kernels':<40} {'ms/token':>9}   {'speed vs packaged: median [q1, q3]':<36} same bits"]
     for name, v in res["variants"].items():
-        q1, med, q3 = quartiles(v["ratios"])
+        sp = spread(v["ratios"])
+        q1, med, q3 = sp["q1"], sp["median"], sp["q3"]
         ms = 1e3 * statistics.median(v["seconds"]) / s["decode_tokens"]
         shown = f"{PACKAGED} ({res['dirs'][name]})" if name == PACKAGED else res["dirs"][name]
         diff = v["first_difference"]
@@ -121,7 +115,6 @@ def report(res: dict) -> str:
 
 def main(args) -> int:
     """The A/B that `bench --kernels` runs (bench/cli.py hands it over)."""
-    from llamanb.bench.report import show_and_save
     from llamanb.bench.runners import DECODE_CONTEXT, llamanb_backend, prompt_ids
     from llamanb.cpu import kernels as cpu_kernels
     from llamanb.engine.engine import Engine

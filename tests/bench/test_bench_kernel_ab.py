@@ -25,7 +25,7 @@ class Clock:
 
 
 def test_run_ab_pairs_each_round_rotates_every_turn_and_finds_the_first_difference():
-    from llamanb.bench.kernel_ab import quartiles, run_ab
+    from llamanb.bench.kernel_ab import run_ab
 
     clock, calls, starts = Clock(), [], []
     cost = {"ref": 2.0, "fast": 1.0, "same": 2.0, "diff": 4.0}
@@ -63,21 +63,10 @@ def test_run_ab_pairs_each_round_rotates_every_turn_and_finds_the_first_differen
     assert got["fast"]["seconds"] == [steps * 1.0] * rounds
     assert got["fast"]["ratios"] == [2.0] * rounds and got["same"]["ratios"] == [1.0] * rounds
     assert got["diff"]["ratios"] == [0.5] * rounds
-    assert quartiles(got["fast"]["ratios"]) == (2.0, 2.0, 2.0)
     # bits: the reference's own logits in the same round; one ulp is a difference
     assert got["ref"]["first_difference"] is None and got["same"]["first_difference"] is None
     assert got["diff"]["first_difference"] == {"round": 2, "step": 1}
     assert clock.reads == 2 * (rounds + 1) * steps * len(names)      # two reads per step, none else
-
-
-def test_quartiles_are_statistics_quantiles():
-    import statistics
-
-    from llamanb.bench.kernel_ab import quartiles
-
-    xs = [1.3, 0.9, 1.1, 1.0, 1.25, 0.97, 1.05]
-    assert quartiles(xs) == tuple(statistics.quantiles(xs, n=4))
-    assert quartiles([1.5]) == (1.5, 1.5, 1.5)
 
 
 @pytest.mark.parametrize("args, says", [
