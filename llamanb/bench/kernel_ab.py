@@ -98,7 +98,8 @@ def report(res: dict) -> str:
     lines = [f"kernel A/B: {s['backend']} decode, {s['decode_tokens']} tokens after a "
              f"{s['prompt_tokens']}-token prompt, {s['rounds']} rounds alternated in one "
              f"process ({s['threads']} threads)",
-             f"{'kernels':<40} {'ms/token':>9}   {'speed vs packaged: median [q1, q3]':<36} same bits"]
+             f"{'kernels':<40} {'ms/token':>9}   {'speed vs packaged: median [q1, q3]':<36} "
+             "same bits"]
     for name, v in res["variants"].items():
         sp = spread(v["ratios"])
         q1, med, q3 = sp["q1"], sp["median"], sp["q3"]
@@ -109,7 +110,8 @@ def report(res: dict) -> str:
         speed = "" if name == PACKAGED else f"{med:.3f}x [{q1:.3f}x, {q3:.3f}x]"
         lines.append(f"{label(shown):<40} {ms:>9.2f}   {speed:<36} {same}")
     lines.append("speed: each round's packaged seconds / the variant's (above 1: the variant is "
-                 "faster); bits: every step's logits against the packaged kernels' in the same round")
+                 "faster); bits: every step's logits against the packaged kernels' in the same "
+                 "round")
     return "\n".join(lines)
 
 
@@ -126,6 +128,9 @@ def main(args) -> int:
                            "cpu:bf16 or cpu:q4_1")
     if args.batching:
         raise LlamanbError("bench --kernels and --batching measure different things: pass one")
+    if options.get("march") in cpu_kernels.EMULATED:
+        raise LlamanbError(f"bench --kernels: {args.backend} runs its kernels emulated through "
+                           "SIMDe; timing it would measure the emulation, not this CPU")
     dirs = check_dirs(args.kernels, cpu_kernels.KERNELS_DIR)
     rounds, steps = args.runs or DEFAULT_ROUNDS, args.decode_tokens
 

@@ -124,4 +124,5 @@ def test_a_failed_json_write_is_one_line_after_the_table(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dir"]          # no temporary left
     show_and_save("again", {"a": 2}, str(tmp_path / "r.json"), said.append)
     assert json.loads((tmp_path / "r.json").read_text()) == {"a": 2}
-    assert said == [f"wrote {tmp_path / 'r.json'}"] and sorted(p.name for p in tmp_path.iterdir()) == ["dir", "r.json"]
+    assert said == [f"wrote {tmp_path / 'r.json'}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir", "r.json"]

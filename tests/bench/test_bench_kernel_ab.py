@@ -74,6 +74,7 @@ def test_run_ab_pairs_each_round_rotates_every_turn_and_finds_the_first_differen
     (["--backend", "cpu", "--kernels", "/nonexistent/kernels"], "not a directory"),
     (["--backend", "cpu:q4_1", "--kernels", "{copy}", "{partial}"], ": lacks forward.cc ("),
     (["--backend", "cpu", "--batching", "--kernels", "{copy}"], "pass one"),
+    (["--backend", "cpu/avx512-simde", "--kernels", "{copy}"], "emulated through SIMDe"),
 ])
 def test_kernels_bad_input_is_one_line_before_anything_runs(tmp_path, args, says):
     from llamanb.cpu import kernels as cpu_kernels
