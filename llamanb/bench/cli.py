@@ -11,19 +11,8 @@ from llamanb.errors import LlamanbError
 from llamanb.bench.child import PEAK_RSS_METHOD, SCHEDULE, measure_engines
 from llamanb.bench.machine import (BANDWIDTH_BYTES, ROUND_PROBE_REPEATS, CpuShare, machine_info, memory_read_bandwidth, release_memory)
 from llamanb.bench.report import ratios, report, show_and_save
-from llamanb.bench.runners import DECODE_CONTEXT, PREFILL_LENS, decode_kv_positions, prompt_ids
-
-
-def refuse_emulated(name: str, where: str) -> None:
-    """A one-line LlamanbError for the emulated flavours (AVX-512, the 256-bit vpdpbusd):
-    timing them would measure SIMDe's emulation, not a CPU."""
-    from llamanb.cpu import kernels as cpu_kernels
-
-    if name in cpu_kernels.EMULATED:
-        what = "AVX-512 kernels" if name == cpu_kernels.EMULATED_AVX512 else "vpdpbusd products"
-        raise LlamanbError(f"bench: {where}={name} runs the {what} emulated through SIMDe "
-                           "on AVX2, for their results only; timing it would measure the "
-                           "emulation, not this CPU (use native or a real -march)")
+from llamanb.bench.runners import (DECODE_CONTEXT, PREFILL_LENS, decode_kv_positions, prompt_ids,
+                                   refuse_emulated)
 
 
 def also_marches(value: str | None) -> list[str]:

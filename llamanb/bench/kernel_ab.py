@@ -75,7 +75,9 @@ def run_ab(variants: dict[str, Callable[[], Callable[[], np.ndarray]]], rounds: 
 def check_dirs(dirs: list[str], packaged: Path) -> list[Path]:
     """Each --kernels DIR as a Path, or one line saying why it cannot be a variant: it must be a
     directory holding at least the sources the packaged kernels are built from."""
-    need = sorted(p.name for p in packaged.iterdir() if p.suffix == ".cc")
+    from llamanb.platform.cxx_build import sources
+
+    need = [p.name for p in sources(packaged)]
     out = []
     for d in dirs:
         p = Path(d).expanduser()
@@ -89,7 +91,7 @@ def check_dirs(dirs: list[str], packaged: Path) -> list[Path]:
     return out
 
 
-def label(name: str, width: int = 40) -> str:
+def shorten(name: str, width: int = 40) -> str:
     return name if len(name) <= width else "..." + name[-(width - 3):]
 
 
@@ -108,7 +110,7 @@ def report(res: dict) -> str:
         diff = v["first_difference"]
         same = "yes" if diff is None else f"NO: from round {diff['round']}, step {diff['step']}"
         speed = "" if name == PACKAGED else f"{med:.3f}x [{q1:.3f}x, {q3:.3f}x]"
-        lines.append(f"{label(shown):<40} {ms:>9.2f}   {speed:<36} {same}")
+        lines.append(f"{shorten(shown):<40} {ms:>9.2f}   {speed:<36} {same}")
     lines.append("speed: each round's packaged seconds / the variant's (above 1: the variant is "
                  "faster); bits: every step's logits against the packaged kernels' in the same "
                  "round")
@@ -117,7 +119,7 @@ def report(res: dict) -> str:
 
 def main(args) -> int:
     """The A/B that `bench --kernels` runs (bench/cli.py hands it over)."""
-    from llamanb.bench.runners import DECODE_CONTEXT, llamanb_backend, prompt_ids
+    from llamanb.bench.runners import DECODE_CONTEXT, llamanb_backend, prompt_ids, refuse_emulated
     from llamanb.cpu import kernels as cpu_kernels
     from llamanb.engine.engine import Engine
     from llamanb.io.store import load_model
@@ -128,9 +130,7 @@ def main(args) -> int:
                            "cpu:bf16 or cpu:q4_1")
     if args.batching:
         raise LlamanbError("bench --kernels and --batching measure different things: pass one")
-    if options.get("march") in cpu_kernels.EMULATED:
-        raise LlamanbError(f"bench --kernels: {args.backend} runs its kernels emulated through "
-                           "SIMDe; timing it would measure the emulation, not this CPU")
+    refuse_emulated(options.get("march") or "", "--backend")
     dirs = check_dirs(args.kernels, cpu_kernels.KERNELS_DIR)
     rounds, steps = args.runs or DEFAULT_ROUNDS, args.decode_tokens
 

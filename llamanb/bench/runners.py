@@ -37,6 +37,18 @@ def split_march(spec: str) -> tuple[str, str]:
     return spec, march
 
 
+def refuse_emulated(name: str, where: str) -> None:
+    """A one-line LlamanbError for the emulated flavours (AVX-512, the 256-bit vpdpbusd):
+    timing them would measure SIMDe's emulation, not a CPU."""
+    from llamanb.cpu import kernels as cpu_kernels
+
+    if name in cpu_kernels.EMULATED:
+        what = "AVX-512 kernels" if name == cpu_kernels.EMULATED_AVX512 else "vpdpbusd products"
+        raise LlamanbError(f"bench: {where}={name} runs the {what} emulated through SIMDe "
+                           "on AVX2, for their results only; timing it would measure the "
+                           "emulation, not this CPU (use native or a real -march)")
+
+
 def llamanb_backend(spec: str) -> tuple[str, dict]:
     """A llamanb engine's backend, as the bench names it -> (backend name, Engine options):
     "numpy", "cpu", "cpu:bf16" (a dtype), "cpu/x86-64-v3" or "cpu:bf16/x86-64-v3" (split_march)."""
