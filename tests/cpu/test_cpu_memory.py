@@ -46,6 +46,9 @@ def test_file_rows_read_rows_without_mapping_them(tmp_path):
     assert fr is not None
     got = fr[ids]
     assert np.array_equal(got, data[ids]) and got.dtype == np.float32
+    for one in ([ids[0]], [rows - 1], np.array([0])):             # a decode step's one row
+        assert np.array_equal(fr[one], data[one]) and fr[one].shape == (1, cols)
+    assert fr[[]].shape == (0, cols)
     assert _present_pages(table) == 0                             # read, never mapped
     assert np.array_equal(table[ids], data[ids])
     assert _present_pages(table) >= len(np.unique(ids))           # the mapping: a page a row at least
