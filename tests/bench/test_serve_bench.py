@@ -51,6 +51,29 @@ def test_batching_table_counts_and_ratios(smollm):
     assert f"continuous lof {longest}; no schedule takes fewer than {longest}" in text
 
 
+def test_fewest_steps_is_the_best_packing(smollm):
+    """fewest_steps against every assignment of the requests to slots (brute force), and on the
+    benchmark's own 16 requests, where the simple bound (the longest request, or the tokens over
+    8) says 62: ten requests of 23 tokens or more into 8 slots put two of them in one slot at
+    least twice, and the best two such pairs, 23 + 39 (or 38) and 34 + 36, make 70."""
+    import itertools
+
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        n, slots = int(rng.integers(1, 8)), int(rng.integers(1, 4))
+        ks = [int(k) for k in rng.integers(1, 30, n)]
+        best = min(max(sum(k for k, s in zip(ks, a) if s == j) for j in range(slots))
+                   for a in itertools.product(range(slots), repeat=n))
+        assert batching.fewest_steps(ks, slots) == best, (ks, slots)
+    from llamanb.bench.runners import PROMPT_TEXT
+    from llamanb.serve.workload import mixed_workload
+
+    unit = smollm.tokenizer.encode(PROMPT_TEXT, add_special_tokens=False)    # as measure() makes it
+    ks = [k for _, k in mixed_workload(unit, 16)]
+    assert sorted(ks, reverse=True) == [62, 59, 48, 44, 39, 38, 38, 36, 34, 23, 17, 13, 10, 9, 8, 8]
+    assert max(max(ks), -(-sum(ks) // 8)) == 62 and batching.fewest_steps(ks, 8) == 70
+
+
 def test_decode_only_steps_run_unpadded_unless_batch_invariant(smollm, monkeypatch):
     """The default engine pads prompt steps to the row multiple and runs decode-only steps at
     their own size; a batch-invariant engine pads both. Either way the decode logits agree with
