@@ -7,9 +7,11 @@
 //
 // Query row i of a segment sees keys 0 .. start + i. Each (row, head) is one computation: scores
 // (eight keys at a time, reduced together), a max-subtracted softmax, and the weighted sum of
-// values (accumulated in registers). A job is a row's query heads of one key/value head; jobs go
-// to the pool in chunks of about CHUNK_MACS multiply-adds, and a job's result never depends on
-// which thread ran it.
+// values (accumulated in registers). A job is a tile of up to QT rows of one segment and one
+// key/value head's query heads: a decode row alone, its heads one after another; a prompt's rows
+// together (`tile`), walking the keys and values once for all of them, each (row, head) still
+// computed exactly as alone. Jobs go to the pool in chunks of about CHUNK_MACS multiply-adds,
+// and a job's result never depends on which thread ran it.
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -28,8 +30,10 @@ namespace {
 constexpr long CHUNK_MACS = 16384;
 
 struct Job {
-    int seg, i;     // segment, row within it
+    int seg, i, r;  // segment, first row within it, rows (a tile of up to QT)
 };
+
+constexpr int QT = 4;               // rows of one segment a job takes together (prompt rows)
 
 // tree8 of each of f[0..7], as one vector: three rounds of pairwise adds across registers instead
 // of eight horizontal sums (hadd adds adjacent pairs, so each lane is tree8's order).
@@ -74,35 +78,49 @@ struct Rows {
     }
 };
 
+// The keys t .. t+7 (d % 16 == 0).
+inline void keys8(const Rows& K, int t, const float* (&kp)[8]) {
+    kp[0] = K.at(t);
+    const bool one_block = t % K.B + 8 <= K.B;
+    for (int u = 1; u < 8; ++u) kp[u] = one_block ? kp[0] + u * K.d : K.at(t + u);
+}
+
+// Scores p[t .. t+7] of query row qr against the keys kp; returns the running max.
+inline float group8(const float* qr, const float* const (&kp)[8], int d, float scale, int t,
+                    float* p, float mx) {
+    v8f f[8];
+    for (int u0 = 0; u0 < 8; u0 += 4) {             // 4 keys x 16 lanes: 8 accumulators
+        v8f a[4][2] = {};
+        for (int j = 0; j < d; j += 16)
+            for (int g = 0; g < 2; ++g) {
+                const v8f qv = load8(qr + j + 8 * g);
+                for (int u = 0; u < 4; ++u) a[u][g] += qv * load8(kp[u0 + u] + j + 8 * g);
+            }
+        for (int u = 0; u < 4; ++u) f[u0 + u] = a[u][0] + a[u][1];    // fold16
+    }
+    const v8f sv = tree8x8(f);
+    for (int u = 0; u < 8; ++u) {
+        p[t + u] = sv[u] * scale;
+        mx = p[t + u] > mx ? p[t + u] : mx;
+    }
+    return mx;
+}
+
 // Scores of query row qr against keys 0 .. n-1: eight keys at a time (eight dot products in
 // flight, reduced together), then one at a time -- each score is vec.h's dot16, the same bits
 // whichever path and whichever vector width computed it. The grouping depends on n alone, never
 // on how the keys are split into blocks, so a paged cache gives the contiguous cache's bits.
-inline float scores(const float* qr, const Rows& K, int n, float scale, float* p) {
+// From t0 (a multiple of 8: a tile has scored the keys before it); returns their max, or mx
+// if higher.
+inline float scores(const float* qr, const Rows& K, int t0, int n, float scale, float* p,
+                    float mx = -INFINITY) {
     const int d = K.d;
-    float mx = -INFINITY;
-    int t = 0;
+    int t = t0;
     if (d % 16 == 0)
         for (; t + 8 <= n; t += 8) {
             const float* kp[8];
-            kp[0] = K.at(t);
-            const bool one_block = t % K.B + 8 <= K.B;
-            for (int u = 1; u < 8; ++u) kp[u] = one_block ? kp[0] + u * d : K.at(t + u);
-            v8f f[8];
-            for (int u0 = 0; u0 < 8; u0 += 4) {             // 4 keys x 16 lanes: 8 accumulators
-                v8f a[4][2] = {};
-                for (int j = 0; j < d; j += 16)
-                    for (int g = 0; g < 2; ++g) {
-                        const v8f qv = load8(qr + j + 8 * g);
-                        for (int u = 0; u < 4; ++u) a[u][g] += qv * load8(kp[u0 + u] + j + 8 * g);
-                    }
-                for (int u = 0; u < 4; ++u) f[u0 + u] = a[u][0] + a[u][1];    // fold16
-            }
-            const v8f sv = tree8x8(f);
-            for (int u = 0; u < 8; ++u) {
-                p[t + u] = sv[u] * scale;
-                mx = p[t + u] > mx ? p[t + u] : mx;
-            }
+            keys8(K, t, kp);
+            mx = group8(qr, kp, d, scale, t, p, mx);
         }
     for (; t < n; ++t) {
         p[t] = dot16(qr, K.at(t), d) * scale;
@@ -130,6 +148,22 @@ inline void weighted_sum(const float* p, float inv, int rnd, const Rows& V, int 
     for (int j = 0; j < DV; ++j) std::memcpy(acc + j * 8, &a[j], sizeof(v8f));
 }
 
+// acc [DV 8] += the keys u0 .. u1-1 of weighted_sum's sum, their values at vt (u0's) on: the
+// same FMA chain per lane, cut into runs (a float stored and loaded back is the same float).
+template <int DV>
+inline void weighted_run(const float* p, float inv, int rnd, const float* vt, int u0, int u1,
+                         float* acc) {
+    v8f a[DV];
+    for (int j = 0; j < DV; ++j) a[j] = load8(acc + j * 8);
+    for (int u = u0; u < u1; ++u, vt += DV * 8) {
+        float w = p[u] * inv;
+        if (rnd) w = round_bf16(w);
+        const v8f wv = bcast8(w);
+        for (int j = 0; j < DV; ++j) a[j] += wv * load8(vt + j * 8);
+    }
+    for (int j = 0; j < DV; ++j) std::memcpy(acc + j * 8, &a[j], sizeof(v8f));
+}
+
 inline void weighted_sum_any(const float* p, float inv, int rnd, const Rows& V, int n, float* acc) {
     const int d = V.d;
     switch (d == 16 ? 2 : d == 32 ? 4 : d == 64 ? 8 : d == 128 ? 16 : 0) {
@@ -148,6 +182,19 @@ inline void weighted_sum_any(const float* p, float inv, int rnd, const Rows& V, 
     }
 }
 
+// p[0 .. n-1] = e^(p - mx), VW at a time (then one at a time); returns their sum, in 16 lanes as
+// the scores are (one sum in key order was a chain of n dependent adds: a 512-token prefill's
+// attention 7 % faster without it, measured on a Zen 4)
+inline float softmax_weights(float* p, int n, float mx) {
+    int u = 0;
+    for (; u + VW <= n; u += VW) {
+        const vf e = exp_vf(load(p + u) - mx);
+        std::memcpy(p + u, &e, sizeof e);
+    }
+    for (; u < n; ++u) p[u] = exp1(p[u] - mx);
+    return sum16(p, n);
+}
+
 void one(const float* q, long ldq, const AttnSeg& s, int i, int h, int n_heads, int group, int d,
          float* out, float scale, int rnd, float* p, float* acc) {
     const int row = s.row + i;
@@ -156,18 +203,69 @@ void one(const float* q, long ldq, const AttnSeg& s, int i, int h, int n_heads, 
     const int n = s.start + i + 1;
     const Rows K{s.k + head, s.block_stride, s.block, d, s.table};
     const Rows V{s.v + head, s.block_stride, s.block, d, s.table};
-    const float mx = scores(qr, K, n, scale, p);
-    int u = 0;                                        // p = e^(p - mx), VW at a time
-    for (; u + VW <= n; u += VW) {
-        const vf e = exp_vf(load(p + u) - mx);
-        std::memcpy(p + u, &e, sizeof e);
-    }
-    for (; u < n; ++u) p[u] = exp1(p[u] - mx);
-    // summed in 16 lanes, as the scores (one sum in key order was a chain of n dependent adds:
-    // a 512-token prefill's attention 7 % faster without it, measured on a Zen 4)
-    weighted_sum_any(p, 1.0f / sum16(p, n), rnd, V, n, acc);
+    const float mx = scores(qr, K, 0, n, scale, p);
+    weighted_sum_any(p, 1.0f / softmax_weights(p, n, mx), rnd, V, n, acc);
     float* o = out + (long)row * n_heads * d + (long)h * d;
     for (int j = 0; j < d; ++j) o[j] = rnd ? round_bf16(acc[j]) : acc[j];
+}
+
+// Rows i0 .. i0+r-1 of segment s, every query head of key/value head kv: each (row, head)
+// computed exactly as `one` computes it, but the keys and values are walked once for all of
+// them, a group of eight keys (scores) or KB keys (values) at a time, so that the r x group
+// queries read them from L1 instead of each streaming them again. d of 16, 32, 64 or 128.
+template <int DV>
+void tile(const float* q, long ldq, const AttnSeg& s, int i0, int r, int kv, int n_heads,
+          int group, float* out, float scale, int rnd, int T, std::vector<float>& P,
+          std::vector<float>& A) {
+    constexpr int d = DV * 8, KB = 32;
+    const long head = (long)kv * s.head_stride;
+    const Rows K{s.k + head, s.block_stride, s.block, d, s.table};
+    const Rows V{s.v + head, s.block_stride, s.block, d, s.table};
+    const int nq = r * group;
+    P.resize((size_t)nq * T);
+    A.assign((size_t)nq * d, 0.0f);
+    const float* qr[64];
+    int nn[64];
+    float mx[64], inv[64];
+    for (int a = 0; a < r; ++a)
+        for (int g = 0; g < group; ++g) {
+            const int qi = a * group + g;
+            qr[qi] = q + (s.row + i0 + a) * ldq + (long)(kv * group + g) * d;
+            nn[qi] = s.start + i0 + a + 1;
+            mx[qi] = -INFINITY;
+        }
+    const int n_min = nn[0], n_max = nn[nq - 1];
+    int t = 0;
+    for (; t + 8 <= n_min; t += 8) {                      // the groups every row sees
+        const float* kp[8];
+        keys8(K, t, kp);
+        for (int qi = 0; qi < nq; ++qi)
+            mx[qi] = group8(qr[qi], kp, d, scale, t, P.data() + (size_t)qi * T, mx[qi]);
+    }
+    for (int qi = 0; qi < nq; ++qi) {                     // each row's own last keys
+        float* p = P.data() + (size_t)qi * T;
+        mx[qi] = scores(qr[qi], K, t, nn[qi], scale, p, mx[qi]);
+        inv[qi] = 1.0f / softmax_weights(p, nn[qi], mx[qi]);
+    }
+    for (int t0 = 0; t0 < n_max; t0 += V.B - t0 % V.B) {   // cache block by cache block
+        const float* vb = V.at(t0);
+        const int t1 = t0 - t0 % V.B + V.B < n_max ? t0 - t0 % V.B + V.B : n_max;
+        for (int b0 = t0; b0 < t1; b0 += KB) {
+            const int b1 = b0 + KB < t1 ? b0 + KB : t1;
+            for (int qi = 0; qi < nq; ++qi) {
+                const int e = b1 < nn[qi] ? b1 : nn[qi];
+                if (e > b0)
+                    weighted_run<DV>(P.data() + (size_t)qi * T, inv[qi], rnd,
+                                     vb + (long)(b0 - t0) * d, b0, e, A.data() + (size_t)qi * d);
+            }
+        }
+    }
+    for (int a = 0; a < r; ++a)
+        for (int g = 0; g < group; ++g) {
+            const float* acc = A.data() + (size_t)(a * group + g) * d;
+            float* o = out + (long)(s.row + i0 + a) * n_heads * d + (long)(kv * group + g) * d;
+            for (int j = 0; j < d; ++j) o[j] = rnd ? round_bf16(acc[j]) : acc[j];
+        }
 }
 
 }  // namespace
@@ -175,31 +273,43 @@ void one(const float* q, long ldq, const AttnSeg& s, int i, int h, int n_heads, 
 void attention(const float* q, long ldq, const AttnSeg* segs, int n_seg, int n_heads, int n_kv,
                int d, float* out, float scale, int rnd) {
     const int group = n_heads / n_kv;
+    const int dv = d == 16 ? 2 : d == 32 ? 4 : d == 64 ? 8 : d == 128 ? 16 : 0;
+    const int qt = dv && QT * group <= 64 ? QT : 1;
     std::vector<Job> rows;
     long macs = 0;
     int T = 0;
     for (int s = 0; s < n_seg; ++s)
-        for (int i = 0; i < segs[s].n; ++i) {
-            rows.push_back({s, i});
-            const int n = segs[s].start + i + 1;
-            macs += 2L * n * d * n_heads;
-            T = n > T ? n : T;
+        for (int i = 0; i < segs[s].n; i += qt) {
+            const int r = segs[s].n - i < qt ? segs[s].n - i : qt;
+            rows.push_back({s, i, r});
+            for (int a = 0; a < r; ++a) macs += 2L * (segs[s].start + i + a + 1) * d * n_heads;
+            T = segs[s].start + i + r > T ? segs[s].start + i + r : T;
         }
-    // A job is one row and one key/value head: its `group` query heads one after another on one
-    // thread, so the keys and values it reads for the first are in cache for the others.
+    // A job is a tile of rows and one key/value head: a decode row's `group` query heads one
+    // after another on one thread, so the keys and values it reads for the first are in cache
+    // for the others; a tile's rows and heads together (`tile`).
     const long jobs = (long)rows.size() * n_kv;
     if (jobs == 0) return;
     long per = jobs * CHUNK_MACS / (macs > 0 ? macs : 1);      // jobs per chunk, by average work
     per = per < 1 ? 1 : per > jobs ? jobs : per;
     parallel_for((jobs + per - 1) / per, [&](int64_t c) {
-        std::vector<float> p(T), acc(d);
+        std::vector<float> p(T), acc(d), P, A;
         const long j1 = (c + 1) * per < jobs ? (c + 1) * per : jobs;
         for (long job = c * per; job < j1; ++job) {
             const Job& r = rows[job / n_kv];
             const int kv = int(job % n_kv);
-            for (int h = kv * group; h < (kv + 1) * group; ++h)
-                one(q, ldq, segs[r.seg], r.i, h, n_heads, group, d, out, scale, rnd, p.data(),
-                    acc.data());
+            if (r.r == 1) {
+                for (int h = kv * group; h < (kv + 1) * group; ++h)
+                    one(q, ldq, segs[r.seg], r.i, h, n_heads, group, d, out, scale, rnd,
+                        p.data(), acc.data());
+                continue;
+            }
+            switch (dv) {
+                case 2: tile<2>(q, ldq, segs[r.seg], r.i, r.r, kv, n_heads, group, out, scale, rnd, T, P, A); break;
+                case 4: tile<4>(q, ldq, segs[r.seg], r.i, r.r, kv, n_heads, group, out, scale, rnd, T, P, A); break;
+                case 8: tile<8>(q, ldq, segs[r.seg], r.i, r.r, kv, n_heads, group, out, scale, rnd, T, P, A); break;
+                default: tile<16>(q, ldq, segs[r.seg], r.i, r.r, kv, n_heads, group, out, scale, rnd, T, P, A);
+            }
         }
     });
 }

@@ -472,6 +472,28 @@ def test_verify_dtype_on_a_device_backend_is_one_line():
         reference_cli(None, None, backend="npu2-emulated", dtype="bf16")
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bf16"])
+def test_prompt_rows_in_tiles_equal_one_row_steps(smollm, kernels, dtype):
+    """A prompt's attention takes its rows in tiles (attention.cc `tile`: 4 rows and their query
+    heads walk the keys and values once), a decode row alone (`one`); each (row, head) is the
+    same computation either way, and every product's row is its own FMA chain, so a prompt run
+    as one step gives, row for row, the bits of the same tokens run one at a time -- from the
+    first position and as a second chunk, on the contiguous cache and on a paged one whose
+    blocks of 4 positions cut the tiles' runs of keys."""
+    from llamanb.engine.engine import Engine
+
+    e = Engine(smollm, "cpu", dtype=dtype)
+    ids = [1, 504, 3000, 42, 7, 19, 288, 1002, 77, 12, 9, 4000, 31, 5, 600, 8, 70, 2, 3, 44, 901,
+           15, 16]                                                    # 23: tiles of 4, then 3
+    for block in (None, 4):
+        kw = {} if block is None else dict(block=block, n_blocks=16)
+        whole, single = e.new_cache(32, **kw), e.new_cache(32, **kw)
+        got = np.concatenate([e.forward(ids[:13], whole), e.forward(ids[13:], whole)])
+        want = np.concatenate([e.forward([t], single) for t in ids])
+        print(f"{dtype}, block {block}: max |diff| {np.abs(got - want).max()} (bound 0)")
+        assert np.array_equal(got, want)
+
+
 def test_paged_cache_gives_the_contiguous_results(cpu_engine, capital_ids):
     e = cpu_engine
     flat, paged = e.new_cache(64), e.new_cache(64, block=4, n_blocks=16)
