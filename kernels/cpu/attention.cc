@@ -129,39 +129,34 @@ inline float scores(const float* qr, const Rows& K, int t0, int n, float scale, 
     return mx;
 }
 
-// acc [DV 8] = sum over keys u < n of w(u) V[u], w(u) = p[u] inv: DV vector accumulators in
-// registers, keys walked block by block (the order is u = 0, 1, .. whatever the blocks).
+// acc [DV 8] += sum over keys u0 <= u < u1 of w(u) V[u], w(u) = p[u] inv: DV vector
+// accumulators in registers over each cache block's run of keys, stored between runs, the keys
+// in order u = u0, u0 + 1, .. whatever the blocks (a float stored and loaded back is the same
+// float, so where the runs are cut never changes a bit).
 template <int DV>
-inline void weighted_sum(const float* p, float inv, int rnd, const Rows& V, int n, float* acc) {
-    v8f a[DV] = {};
-    for (int t0 = 0; t0 < n; t0 += V.B - t0 % V.B) {
-        const float* vb = V.at(t0);
-        const int t1 = t0 - t0 % V.B + V.B < n ? t0 - t0 % V.B + V.B : n;
-        for (int u = t0; u < t1; ++u) {
+inline void weighted_keys(const float* p, float inv, int rnd, const Rows& V, int u0, int u1,
+                          float* acc) {
+    for (int t0 = u0; t0 < u1;) {
+        const int t1 = t0 - t0 % V.B + V.B < u1 ? t0 - t0 % V.B + V.B : u1;
+        const float* vt = V.at(t0);
+        v8f a[DV];
+        for (int j = 0; j < DV; ++j) a[j] = load8(acc + j * 8);
+        for (int u = t0; u < t1; ++u, vt += DV * 8) {
             float w = p[u] * inv;
             if (rnd) w = round_bf16(w);
             const v8f wv = bcast8(w);
-            const float* vt = vb + (long)(u - t0) * DV * 8;
             for (int j = 0; j < DV; ++j) a[j] += wv * load8(vt + j * 8);
         }
+        for (int j = 0; j < DV; ++j) std::memcpy(acc + j * 8, &a[j], sizeof(v8f));
+        t0 = t1;
     }
-    for (int j = 0; j < DV; ++j) std::memcpy(acc + j * 8, &a[j], sizeof(v8f));
 }
 
-// acc [DV 8] += the keys u0 .. u1-1 of weighted_sum's sum, their values at vt (u0's) on: the
-// same FMA chain per lane, cut into runs (a float stored and loaded back is the same float).
+// acc [DV 8] = the sum over keys u < n
 template <int DV>
-inline void weighted_run(const float* p, float inv, int rnd, const float* vt, int u0, int u1,
-                         float* acc) {
-    v8f a[DV];
-    for (int j = 0; j < DV; ++j) a[j] = load8(acc + j * 8);
-    for (int u = u0; u < u1; ++u, vt += DV * 8) {
-        float w = p[u] * inv;
-        if (rnd) w = round_bf16(w);
-        const v8f wv = bcast8(w);
-        for (int j = 0; j < DV; ++j) a[j] += wv * load8(vt + j * 8);
-    }
-    for (int j = 0; j < DV; ++j) std::memcpy(acc + j * 8, &a[j], sizeof(v8f));
+inline void weighted_sum(const float* p, float inv, int rnd, const Rows& V, int n, float* acc) {
+    std::memset(acc, 0, DV * sizeof(v8f));
+    weighted_keys<DV>(p, inv, rnd, V, 0, n, acc);
 }
 
 inline void weighted_sum_any(const float* p, float inv, int rnd, const Rows& V, int n, float* acc) {
@@ -195,6 +190,12 @@ inline float softmax_weights(float* p, int n, float mx) {
     return sum16(p, n);
 }
 
+// Head h of row `row` of out [R, n_heads * d] = acc [d] (rnd: rounded to bfloat16).
+inline void store_head(const float* acc, int row, int h, int n_heads, int d, float* out, int rnd) {
+    float* o = out + (long)row * n_heads * d + (long)h * d;
+    for (int j = 0; j < d; ++j) o[j] = rnd ? round_bf16(acc[j]) : acc[j];
+}
+
 void one(const float* q, long ldq, const AttnSeg& s, int i, int h, int n_heads, int group, int d,
          float* out, float scale, int rnd, float* p, float* acc) {
     const int row = s.row + i;
@@ -205,8 +206,7 @@ void one(const float* q, long ldq, const AttnSeg& s, int i, int h, int n_heads, 
     const Rows V{s.v + head, s.block_stride, s.block, d, s.table};
     const float mx = scores(qr, K, 0, n, scale, p);
     weighted_sum_any(p, 1.0f / softmax_weights(p, n, mx), rnd, V, n, acc);
-    float* o = out + (long)row * n_heads * d + (long)h * d;
-    for (int j = 0; j < d; ++j) o[j] = rnd ? round_bf16(acc[j]) : acc[j];
+    store_head(acc, row, h, n_heads, d, out, rnd);
 }
 
 // Rows i0 .. i0+r-1 of segment s, every query head of key/value head kv: each (row, head)
@@ -247,25 +247,17 @@ void tile(const float* q, long ldq, const AttnSeg& s, int i0, int r, int kv, int
         mx[qi] = scores(qr[qi], K, t, nn[qi], scale, p, mx[qi]);
         inv[qi] = 1.0f / softmax_weights(p, nn[qi], mx[qi]);
     }
-    for (int t0 = 0; t0 < n_max; t0 += V.B - t0 % V.B) {   // cache block by cache block
-        const float* vb = V.at(t0);
-        const int t1 = t0 - t0 % V.B + V.B < n_max ? t0 - t0 % V.B + V.B : n_max;
-        for (int b0 = t0; b0 < t1; b0 += KB) {
-            const int b1 = b0 + KB < t1 ? b0 + KB : t1;
-            for (int qi = 0; qi < nq; ++qi) {
-                const int e = b1 < nn[qi] ? b1 : nn[qi];
-                if (e > b0)
-                    weighted_run<DV>(P.data() + (size_t)qi * T, inv[qi], rnd,
-                                     vb + (long)(b0 - t0) * d, b0, e, A.data() + (size_t)qi * d);
-            }
+    for (int b0 = 0; b0 < n_max; b0 += KB)               // KB keys' values at a time, for all
+        for (int qi = 0; qi < nq; ++qi) {
+            const int e = b0 + KB < nn[qi] ? b0 + KB : nn[qi];
+            if (e > b0)
+                weighted_keys<DV>(P.data() + (size_t)qi * T, inv[qi], rnd, V, b0, e,
+                                  A.data() + (size_t)qi * d);
         }
-    }
     for (int a = 0; a < r; ++a)
-        for (int g = 0; g < group; ++g) {
-            const float* acc = A.data() + (size_t)(a * group + g) * d;
-            float* o = out + (long)(s.row + i0 + a) * n_heads * d + (long)(kv * group + g) * d;
-            for (int j = 0; j < d; ++j) o[j] = rnd ? round_bf16(acc[j]) : acc[j];
-        }
+        for (int g = 0; g < group; ++g)
+            store_head(A.data() + (size_t)(a * group + g) * d, s.row + i0 + a, kv * group + g,
+                       n_heads, d, out, rnd);
 }
 
 }  // namespace
