@@ -488,6 +488,43 @@ inline void decode_chunks(const void* P, long panel_bytes, long ahead_bytes, int
     });
 }
 
+// The bytes of panels P[0 .. panels) read the way a decode product reads them -- shared among the
+// threads by decode_chunks, each thread streaming its own region -- with no arithmetic but a
+// wrapping sum of their 32-bit words (so that no read can be skipped, and a test can check that
+// every byte was read). What a decode token's products would take if multiplying were free: the
+// bench times it beside the decode (llamanb.bench.runners). `panel_bytes` is a multiple of 4.
+inline uint32_t read_like_decode(const uint8_t* P, long panel_bytes, int panels) {
+    std::atomic<uint32_t> sum{0};
+    decode_chunks(P, panel_bytes, 256, panels, [&](int p0, int p1) {
+        const uint8_t* a = P + (long)p0 * panel_bytes;
+        const long n = (long)(p1 - p0) * panel_bytes;
+        constexpr long V = sizeof(vu);
+        vu s0 = {}, s1 = {}, s2 = {}, s3 = {};
+        long j = 0;
+        auto at = [a](long o) {
+            vu v;
+            std::memcpy(&v, a + o, V);
+            return v;
+        };
+        for (; j + 4 * V <= n; j += 4 * V) {           // four independent sums: loads, not adds, bind
+            s0 += at(j);
+            s1 += at(j + V);
+            s2 += at(j + 2 * V);
+            s3 += at(j + 3 * V);
+        }
+        const vu t = s0 + s1 + s2 + s3;
+        uint32_t part = 0;
+        for (int l = 0; l < VW; ++l) part += t[l];
+        for (; j + 4 <= n; j += 4) {
+            uint32_t w;
+            std::memcpy(&w, a + j, 4);
+            part += w;
+        }
+        sum.fetch_add(part, std::memory_order_relaxed);
+    });
+    return sum.load();
+}
+
 // Prefill (large M): chunks of one block of MB rows x 4 panels; fn(m0, m1, p) runs rows m0..m1-1
 // against panel p.
 template <typename F>
@@ -750,6 +787,17 @@ void llamanb_cpu_matmul_bf16(const float* x, int M, int K, const uint16_t* P, in
     }
 LLAMANB_QUANT_FORMATS(LLAMANB_QUANT_MATMULS)
 #undef LLAMANB_QUANT_MATMULS
+
+// `count` packed matrices, one after another, each read as a decode product reads it
+// (read_like_decode; P[i] its panels, panel_bytes[i] one panel's size): the wrapping sum of every
+// 32-bit word, over all of them.
+uint32_t llamanb_cpu_read_panels(const void* const* P, const long* panel_bytes, const int* panels,
+                                 int count) {
+    uint32_t s = 0;
+    for (int i = 0; i < count; ++i)
+        s += read_like_decode(static_cast<const uint8_t*>(P[i]), panel_bytes[i], panels[i]);
+    return s;
+}
 
 // Rows x [M, K] -> their 8-bit blocks as the q8 products make them: q int8 [M, K], d and s
 // float32 [M, K / 32] (quant.h's quantize_q8), for the tests and chapter 11.

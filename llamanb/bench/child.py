@@ -180,15 +180,15 @@ def measure_engines(engines: list[str], model_spec, cache_dir, ids: list[int], r
 
 def run_rounds(procs: dict, runs: int, probe=None, settle: float = SETTLE_S) -> dict:
     """The rounds over engines already loaded (name -> an object whose ask("round") returns that
-    round's {prefill_128, prefill_512, decode} tok/s and the greedy tokens): a warm-up and `runs`
-    timed rounds, every engine once a round, the order rotating. With `probe()` (the memory-read
-    bandwidth, GB/s) the memory is read at each round's start and again after every engine's
-    turn, so each turn lies between two probes a few seconds apart, and an engine's `round_gb_s`
-    is, round by round, the mean of those two: its decode (the end of its turn) is paired with
-    the bandwidth of the same seconds, not of the round's start (on the 2-core cloud VMs of
-    docs/performance.md the read bandwidth moved by a third from one probe to the next, 2 s
-    apart). Returns samples, tokens, orders, probes (each timed round's, in order) and
-    round_gb_s."""
+    round's {prefill_128, prefill_512, decode} tok/s (a cpu engine's also weights_read) and the
+    greedy tokens): a warm-up and `runs` timed rounds, every engine once a round, the order
+    rotating. With `probe()` (the memory-read bandwidth, GB/s) the memory is read at each round's
+    start and again after every engine's turn, so each turn lies between two probes a few
+    seconds apart, and an engine's `round_gb_s` is, round by round, the mean of those two: its
+    decode (the end of its turn) is paired with the bandwidth of the same seconds, not of the
+    round's start (on the 2-core cloud VMs of docs/performance.md the read bandwidth moved by a
+    third from one probe to the next, 2 s apart). Returns samples, tokens, orders, probes (each
+    timed round's, in order) and round_gb_s."""
     engines = list(procs)
     keys = [f"prefill_{n}" for n in PREFILL_LENS] + ["decode"]
     samples = {e: {k: [] for k in keys} for e in engines}
@@ -210,13 +210,14 @@ def run_rounds(procs: dict, runs: int, probe=None, settle: float = SETTLE_S) -> 
         for e in order:
             time.sleep(settle)
             row, tokens[e] = procs[e].ask("round")
-            print(f"  {tag} [{e}]: " + ", ".join(f"{k} {v:.1f} tok/s" for k, v in row.items()),
-                  file=sys.stderr, flush=True)
+            print(f"  {tag} [{e}]: " + ", ".join(
+                f"{k} {v:.1f} {'/s' if k == 'weights_read' else 'tok/s'}" for k, v in row.items()),
+                file=sys.stderr, flush=True)
             if probe is not None:
                 read_memory()
             if r:
-                for k in keys:
-                    samples[e][k].append(row[k])
+                for k in row:                   # the three rates, and any an engine adds
+                    samples[e].setdefault(k, []).append(row[k])
                 if probe is not None:
                     around[e].append((seen[-2] + seen[-1]) / 2)
         if r and probe is not None:

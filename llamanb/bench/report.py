@@ -94,18 +94,18 @@ def ratios(engines: dict, roofline: float, gb_s: float | None = None,
     def kv(e):
         return (e.get("kv_bytes_per_position") or 0) * kv_positions
 
-    def against_roofline(e, nbytes):
-        """(the bandwidth it was divided by, decode / roofline, the paired rounds) for an engine
-        reading `nbytes` a token: each round against the probes around its turn when it has
-        them, else against the one probe before the rounds."""
-        sa = (e.get("samples_tok_s") or {}).get("decode")
+    def against_roofline(e, nbytes, key="decode"):
+        """(the bandwidth it was divided by, rate / roofline, the paired rounds) for an engine
+        reading `nbytes` a token, its `key` rate: each round against the probes around its turn
+        when it has them, else against the one probe before the rounds."""
+        sa = (e.get("samples_tok_s") or {}).get(key)
         g_r = e.get("round_gb_s")
         if g_r and sa and len(sa) == len(g_r):
             pairs = [x / (g * 1e9 / nbytes) for x, g in zip(sa, g_r)]
             return (f"{min(g_r):.1f}-{max(g_r):.1f} GB/s, probed around each turn",
                     statistics.median(pairs), pairs)
-        return (f"{gb_s:.1f} GB/s", e["decode_tok_s"] / (gb_s * 1e9 / nbytes),
-                _paired(e, gb_s * 1e9 / nbytes, "decode"))
+        return (f"{gb_s:.1f} GB/s", e[f"{key}_tok_s"] / (gb_s * 1e9 / nbytes),
+                _paired(e, gb_s * 1e9 / nbytes, key))
 
     lb, hf = engines["llamanb"], engines.get("transformers_fp32")
     memory = []                            # peak RSS against llama.cpp's: lower is better
@@ -132,6 +132,16 @@ def ratios(engines: dict, roofline: float, gb_s: float | None = None,
                     what, v, pairs = against_roofline(e, wb)
                     rows.append((f"{b} decode / its roofline ({what} / {wb / 1e6:.0f} MB read)", "%",
                                  ROOFLINE_TARGETS[base], v, pairs))
+                    if e.get("weights_read_tok_s"):
+                        # the same roofline over its weights read alone: decode reads them too,
+                        # so this bounds the row above while the products share panels this way
+                        what, v, pairs = against_roofline(e, wb, "weights_read")
+                        rows.append((f"{b} weights read alone / its roofline", "%", None, v, pairs))
+                if e.get("weights_read_tok_s"):
+                    sa = e["samples_tok_s"]
+                    pairs = [d / w for d, w in zip(sa["decode"], sa["weights_read"])]
+                    rows.append((f"{b} decode / its weights read alone", "%", None,
+                                 statistics.median(pairs), pairs))
                 peer = engines.get(CPU_PEER[base])
                 if peer:
                     rows.append((f"{b} decode / {label(CPU_PEER[base])} decode", "x", 1.0,

@@ -3,6 +3,7 @@ decode(ids, steps) -> (seconds, greedy tokens). Each lives in its own child proc
 from __future__ import annotations
 
 import os
+import statistics
 import time
 
 import numpy as np
@@ -14,6 +15,7 @@ from llamanb.bench.machine import openblas_info
 PREFILL_LENS = (128, 512)
 DECODE_CONTEXT = 128                     # prompt length before the decode steps
 DECODE_STEPS = 64                        # timed decode steps (bench --decode-tokens' default)
+WEIGHTS_READS = 9                        # passes over a cpu engine's weights alone, each round
 
 
 def decode_kv_positions(steps: int) -> float:
@@ -107,6 +109,21 @@ class LlamanbRunner:
         run = greedy(first, advance, steps + 1, k=1)          # steps decode calls after the first
         return time.perf_counter() - t0, run.ids
 
+    def weights_read(self) -> float | None:
+        """How many times a second the backend reads its packed weights alone, as a decode
+        token's products share them among the threads but without multiplying
+        (CpuBackend.read_weights): the median of WEIGHTS_READS passes. None for a backend
+        without packed weights."""
+        read = getattr(self.engine.backend, "read_weights", None)
+        if read is None:
+            return None
+        times = []
+        for _ in range(WEIGHTS_READS):
+            t0 = time.perf_counter()
+            read()
+            times.append(time.perf_counter() - t0)
+        return 1.0 / statistics.median(times)
+
 
 class TransformersRunner:
     def __init__(self, cache_dir, dtype: str):
@@ -150,10 +167,15 @@ def make_runner(engine: str, model_spec, cache_dir):
 
 def run_round(runner, ids: list[int], steps: int) -> tuple[dict, list[int]]:
     """One round of one engine: tok/s of prefill 128, prefill 512 and decode, and decode's greedy
-    tokens."""
+    tokens; for a cpu engine also `weights_read`, its weights read alone a second (right after
+    the decode, so that both meet the same state of the machine)."""
     row = {f"prefill_{n}": n / runner.prefill(ids[:n]) for n in PREFILL_LENS}
     dt, tokens = runner.decode(ids[:DECODE_CONTEXT], steps)
     row["decode"] = steps / dt
+    read = getattr(runner, "weights_read", None)         # right after the decode: the same seconds
+    rate = read() if read else None
+    if rate is not None:
+        row["weights_read"] = rate
     return row, tokens
 
 

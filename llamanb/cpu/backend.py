@@ -228,6 +228,7 @@ class CpuBackend(Backend):
         self.freqs = rope_for(c)
         self.scale = float(c.head_dim ** -0.5)
         self._rope_key, self._rope = None, None
+        self._reader = None                  # read_weights' reader, made on its first call
         # every matrix's panels carved from one huge-page arena (cpu_kernels.Arena)
         fmt = {n: quant[n][0] if n in quant else "bf16" if self.bf16 else "f32" for n in mats}
         layout = {n: self.k.packed_layout(*mats[n].shape, fmt[n]) for n in mats}
@@ -413,6 +414,17 @@ class CpuBackend(Backend):
         if a.dtype != np.float32 or a.strides[2] != 4 or a.strides[1] != a.shape[2] * 4:
             a = np.ascontiguousarray(a, dtype=np.float32)
         return a
+
+    def read_weights(self) -> int:
+        """Every packed matrix a decode token multiplies -- each layer's four products in order,
+        then the LM head -- read as the products share their panels among the threads, and not
+        multiplied (Kernels.panel_reader): the wrapping sum of their 32-bit words. The bench
+        times it beside the decode, as what a token's products would take were arithmetic free."""
+        if self._reader is None:
+            self._reader = self.k.panel_reader(
+                [lw[n] for lw in self.layer_w for n in ("wqkv", "wo", "gate_up", "down")] +
+                [self.lm_head])
+        return self._reader()
 
     def head(self, x: np.ndarray) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float32)

@@ -508,6 +508,7 @@ class Kernels:
                "llamanb_cpu_silu_mul": (V, (P, P, I, I, I)),
                "llamanb_cpu_attention": (V, (P, L, I, I, I, I, I, P, P, L, P, F, I)),
                "llamanb_cpu_read_sum": (D, (P, L)),
+               "llamanb_cpu_read_panels": (ctypes.c_uint32, (P, P, P, I)),
                "llamanb_cpu_exp": (V, (P, P, L)),
                "llamanb_cpu_vector_width": (I, ()),
                "llamanb_cpu_isa": (I, ()),
@@ -642,6 +643,26 @@ class Kernels:
         """The float64 sum of a float32 array, read by every pool thread (a bandwidth probe)."""
         a = np.ascontiguousarray(a, dtype=np.float32)
         return self.lib.llamanb_cpu_read_sum(a.ctypes.data, a.size)
+
+    def panel_reader(self, mats: list[Packed]):
+        """A function of no arguments that reads every byte of `mats`' panels, one matrix after
+        another, each shared among the threads as a decode product shares it, and multiplies
+        nothing (matmul.cc's read_like_decode): it returns the wrapping sum of their 32-bit words,
+        so no read can be skipped. Its time is what those products would take if arithmetic were
+        free; the bench times it beside the decode. The arrays are set up here, once."""
+        for m in mats:
+            if not m.data.flags.c_contiguous or m.data.nbytes % (4 * m.data.shape[0]):
+                raise ValueError(f"{m.fmt} panels of shape {m.data.shape}: not contiguous, or a "
+                                 "panel that is not a whole number of 32-bit words")
+        n = len(mats)
+        keep = [m.data for m in mats]                       # the pointers below stay valid
+        ptrs = (ctypes.c_void_p * n)(*[a.ctypes.data for a in keep])
+        sizes = (ctypes.c_long * n)(*[a.nbytes // a.shape[0] for a in keep])
+        panels = (ctypes.c_int * n)(*[a.shape[0] for a in keep])
+
+        def read(_keep=keep) -> int:
+            return self.lib.llamanb_cpu_read_panels(ptrs, sizes, panels, n)
+        return read
 
     def rmsnorm(self, x: np.ndarray, w: np.ndarray, eps: float, rnd: bool = False) -> np.ndarray:
         out = np.empty_like(x)

@@ -269,3 +269,43 @@ def test_file_row_for_other_formats_the_cpu_backend_runs_from_blocks(tmp_path, k
     # llama.cpp's roofline divides by the bytes of the file's tensors, as it reports them
     assert rows["llama.cpp (the file's blocks) decode / roofline (40.0 GB/s / 80 MB read)"][
         "value"] == 100.0 / 500.0
+
+
+def test_weights_read_alone_rows_pair_each_round():
+    """A cpu engine that reports `weights_read` (its packed weights read alone, a second) gets
+    two rows without a target: decode over that rate, and that rate over its roofline, each a
+    paired sample per round (the second with the probes around the engine's turn); the rounds'
+    extra rate is kept by run_rounds beside the three timed ones."""
+    import statistics
+
+    from llamanb.bench.child import run_rounds
+    from llamanb.bench.report import ratios
+
+    dec = [40.0, 44.0, 38.0, 41.0, 45.0, 39.0, 42.0]                  # tok/s, 7 rounds
+    red = [50.0, 50.0, 40.0, 50.0, 50.0, 60.0, 50.0]                  # reads a second
+    gbs = [20.0, 22.0, 19.0, 20.5, 22.5, 19.5, 21.0]
+    eng = {"llamanb": {"decode_tok_s": 30.0, "prefill_128_tok_s": 1.0, "prefill_512_tok_s": 1.0},
+           "llamanb@cpu": {"decode_tok_s": statistics.median(dec), "prefill_128_tok_s": 1.0,
+                           "prefill_512_tok_s": 1.0, "weight_bytes": 500e6,
+                           "weights_read_tok_s": statistics.median(red),
+                           "samples_tok_s": {"decode": dec, "weights_read": red},
+                           "round_gb_s": gbs}}
+    rows = {r["name"]: r for r in ratios(eng, 60.0, gb_s=30.0)}
+    alone = rows["cpu decode / its weights read alone"]
+    assert alone["target"] is None and alone["pass"] is None
+    assert alone["value"] == statistics.median(d / w for d, w in zip(dec, red))   # 0.84, not 41 / 50
+    assert alone["spread"]["min"] == min(d / w for d, w in zip(dec, red))
+    bound = rows["cpu weights read alone / its roofline"]
+    assert bound["pass"] is None
+    assert bound["value"] == statistics.median(w * 500e6 / (g * 1e9) for w, g in zip(red, gbs))
+    # an engine without the rate (the numpy engine, llama.cpp) has neither row
+    del eng["llamanb@cpu"]["weights_read_tok_s"]
+    assert not [r for r in ratios(eng, 60.0, gb_s=30.0) if "read alone" in r["name"]]
+
+    class Fake:
+        def ask(self, what):
+            return {"prefill_128": 1.0, "prefill_512": 2.0, "decode": 3.0, "weights_read": 4.0}, []
+
+    got = run_rounds({"a": Fake()}, 2, settle=0.0)
+    assert got["samples"]["a"] == {"prefill_128": [1.0, 1.0], "prefill_512": [2.0, 2.0],
+                                   "decode": [3.0, 3.0], "weights_read": [4.0, 4.0]}

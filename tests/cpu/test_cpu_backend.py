@@ -601,6 +601,36 @@ def test_packing_in_slices_gives_the_panels_of_one_pass(kernels, monkeypatch, qt
     assert np.array_equal(np.concatenate(seen), w)
 
 
+def _word_sum(arrays) -> int:
+    """The wrapping sum of every 32-bit word of the arrays, by numpy."""
+    return sum(int(a.view(np.uint32).sum(dtype=np.uint64)) for a in arrays) % 2**32
+
+
+def test_weights_read_alone_reads_every_byte(kernels, cpu_engine):
+    """Kernels.panel_reader (the bench's weights read alone) sums every 32-bit word of every
+    panel, as numpy does: panels of one vector row and less (the scalar tail), a single panel,
+    enough for the decode's chunks of 4, and the engine's own 121 matrices (read_weights). A
+    changed last word of the last panel changes the sum by as much; a panel that is not whole
+    words is refused."""
+    from llamanb.cpu.kernels import Packed
+
+    NP, rng = kernels.panel_width, np.random.default_rng(4)
+    mats = [kernels.pack(rng.standard_normal((n, k)).astype(np.float32), bf16=bf)
+            for n, k, bf in ((NP, 1, False), (3, 3, False), (NP * 70 + 5, 9, False),
+                             (NP * 40, 7, True))]
+    mats.append(kernels.pack_quant(_random_blocks("Q4_1", NP * 33, 3, seed=5), "Q4_1", 96))
+    read = kernels.panel_reader(mats)
+    before = read()
+    assert before == _word_sum(m.data for m in mats)
+    mats[-1].data.reshape(-1).view(np.uint32)[-1] += np.uint32(1)
+    assert read() == (before + 1) % 2**32
+    b = cpu_engine.backend
+    every = [lw[n] for lw in b.layer_w for n in ("wqkv", "wo", "gate_up", "down")] + [b.lm_head]
+    assert b.read_weights() == _word_sum(m.data for m in every)
+    with pytest.raises(ValueError, match="32-bit words"):
+        kernels.panel_reader([Packed(2, 3, np.zeros((2, 3), np.uint8), "q4_1")])
+
+
 def test_arena_carves_aligned_disjoint_arrays_and_holds_every_panel(kernels, cpu_engine):
     """cpu_kernels.Arena: arrays 64-byte aligned, back to back, never past the end (one line
     when full); and the engine's 121 packed matrices all live inside its one arena."""
