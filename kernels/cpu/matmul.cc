@@ -491,8 +491,8 @@ inline void decode_chunks(const void* P, long panel_bytes, long ahead_bytes, int
 // The bytes of panels P[0 .. panels) read the way a decode product reads them -- shared among the
 // threads by decode_chunks, each thread streaming its own region -- with no arithmetic but a
 // wrapping sum of their 32-bit words (so that no read can be skipped, and a test can check that
-// every byte was read). What a decode token's products would take if multiplying were free: the
-// bench times it beside the decode (llamanb.bench.runners). `panel_bytes` is a multiple of 4.
+// every byte was read): a bare read of what a decode token's products read, which the bench times
+// beside the decode (llamanb.bench.runners). `panel_bytes` is a multiple of 4.
 inline uint32_t read_like_decode(const uint8_t* P, long panel_bytes, int panels) {
     std::atomic<uint32_t> sum{0};
     decode_chunks(P, panel_bytes, 256, panels, [&](int p0, int p1) {

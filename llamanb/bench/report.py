@@ -133,8 +133,8 @@ def ratios(engines: dict, roofline: float, gb_s: float | None = None,
                     rows.append((f"{b} decode / its roofline ({what} / {wb / 1e6:.0f} MB read)", "%",
                                  ROOFLINE_TARGETS[base], v, pairs))
                     if e.get("weights_read_tok_s"):
-                        # the same roofline over its weights read alone: decode reads them too,
-                        # so this bounds the row above while the products share panels this way
+                        # how near a bare read of the same matrices comes to the same roofline (a
+                        # diagnostic: the decode reads them too, and beats it only by reading faster)
                         what, v, pairs = against_roofline(e, wb, "weights_read")
                         rows.append((f"{b} weights read alone / its roofline", "%", None, v, pairs))
                 if e.get("weights_read_tok_s"):

@@ -419,7 +419,7 @@ class CpuBackend(Backend):
         """Every packed matrix a decode token multiplies -- each layer's four products in order,
         then the LM head -- read as the products share their panels among the threads, and not
         multiplied (Kernels.panel_reader): the wrapping sum of their 32-bit words. The bench
-        times it beside the decode, as what a token's products would take were arithmetic free."""
+        times it beside the decode: how long a bare read of what a token's products read takes."""
         if self._reader is None:
             self._reader = self.k.panel_reader(
                 [lw[n] for lw in self.layer_w for n in ("wqkv", "wo", "gate_up", "down")] +

@@ -648,8 +648,9 @@ class Kernels:
         """A function of no arguments that reads every byte of `mats`' panels, one matrix after
         another, each shared among the threads as a decode product shares it, and multiplies
         nothing (matmul.cc's read_like_decode): it returns the wrapping sum of their 32-bit words,
-        so no read can be skipped. Its time is what those products would take if arithmetic were
-        free; the bench times it beside the decode. The arrays are set up here, once."""
+        so no read can be skipped. The bench times this bare read beside the decode (on the Zen 3
+        the one-row product itself reads about 5 % faster: docs/performance.md). The arrays are
+        set up here, once."""
         for m in mats:
             if not m.data.flags.c_contiguous or m.data.nbytes % (4 * m.data.shape[0]):
                 raise ValueError(f"{m.fmt} panels of shape {m.data.shape}: not contiguous, or a "
